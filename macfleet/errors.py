@@ -1,0 +1,151 @@
+"""The one error hierarchy. Library code raises these; only `cli/app.py` turns them into exit codes.
+
+Exit codes (docs/cli.md): 0 ok, 1 problems found or operation failed, 2 bad usage or input,
+3 nodes unreachable. Precedence when several apply: 2 > 3 > 1 > 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+EXIT_OK = 0
+EXIT_PROBLEMS = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+EXIT_CANCELLED = 130
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with an input file: where, what was found, what was expected."""
+
+    file: str
+    key_path: str
+    found: str
+    expected: str
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        key = f" {self.key_path}" if self.key_path else ""
+        return f"{where}{key}: found {self.found}, expected {self.expected}"
+
+
+class MacfleetError(Exception):
+    """Root of every error macfleet raises on purpose."""
+
+    exit_code: ClassVar[int] = EXIT_PROBLEMS
+    code: ClassVar[str] = "error"
+
+    def __init__(self, message: str, *, hint: str | None = None, details: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.details = details or {}
+
+    def lines(self) -> list[str]:
+        """Human lines, one per problem; the first is the message."""
+        return [self.message]
+
+
+class UsageError(MacfleetError):
+    exit_code = EXIT_USAGE
+    code = "usage"
+
+
+class NotBuiltYet(UsageError):
+    code = "not_built"
+
+    def __init__(self, command: str):
+        super().__init__(
+            f"`macfleet {command}` is not built yet",
+            hint="see `macfleet --help` for what works today",
+        )
+
+
+class InventoryError(MacfleetError):
+    exit_code = EXIT_USAGE
+    code = "inventory_invalid"
+
+    def __init__(self, problems: list[Problem], *, hint: str | None = None):
+        self.problems = list(problems)
+        n = len(self.problems)
+        super().__init__(
+            f"inventory has {n} problem{'s' if n != 1 else ''}",
+            hint=hint,
+            details={"problems": [p.__dict__ for p in self.problems]},
+        )
+
+    def lines(self) -> list[str]:
+        return [self.message, *(str(p) for p in self.problems)]
+
+
+class FactsParseError(MacfleetError, ValueError):
+    """A command's output is not what that command prints."""
+
+    exit_code = EXIT_USAGE
+    code = "facts_parse"
+
+    def __init__(self, command: str, expected: str, *, line: int | None = None, found: str | None = None):
+        self.command = command
+        self.line = line
+        self.expected = expected
+        self.found = found
+        where = f", line {line}" if line is not None else ""
+        got = f": found {found!r}" if found is not None else ""
+        super().__init__(
+            f"unexpected output of `{command}`{where}{got}; expected {expected}",
+            details={"command": command, "line": line, "expected": expected, "found": found},
+        )
+
+
+class UnreachableError(MacfleetError):
+    exit_code = EXIT_UNREACHABLE
+    code = "unreachable"
+
+    def __init__(self, nodes: dict[str, str], *, hint: str | None = None):
+        self.nodes = dict(nodes)
+        names = ", ".join(sorted(self.nodes))
+        super().__init__(f"unreachable: {names}", hint=hint, details={"nodes": self.nodes})
+
+    def lines(self) -> list[str]:
+        return [self.message, *(f"{n}: {why}" for n, why in sorted(self.nodes.items()))]
+
+
+class RemoteCommandError(MacfleetError):
+    code = "remote_command_failed"
+
+    def __init__(self, node: str, argv: str, rc: int, stderr_tail: str):
+        self.node, self.argv, self.rc, self.stderr_tail = node, argv, rc, stderr_tail
+        super().__init__(
+            f"{node}: `{argv}` exited {rc}: {stderr_tail.strip()[-300:]}",
+            details={"node": node, "argv": argv, "rc": rc, "stderr_tail": stderr_tail[-2000:]},
+        )
+
+
+class PlaybookFailed(MacfleetError):
+    code = "playbook_failed"
+
+
+class LockHeld(MacfleetError):
+    code = "lock_held"
+
+
+class Refused(MacfleetError):
+    code = "refused"
+
+
+class LabError(MacfleetError):
+    """The lab could not do what was asked (a failed `ip`, a node that did not come up...)."""
+
+    code = "lab_error"
+
+
+ERROR_CODES = frozenset(
+    cls.code
+    for cls in (
+        MacfleetError, UsageError, NotBuiltYet, InventoryError, FactsParseError, UnreachableError,
+        RemoteCommandError, PlaybookFailed, LockHeld, Refused, LabError,
+    )
+)

@@ -1,0 +1,286 @@
+"""The inventory as typed, frozen models, and the catalogue of Mac models macfleet knows.
+
+The inventory is what the operator says the fleet is; nothing here is collected from a node.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# ---------------------------------------------------------------------------------------------
+# Mac models. Facts about the hardware, used to plan cabling and by the lab to stand in for it.
+# Interface names (enX) are listed here only so the lab can name its ports as macOS does; the
+# core always reads enX from `networksetup -listallhardwareports`, never from this table.
+# ---------------------------------------------------------------------------------------------
+
+
+class ThunderboltPortSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    receptacle: int
+    device: str  # BSD name macOS gives "Thunderbolt <receptacle>" on this model
+    max_speed_gbps: int  # the idle port's "Up to N Gb/s"
+    rdma_capable: bool
+    where: str  # how an operator finds it on the back or front of the box
+
+
+class MacModelSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    slug: str
+    model_identifier: str
+    marketing_name: str
+    chip: str
+    memory_bytes: int
+    thunderbolt_ports: tuple[ThunderboltPortSpec, ...]
+
+    @property
+    def rdma_ports(self) -> tuple[ThunderboltPortSpec, ...]:
+        return tuple(p for p in self.thunderbolt_ports if p.rdma_capable)
+
+    @property
+    def max_full_mesh_nodes(self) -> int:
+        """A full mesh of N Macs needs N-1 RDMA-capable ports on each."""
+        return len(self.rdma_ports) + 1
+
+
+def _ports(devices: list[str], *, speed: int, not_rdma: set[int], where: list[str]) -> tuple[ThunderboltPortSpec, ...]:
+    return tuple(
+        ThunderboltPortSpec(
+            receptacle=i + 1, device=dev, max_speed_gbps=speed, rdma_capable=(i + 1) not in not_rdma, where=where[i]
+        )
+        for i, dev in enumerate(devices)
+    )
+
+
+# Sources: shared/research/macos-outputs.md §4 (en numbering per model: M3 Ultra en2-en7, M4 Max en2-en5,
+# Mac mini M4 Pro en2-en4) and exo.md §3 (the Mac Studio TB5 port next to Ethernet, en2, cannot do RDMA;
+# exo README and exo#1543; 6 M3 Ultras on 5 ports each is the largest full mesh, exo#1293/#1014).
+MAC_MODELS: dict[str, MacModelSpec] = {
+    m.slug: m
+    for m in (
+        MacModelSpec(
+            slug="mac-studio-m3-ultra",
+            model_identifier="Mac15,14",
+            marketing_name="Mac Studio",
+            chip="Apple M3 Ultra",
+            memory_bytes=512 * 1024**3,
+            thunderbolt_ports=_ports(
+                ["en2", "en3", "en4", "en5", "en6", "en7"],
+                speed=120,
+                not_rdma={1},
+                where=[
+                    "rear, next to Ethernet",
+                    "rear, second from Ethernet",
+                    "rear, third from Ethernet",
+                    "rear, far from Ethernet",
+                    "front, left",
+                    "front, right",
+                ],
+            ),
+        ),
+        MacModelSpec(
+            slug="mac-studio-m4-max",
+            model_identifier="Mac16,9",
+            marketing_name="Mac Studio",
+            chip="Apple M4 Max",
+            memory_bytes=128 * 1024**3,
+            thunderbolt_ports=_ports(
+                ["en2", "en3", "en4", "en5"],
+                speed=120,
+                not_rdma={1},
+                where=["rear, next to Ethernet", "rear, second", "rear, third", "rear, far from Ethernet"],
+            ),
+        ),
+        MacModelSpec(
+            slug="mac-mini-m4-pro",
+            model_identifier="Mac16,11",
+            marketing_name="Mac mini",
+            chip="Apple M4 Pro",
+            memory_bytes=64 * 1024**3,
+            thunderbolt_ports=_ports(
+                ["en2", "en3", "en4"],
+                speed=120,
+                not_rdma=set(),
+                where=["rear, left", "rear, middle", "rear, right"],
+            ),
+        ),
+    )
+}
+MODEL_BY_IDENTIFIER: dict[str, MacModelSpec] = {m.model_identifier: m for m in MAC_MODELS.values()}
+
+
+def model_spec(name: str | None) -> MacModelSpec | None:
+    """Look a model up by slug (`mac-studio-m3-ultra`) or identifier (`Mac15,14`)."""
+    if name is None:
+        return None
+    return MAC_MODELS.get(name) or MODEL_BY_IDENTIFIER.get(name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings (group_vars). Every block forbids unknown keys, so a typo is caught, not ignored.
+# ---------------------------------------------------------------------------------------------
+
+
+class _Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# 10.213.0.0/16: inside 10/8 but clear of the ranges home routers and offices usually hand out
+# (10.0.x, 10.1.x, 10.10.x, 192.168.x, 172.16-31.x used by Docker) and of 100.64/10 (CGNAT, Tailscale).
+DEFAULT_IP_POOL = "10.213.0.0/16"
+# Subnets reserved per mesh: 32 covers the 28 links of an 8-node full mesh, so a mesh can grow
+# without moving another mesh's addresses.
+SUBNETS_PER_MESH = 32
+MAX_MESH_NODES = 8
+
+
+class IpPlanSettings(_Settings):
+    pool: ipaddress.IPv4Network = Field(default=ipaddress.IPv4Network(DEFAULT_IP_POOL))
+    prefix: Literal[30, 31] = 30
+    mtu: int = Field(default=1500, ge=1280, le=16000)
+
+
+class ExoSettings(_Settings):
+    source: str | None = None  # a directory with an exo build, or a git URL
+    version: str | None = None
+    install_root: str = "/opt/exo"
+    models_dir: str = "~/.exo/models"
+    port: int = Field(default=52415, ge=1, le=65535)
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class ModelToStage(_Settings):
+    name: str
+    source: str | None = None
+    bytes: int | None = Field(default=None, ge=0)
+
+
+class PowerSettings(_Settings):
+    # pmset values for an always-on inference node (ops-anchors.md §4.2)
+    pmset: dict[str, int] = Field(
+        default_factory=lambda: {"sleep": 0, "disksleep": 0, "displaysleep": 10, "womp": 1, "autorestart": 1}
+    )
+    # iogpu.wired_limit_mb: "auto" = total memory less a reserve, an integer = that many MB, 0 = macOS default
+    wired_limit_mb: int | Literal["auto"] = "auto"
+    wired_reserve_mb: int = Field(default=16384, ge=0)
+
+
+class ProbeSettings(_Settings):
+    interval_s: float = Field(default=30.0, gt=0)
+    command_timeout_s: float = Field(default=20.0, gt=0)
+    gather_deadline_s: float = Field(default=60.0, gt=0)
+
+
+class MaintenanceWindow(_Settings):
+    days: list[Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]] = Field(
+        default_factory=lambda: ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+    )
+    start: str = "00:00"
+    end: str = "23:59"
+    timezone: str = "UTC"
+
+
+class RemediationSettings(_Settings):
+    debounce: int = Field(default=3, ge=1)
+    reboot_breaker_limit: int = Field(default=2, ge=0)
+    reboot_breaker_window_s: float = Field(default=6 * 3600, gt=0)
+    windows: list[MaintenanceWindow] = Field(default_factory=list)
+    webhook: str | None = None
+
+
+class SshSettings(_Settings):
+    # Paths are relative to the inventory directory unless absolute.
+    private_key_file: str | None = None
+    known_hosts_file: str | None = "known_hosts"
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+
+
+class Settings(_Settings):
+    """Everything under `macfleet_*` in group_vars, after all → mesh overriding (Ansible's replace rule)."""
+
+    ipplan: IpPlanSettings = Field(default_factory=IpPlanSettings)
+    exo: ExoSettings = Field(default_factory=ExoSettings)
+    models: list[ModelToStage] = Field(default_factory=list)
+    power: PowerSettings = Field(default_factory=PowerSettings)
+    probes: ProbeSettings = Field(default_factory=ProbeSettings)
+    remediation: RemediationSettings = Field(default_factory=RemediationSettings)
+    ssh: SshSettings = Field(default_factory=SshSettings)
+
+
+SETTINGS_KEYS = {f"macfleet_{name}": name for name in Settings.model_fields}
+
+# ---------------------------------------------------------------------------------------------
+# Fleet, meshes, nodes
+# ---------------------------------------------------------------------------------------------
+
+
+class Node(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    mesh: str
+    address: str  # ansible_host
+    user: str | None = None  # ansible_user
+    port: int = 22  # ansible_port
+    model: str | None = None  # macfleet_model: a model identifier such as "Mac15,14", or a catalogue slug
+    port_labels: dict[int, str] = Field(default_factory=dict)  # macfleet_port_labels: receptacle -> label
+
+    @property
+    def model_spec(self) -> MacModelSpec | None:
+        return model_spec(self.model)
+
+
+class Mesh(BaseModel):
+    """Macs cabled every-to-every over Thunderbolt; one Ansible group under `macfleet`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    nodes: tuple[Node, ...]
+    settings: Settings
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        return tuple(n.name for n in self.nodes)
+
+    @property
+    def pairs(self) -> list[tuple[str, str]]:
+        """Every pair the full mesh needs, in inventory order (the order IP planning keys on)."""
+        names = self.node_names
+        return [(names[i], names[j]) for j in range(len(names)) for i in range(j)]
+
+
+class Fleet(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    root: Path
+    meshes: tuple[Mesh, ...]
+    settings: Settings  # the `all` group's
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        return tuple(n for m in self.meshes for n in m.nodes)
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def mesh(self, name: str) -> Mesh:
+        for m in self.meshes:
+            if m.name == name:
+                return m
+        raise KeyError(name)
+
+    def path(self, relative: str | None) -> Path | None:
+        """A settings path resolved against the inventory directory."""
+        if relative is None:
+            return None
+        p = Path(relative).expanduser()
+        return p if p.is_absolute() else self.root / p
