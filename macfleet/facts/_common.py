@@ -1,0 +1,192 @@
+"""Shared helpers for the facts parsers: the model base, text clean-up, shell-prompt and transcript handling.
+
+Pure code, no I/O. Imports nothing from macfleet but `macfleet.errors`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict
+
+from macfleet.errors import FactsParseError
+
+
+class Facts(BaseModel):
+    """Base of every facts model: frozen, unknown keys refused."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# The command each KIND stands for, as the user would type it (used in error messages and to recognise
+# the command line of a pasted terminal transcript).
+COMMANDS: dict[str, str] = {
+    "thunderbolt": "system_profiler SPThunderboltDataType",
+    "hardware-ports": "networksetup -listallhardwareports",
+    "service-order": "networksetup -listnetworkserviceorder",
+    "services": "networksetup -listallnetworkservices",
+    "getinfo": "networksetup -getinfo",
+    "ifconfig": "ifconfig",
+    "ibv-devices": "ibv_devices",
+    "ibv-devinfo": "ibv_devinfo",
+    "rdma-ctl": "rdma_ctl status",
+    "nvram": "nvram rdma-enable",
+    "sw-vers": "sw_vers",
+    "sysctl": "sysctl",
+    "hardware": "system_profiler SPHardwareDataType -json",
+    "pmset": "pmset -g",
+    "fdesetup": "fdesetup status",
+    "csrutil": "csrutil status",
+    "remote-login": "systemsetup -getremotelogin",
+}
+
+_COMMAND_WORDS = (
+    "system_profiler", "networksetup", "ifconfig", "ibv_devices", "ibv_devinfo", "rdma_ctl", "nvram", "sw_vers",
+    "sysctl", "pmset", "fdesetup", "csrutil", "systemsetup",
+)
+
+
+def kind_of_command(command: str) -> str | None:
+    """The KIND a typed command line stands for (`sudo ` and paths ignored), or None."""
+    words = command.split()
+    while words and words[0] in ("sudo", "/usr/bin/sudo"):
+        words = words[1:]
+    if not words:
+        return None
+    prog = words[0].rsplit("/", 1)[-1]
+    args = " ".join(words[1:])
+    if prog == "system_profiler":
+        if "SPThunderboltDataType" in args:
+            return "thunderbolt"
+        if "SPHardwareDataType" in args:
+            return "hardware"
+        return None
+    if prog == "networksetup":
+        for flag, kind in (
+            ("-listallhardwareports", "hardware-ports"),
+            ("-listnetworkserviceorder", "service-order"),
+            ("-listallnetworkservices", "services"),
+            ("-getinfo", "getinfo"),
+        ):
+            if flag in args:
+                return kind
+        return None
+    if prog == "systemsetup":
+        return "remote-login" if "remotelogin" in args.lower() else None
+    simple = {
+        "ifconfig": "ifconfig", "ibv_devices": "ibv-devices", "ibv_devinfo": "ibv-devinfo", "rdma_ctl": "rdma-ctl",
+        "nvram": "nvram", "sw_vers": "sw-vers", "sysctl": "sysctl", "pmset": "pmset", "fdesetup": "fdesetup",
+        "csrutil": "csrutil",
+    }
+    return simple.get(prog)
+
+
+# "~ % ibv_devices", "% ifconfig en2", "$ rdma_ctl status", "user@host ~ % sudo sysctl ...", or the bare
+# command itself ("ibv_devices", "rdma_ctl status") as pasted above its output.
+_PROMPT = re.compile(r"^\s*(?:[^\s%$#>]*(?:\s+[^\s%$#>]+)?\s*[%$#>]\s+)?(?P<cmd>\S.*?)\s*$")
+
+
+def prompt_command(line: str) -> str | None:
+    """If `line` is a typed command (with or without a shell prompt) of a known tool, the command; else None."""
+    m = _PROMPT.match(line)
+    if not m:
+        return None
+    cmd = m.group("cmd")
+    first = cmd.split()[0] if cmd.split() else ""
+    if first in ("sudo", "/usr/bin/sudo") and len(cmd.split()) > 1:
+        first = cmd.split()[1]
+    first = first.rsplit("/", 1)[-1]
+    if first not in _COMMAND_WORDS:
+        return None
+    # A bare line is only a command if it has no output-looking punctuation ("ifconfig: ..." is not one).
+    if ":" in cmd.split()[0]:
+        return None
+    return cmd
+
+
+Line = tuple[int, str]  # (1-based line number in the original text, the line without its newline)
+
+
+def normalise(text: str) -> str:
+    """Unify newlines and drop a byte-order mark; nothing else (tabs and spacing are the parsers' business)."""
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+@dataclass
+class Section:
+    command: str | None
+    kind: str | None
+    lines: list[Line] = field(default_factory=list)
+
+
+def split_transcript(text: str) -> list[Section]:
+    """Split a pasted terminal transcript at its command lines. Text without any gives one section."""
+    sections: list[Section] = [Section(None, None)]
+    for n, raw in enumerate(normalise(text).split("\n"), start=1):
+        cmd = prompt_command(raw)
+        if cmd is not None:
+            sections.append(Section(cmd, kind_of_command(cmd)))
+        else:
+            sections[-1].lines.append((n, raw))
+    if len(sections) > 1 and not any(t.strip() for _, t in sections[0].lines):
+        sections = sections[1:]
+    return sections
+
+
+def lines_for(kind: str, text: str) -> list[Line]:
+    """The lines of `text` that are the output of KIND's command: the whole text, less a typed command line
+    above it, or the matching section of a transcript. Raises FactsParseError when the transcript holds
+    only other commands."""
+    if not isinstance(text, str):
+        raise FactsParseError(COMMANDS.get(kind, kind), "text", found=type(text).__name__)
+    sections = split_transcript(text)
+    for s in sections:
+        if s.kind == kind:
+            return s.lines
+    for s in sections:
+        if s.command is None:
+            return s.lines
+    first = sections[0]
+    raise FactsParseError(
+        COMMANDS.get(kind, kind),
+        f"the output of `{COMMANDS.get(kind, kind)}`",
+        line=(first.lines[0][0] - 1) if first.lines else None,
+        found=first.command,
+    )
+
+
+def nonblank(lines: list[Line]) -> list[Line]:
+    return [(n, t) for n, t in lines if t.strip()]
+
+
+def fail(kind: str, expected: str, line: int | None = None, found: str | None = None) -> FactsParseError:
+    """Build (not raise) the FactsParseError for KIND, shortening what was found."""
+    if found is not None and len(found) > 120:
+        found = found[:117] + "..."
+    return FactsParseError(COMMANDS.get(kind, kind), expected, line=line, found=found)
+
+
+def is_elision(line: str) -> bool:
+    """`...` / `[...]` / `…` lines that authors put in where they cut output."""
+    return line.strip() in ("...", "[...]", "…", "[…]")
+
+
+_SPEED = re.compile(r"^\s*(?P<upto>Up to\s+)?(?P<n>\d+(?:\.\d+)?)\s*Gb/s(?:\s+x\d+)?\s*$", re.IGNORECASE)
+
+
+def parse_speed(value: str | None) -> tuple[float | None, bool] | None:
+    """'80 Gb/s' -> (80.0, False); 'Up to 120 Gb/s x1' -> (120.0, True); unknown -> None."""
+    if value is None:
+        return None
+    m = _SPEED.match(value)
+    if not m:
+        return None
+    return float(m.group("n")), bool(m.group("upto"))
+
+
+def number(value: float) -> float | int:
+    """80.0 -> 80 (JSON stays tidy); 2.5 stays 2.5."""
+    return int(value) if float(value).is_integer() else value
