@@ -6,7 +6,7 @@ Exit codes (docs/cli.md): 0 ok, 1 problems found or operation failed, 2 bad usag
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 EXIT_OK = 0
@@ -145,7 +145,16 @@ class LabError(MacfleetError):
 ERROR_CODES = frozenset(
     cls.code
     for cls in (
-        MacfleetError, UsageError, NotBuiltYet, InventoryError, FactsParseError, UnreachableError,
-        RemoteCommandError, PlaybookFailed, LockHeld, Refused, LabError,
+        MacfleetError,
+        UsageError,
+        NotBuiltYet,
+        InventoryError,
+        FactsParseError,
+        UnreachableError,
+        RemoteCommandError,
+        PlaybookFailed,
+        LockHeld,
+        Refused,
+        LabError,
     )
 )

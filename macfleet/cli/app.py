@@ -1,0 +1,126 @@
+"""The root command: assembles the groups and is the only place that turns errors into exit codes."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import traceback
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+
+from macfleet import __version__
+from macfleet.errors import EXIT_CANCELLED, EXIT_PROBLEMS, MacfleetError, NotBuiltYet, UsageError
+from macfleet.render import output
+
+CONTEXT = {"help_option_names": ["-h", "--help"]}
+
+app = typer.Typer(
+    name="macfleet",
+    help="Provision and run Thunderbolt-mesh Mac clusters for exo and RDMA over Thunderbolt.",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+    context_settings=CONTEXT,
+    pretty_exceptions_enable=False,
+    pretty_exceptions_show_locals=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"macfleet {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    verbose: Annotated[int, typer.Option("-v", "--verbose", count=True, help="Say more on stderr.")] = 0,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    output.mode.verbose = verbose
+
+
+# Groups, each a module under macfleet/cli exposing `app`. (name, module, help for not-yet-built)
+GROUPS: list[tuple[str, str, str]] = [
+    ("inventory", "macfleet.cli.inventory", "Check and show an inventory."),
+    ("facts", "macfleet.cli.facts", "Parse macOS command outputs into facts."),
+    ("topology", "macfleet.cli.topology", "Cabling check, cabling plan and picture, IP plan."),
+    ("lab", "macfleet.cli.lab", "A simulated Mac cluster on Linux, to try and test macfleet."),
+    ("bootstrap", "macfleet.cli.bootstrap", "Prepare every node: power, memory, OS checks, IP plan, RDMA."),
+    ("doctor", "macfleet.cli.doctor", "Every health probe, each with its fix."),
+    ("rollout", "macfleet.cli.rollout", "Push exo builds and model weights once, fanned out over the mesh."),
+    ("rdma", "macfleet.cli.rdma", "The guided Recovery-mode steps that switch RDMA on."),
+    ("reboot", "macfleet.cli.reboot", "The coordinated whole-mesh reboot."),
+    ("watch", "macfleet.cli.watch", "The watcher that heals a wedged mesh."),
+]
+
+
+def _add_not_built(name: str, help_text: str) -> None:
+    @app.command(
+        name,
+        help=f"{help_text} [dim](not built yet)[/dim]",
+        context_settings={**CONTEXT, "allow_extra_args": True, "ignore_unknown_options": True},
+        add_help_option=False,
+    )
+    def _placeholder(ctx: typer.Context) -> None:
+        raise NotBuiltYet(name)
+
+
+for _name, _module, _help in GROUPS:
+    try:
+        _group = importlib.import_module(_module).app
+    except ModuleNotFoundError as exc:
+        if exc.name != _module:
+            raise
+        _add_not_built(_name, _help)
+    else:
+        app.add_typer(_group, name=_name)
+
+
+def _state_dir() -> Path:
+    base = os.environ.get("MACFLEET_STATE_DIR") or os.environ.get("XDG_STATE_HOME")
+    return Path(base) / "macfleet" if base else Path.home() / ".local" / "state" / "macfleet"
+
+
+def _report_crash(exc: BaseException) -> int:
+    path = _state_dir() / "last-error.log"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w") as fh:
+            fh.write(f"macfleet {__version__} at {datetime.now(UTC).isoformat()}\n")
+            fh.write("".join(traceback.format_exception(exc)))
+        where = f"; the full traceback is in {path}"
+    except OSError:
+        where = ""
+    output.fail(MacfleetError(f"internal error: {type(exc).__name__}: {exc}{where}", hint="please report it"))
+    return EXIT_PROBLEMS
+
+
+def _validation_error(exc: ValidationError) -> UsageError:
+    lines = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+    return UsageError("invalid input: " + "; ".join(lines))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point. Only here do exceptions become exit codes (docs/cli.md)."""
+    output.mode.json = False
+    output.mode.verbose = 0
+    try:
+        app(args=argv, prog_name="macfleet", standalone_mode=True)
+    except MacfleetError as exc:
+        sys.exit(output.fail(exc))
+    except ValidationError as exc:
+        sys.exit(output.fail(_validation_error(exc)))
+    except KeyboardInterrupt:
+        output.info("cancelled")
+        sys.exit(EXIT_CANCELLED)
+    except SystemExit:
+        raise
+    except Exception as exc:
+        sys.exit(_report_crash(exc))

@@ -1,0 +1,105 @@
+"""The single exit path for results and errors.
+
+Data goes to stdout (JSON with --json, else a rich rendering); messages go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import typer
+from pydantic import BaseModel
+from rich.console import Console, RenderableType
+from rich.text import Text
+
+from macfleet.errors import MacfleetError
+
+
+def _console(stderr: bool) -> Console:
+    # NO_COLOR (https://no-color.org) is honoured by rich itself; CI gets no animations.
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+console = _console(stderr=False)
+err_console = _console(stderr=True)
+
+
+class _Mode:
+    json = False
+    verbose = 0
+
+
+mode = _Mode()
+
+
+def set_json_mode(value: bool) -> bool:
+    if value:
+        mode.json = True
+    return value
+
+
+def is_ci() -> bool:
+    return bool(os.environ.get("CI"))
+
+
+def to_jsonable(result: BaseModel | dict[str, Any] | list[Any]) -> Any:
+    if isinstance(result, BaseModel):
+        return result.model_dump(mode="json")
+    return result
+
+
+def emit(
+    result: BaseModel | dict[str, Any],
+    *,
+    json_mode: bool | None = None,
+    human: Callable[[Any], RenderableType | str | None] | None = None,
+    exit_code: int = 0,
+) -> None:
+    """Print a command's result, then exit with `exit_code` when it is not 0."""
+    as_json = mode.json if json_mode is None else json_mode
+    if as_json:
+        sys.stdout.write(json.dumps(to_jsonable(result), indent=2, ensure_ascii=False) + "\n")
+        sys.stdout.flush()
+    elif human is not None:
+        rendered = human(result)
+        if rendered is not None:
+            console.print(rendered)
+    else:
+        console.print_json(json.dumps(to_jsonable(result)))
+    if exit_code:
+        raise typer.Exit(exit_code)
+
+
+def info(message: str | Text) -> None:
+    """A human message (progress, notes); always on stderr so stdout stays data."""
+    err_console.print(message, soft_wrap=True)
+
+
+def verbose(message: str) -> None:
+    if mode.verbose:
+        err_console.print(Text(message, style="dim"))
+
+
+def fail(error: MacfleetError) -> int:
+    """Report an expected error; returns its exit code."""
+    if mode.json:
+        payload = {
+            "error": {
+                "code": error.code,
+                "message": error.message,
+                "hint": error.hint,
+                "details": error.details,
+            }
+        }
+        sys.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False, default=str) + "\n")
+    lines = error.lines()
+    err_console.print(Text(f"error: {lines[0]}", style="bold red"), soft_wrap=True)
+    for line in lines[1:]:
+        err_console.print(Text(f"  {line}"), soft_wrap=True)
+    if error.hint:
+        err_console.print(Text(f"hint: {error.hint}", style="yellow"), soft_wrap=True)
+    return error.exit_code

@@ -1,0 +1,49 @@
+"""Shared test helpers. Lab fixtures live in tests/lab/conftest.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE_INVENTORY = ROOT / "inventories" / "example"
+SAMPLES = ROOT.parent / "shared" / "samples"
+
+
+@pytest.fixture
+def example_inventory(tmp_path: Path) -> Path:
+    """A private copy of inventories/example, to break on purpose."""
+    dest = tmp_path / "inv"
+    shutil.copytree(EXAMPLE_INVENTORY, dest)
+    return dest
+
+
+class Cli:
+    """Runs the real CLI in-process through `main`, the console script's entry point, so the
+    exception-to-exit-code mapping is exercised too (typer's own CliRunner would bypass it)."""
+
+    def __init__(self) -> None:
+        self.runner = CliRunner()
+
+    def __call__(self, *args: str, env: dict[str, str] | None = None):
+        from macfleet.cli.app import main
+
+        @click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+        def wrapper() -> None:
+            main(list(args))
+
+        return self.runner.invoke(wrapper, [], env=env, catch_exceptions=False)
+
+    @staticmethod
+    def json(result) -> object:
+        return json.loads(result.stdout)
+
+
+@pytest.fixture
+def cli() -> Cli:
+    return Cli()

@@ -1,0 +1,244 @@
+"""The inventory loader: the example loads; every kind of bad input gets one precise problem line."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from macfleet.errors import InventoryError, UsageError
+from macfleet.inventory.load import load_inventory
+from tests.conftest import EXAMPLE_INVENTORY
+
+
+def test_example_loads() -> None:
+    fleet = load_inventory(EXAMPLE_INVENTORY)
+    assert [m.name for m in fleet.meshes] == ["mesh1"]
+    mesh = fleet.meshes[0]
+    assert mesh.node_names == ("studio-1", "studio-2", "studio-3", "studio-4")
+    assert mesh.nodes[0].model_spec.chip == "Apple M3 Ultra"
+    assert mesh.nodes[0].port_labels == {2: "rear 2", 3: "rear 3"}
+    assert mesh.settings.ipplan.pool == ipaddress.IPv4Network("10.213.0.0/16")
+    assert len(mesh.pairs) == 6
+    assert fleet.path("known_hosts") == fleet.root / "known_hosts"
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new, 1))
+
+
+def _problems(inv: Path) -> list[str]:
+    with pytest.raises(InventoryError) as info:
+        load_inventory(inv)
+    return [str(p) for p in info.value.problems]
+
+
+HOSTS = "hosts.yml"
+SETTINGS = "group_vars/all/macfleet.yml"
+
+CASES = [
+    # (file, old, new, expected problem line)
+    (
+        SETTINGS,
+        "prefix: 30 ",
+        "prefix: 29 ",
+        "inv/group_vars/all/macfleet.yml:8 macfleet_ipplan.prefix: found 29, expected 30 or 31",
+    ),
+    (
+        SETTINGS,
+        "  interval_s: 30",
+        "  interval_s: often",
+        "inv/group_vars/all/macfleet.yml:33 macfleet_probes.interval_s: found 'often', expected a valid number",
+    ),
+    (
+        SETTINGS,
+        "  debounce: 3 ",
+        "  debounse: 3 ",
+        "inv/group_vars/all/macfleet.yml:39 macfleet_remediation.debounse: found unknown key `debounse`, "
+        "expected a known key (did you mean `debounce`?)",
+    ),
+    (
+        SETTINGS,
+        "macfleet_probes:",
+        "macfleet_probs:",
+        "inv/group_vars/all/macfleet.yml:32 macfleet_probs: found unknown key `macfleet_probs`, "
+        "expected a known key (did you mean `macfleet_probes`?)",
+    ),
+    (
+        HOSTS,
+        "ansible_host: studio-2.cluster.example.com",
+        'ansible_host: "studio-2; rm -rf /"',
+        "inv/hosts.yml:16 macfleet.children.mesh1.hosts.studio-2.ansible_host: found 'studio-2; rm -rf /', "
+        "expected an IP address or a host name",
+    ),
+    (
+        HOSTS,
+        "        studio-3:\n",
+        "        studio-3$(reboot):\n",
+        "inv/hosts.yml:19 macfleet.children.mesh1.hosts.studio-3$(reboot): found host name 'studio-3$(reboot)', "
+        "expected letters, digits, `.`, `_`, `-` (no spaces or shell characters)",
+    ),
+    (
+        HOSTS,
+        "        studio-4:\n",
+        "        studio-3:\n",
+        "inv/hosts.yml:23 studio-3: found `studio-3` twice (first at line 19), expected each key once",
+    ),
+    (
+        HOSTS,
+        "          ansible_user: admin                          # an administrator",
+        "          ansible_usr: admin                          # an administrator",
+        "inv/hosts.yml:10 macfleet.children.mesh1.hosts.studio-1.ansible_usr: found unknown key `ansible_usr`, "
+        "expected a known key (did you mean `ansible_user`?)",
+    ),
+    (
+        HOSTS,
+        '          macfleet_model: "Mac15,14"                   # Mac Studio',
+        '          macfleet_modle: "Mac15,14"                   # Mac Studio',
+        "inv/hosts.yml:11 macfleet.children.mesh1.hosts.studio-1.macfleet_modle: found unknown key "
+        "`macfleet_modle`, expected a known key (did you mean `macfleet_model`?)",
+    ),
+    (
+        HOSTS,
+        '          ansible_user: admin\n          macfleet_model: "Mac15,14"\n        studio-3:',
+        '          ansible_user: admin\n          ansible_port: 70000\n          macfleet_model: "Mac15,14"\n'
+        "        studio-3:",
+        "inv/hosts.yml:18 macfleet.children.mesh1.hosts.studio-2.ansible_port: found 70000, "
+        "expected a port number 1-65535",
+    ),
+    (
+        HOSTS,
+        "    mesh1:",
+        "    mesh-1:",
+        "inv/hosts.yml:6 macfleet.children.mesh-1: found group name 'mesh-1', "
+        "expected letters, digits and `_` (Ansible group names have no dashes)",
+    ),
+    (
+        HOSTS,
+        "ansible_host: studio-4.cluster.example.com",
+        "ansible_host: [studio-4",
+        "inv/hosts.yml:25: found a YAML syntax error",
+    ),
+]
+
+
+@pytest.mark.parametrize(("file", "old", "new", "expected"), CASES, ids=[c[3].split(": found")[0][-40:] for c in CASES])
+def test_each_problem_is_named(example_inventory: Path, file: str, old: str, new: str, expected: str) -> None:
+    _edit(example_inventory / file, old, new)
+    problems = _problems(example_inventory)
+    assert any(p.startswith(expected) for p in problems), problems
+
+
+def test_host_in_two_meshes(example_inventory: Path) -> None:
+    hosts = example_inventory / HOSTS
+    hosts.write_text(
+        hosts.read_text() + "    mesh2:\n      hosts:\n        studio-1:\n          ansible_host: 10.9.9.9\n"
+    )
+    assert _problems(example_inventory) == [
+        "inv/hosts.yml macfleet.children.mesh2.hosts.studio-1: found host `studio-1` in meshes `mesh1` and `mesh2`, "
+        "expected each Mac in exactly one mesh"
+    ]
+
+
+def test_pool_too_small(example_inventory: Path) -> None:
+    _edit(example_inventory / SETTINGS, "pool: 10.213.0.0/16", "pool: 10.213.0.0/26")
+    assert _problems(example_inventory) == [
+        "inv/group_vars/all/macfleet.yml macfleet_ipplan.pool: found 10.213.0.0/26: 16 /30 subnets for 1 mesh(es) "
+        "(mesh1), expected at least 32 /30 subnets (32 per mesh), i.e. a /25 or larger"
+    ]
+
+
+def test_mesh_override_replaces_whole_block(example_inventory: Path) -> None:
+    (example_inventory / "group_vars" / "mesh1.yml").write_text("macfleet_ipplan:\n  prefix: 31\n")
+    fleet = load_inventory(example_inventory)
+    assert fleet.meshes[0].settings.ipplan.prefix == 31
+    assert fleet.settings.ipplan.prefix == 30
+    assert str(fleet.meshes[0].settings.ipplan.pool) == "10.213.0.0/16"  # the default, not the `all` value
+
+
+def test_several_problems_all_reported(example_inventory: Path) -> None:
+    _edit(example_inventory / SETTINGS, "prefix: 30 ", "prefix: 29 ")
+    _edit(example_inventory / HOSTS, "ansible_host: studio-4.cluster.example.com", "ansible_host: 'a b'")
+    assert len(_problems(example_inventory)) == 2
+
+
+def test_missing_directory_is_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="no inventory directory"):
+        load_inventory(tmp_path / "nope")
+
+
+def test_missing_hosts_file(tmp_path: Path) -> None:
+    assert _problems(tmp_path) == [
+        f"{tmp_path}: found no hosts.yml, expected hosts.yml listing the meshes under group `macfleet`"
+    ]
+
+
+def test_no_macfleet_group(example_inventory: Path) -> None:
+    (example_inventory / HOSTS).write_text("all:\n  hosts:\n    a: {}\n")
+    problems = _problems(example_inventory)
+    assert problems[0] == (
+        "inv/hosts.yml:1: found no `macfleet` group, "
+        "expected a top-level group `macfleet` whose children are the meshes"
+    )
+
+
+# -- fuzz: any YAML document gives a model or a clean InventoryError, nothing else --------------------
+
+yaml_scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 70000), st.text(max_size=12))
+yaml_values = st.recursive(
+    yaml_scalars,
+    lambda children: st.one_of(
+        st.lists(children, max_size=3),
+        st.dictionaries(
+            st.sampled_from(
+                [
+                    "macfleet",
+                    "children",
+                    "hosts",
+                    "mesh1",
+                    "n1",
+                    "ansible_host",
+                    "vars",
+                    "macfleet_ipplan",
+                    "pool",
+                    "prefix",
+                    "x",
+                ]
+            )
+            | st.text(max_size=6),
+            children,
+            max_size=4,
+        ),
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(hosts=yaml_values, group_vars=yaml_values)
+def test_fuzz_loader(tmp_path_factory: pytest.TempPathFactory, hosts: object, group_vars: object) -> None:
+    inv = tmp_path_factory.mktemp("fuzz")
+    (inv / "group_vars" / "all").mkdir(parents=True)
+    (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    (inv / "group_vars" / "all" / "x.yml").write_text(yaml.safe_dump(group_vars))
+    try:
+        load_inventory(inv)
+    except InventoryError as exc:
+        assert exc.problems and all(str(p) for p in exc.problems)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(alphabet=st.sampled_from(list("macfleet:children hosts-\n {}[]'\"#&*!|>%@`,?")), max_size=80))
+def test_fuzz_raw_text(tmp_path_factory: pytest.TempPathFactory, text: str) -> None:
+    inv = tmp_path_factory.mktemp("raw")
+    (inv / "hosts.yml").write_text(text)
+    try:
+        load_inventory(inv)
+    except InventoryError as exc:
+        assert exc.problems
