@@ -1,0 +1,144 @@
+"""exo builds for the lab: a release directory holding the exo stand-in, and its launchd plist.
+
+Build layout (`write_build(out_dir, version)`; usable as `macfleet rollout exo --source DIR`)::
+
+    DIR/
+      VERSION              the version, one line (e.g. "1.0.71"); nodes cluster only with the same version
+      BUILD.json           {"name": "exo", "version", "broken", "entry": "bin/exo", "label", "format": 1}
+      bin/exo              entry point, executable, `#!/usr/bin/python3`; finds its release directory from its
+                           own resolved path (so `/opt/exo/current/bin/exo` through a `current` symlink runs
+                           the release the symlink points at) and runs lib/exo_standin.py
+      lib/exo_standin.py   the server (a verbatim copy of macfleet/lab/exo/standin.py; stdlib only)
+
+Nothing in the build depends on where it is installed. `bin/exo` takes exo's `--api-port` and a few lab
+options (`--bind`, `--peer-port`, `--refresh`, `--version`); the state lives under `~/.exo` of the user it
+runs as (node id `~/.exo/node_zid`, log `~/.exo/exo_log/exo.log`, lock `~/.exo/exo.pid`, fault overlay
+`~/.exo/lab_faults.json`), models under `~/.exo/models` or `$EXO_DEFAULT_MODELS_DIR`.
+
+A `--broken` build starts, listens and answers `/node_id` and `/models`, but never becomes healthy: it never
+joins peers (its `/state` shows only itself, with no connections), peers do not see it, and its runner stays
+`RunnerConnecting` - what a health checker sees of a real exo whose runner never comes up.
+
+`render_launchd_plist(program, home=...)` renders the job that runs it (label `org.macfleet.exo`, KeepAlive,
+logs in `~/.exo/exo_log/`); `plist_path(home)` says where a LaunchAgent goes. Command line:
+`python -m macfleet.lab.exo.build --version V [--broken] --out DIR`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import plistlib
+import re
+import shutil
+import sys
+from pathlib import Path
+
+LABEL = "org.macfleet.exo"
+ENTRY = "bin/exo"
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin:/opt/homebrew/bin"
+_SOURCE = Path(__file__).with_name("standin.py")
+_VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._+-]{0,63}$")
+
+_ENTRY_POINT = """#!/usr/bin/python3
+# exo (macfleet lab stand-in) - entry point of the build in ../ ; see ../BUILD.json
+import os
+import sys
+
+_root = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+sys.path.insert(0, os.path.join(_root, "lib"))
+
+import exo_standin  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(exo_standin.main(sys.argv[1:], build_root=exo_standin.Path(_root)))
+"""
+
+
+def write_build(out_dir: Path, version: str, *, broken: bool = False) -> Path:
+    """Write an exo build (layout in the module docstring) into `out_dir`; returns `out_dir`.
+
+    `out_dir` must be absent or empty, so a build is never a mix of two versions."""
+    if not _VERSION_RE.match(version):
+        raise ValueError(f"bad exo version {version!r}: expected letters, digits and . _ + - (e.g. 1.0.71)")
+    out_dir = Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise FileExistsError(f"{out_dir} is not empty")
+    (out_dir / "bin").mkdir(parents=True, exist_ok=True)
+    (out_dir / "lib").mkdir(exist_ok=True)
+    shutil.copyfile(_SOURCE, out_dir / "lib" / "exo_standin.py")
+    entry = out_dir / ENTRY
+    entry.write_text(_ENTRY_POINT)
+    entry.chmod(0o755)
+    (out_dir / "VERSION").write_text(version + "\n")
+    meta = {"name": "exo", "version": version, "broken": broken, "entry": ENTRY, "label": LABEL, "format": 1}
+    (out_dir / "BUILD.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return out_dir
+
+
+def read_build(build_dir: Path) -> dict:
+    """BUILD.json of a build directory (raises FileNotFoundError / ValueError when it is not one)."""
+    meta = json.loads((Path(build_dir) / "BUILD.json").read_text())
+    if meta.get("name") != "exo" or not (Path(build_dir) / meta.get("entry", ENTRY)).is_file():
+        raise ValueError(f"{build_dir} is not an exo build")
+    return meta
+
+
+def plist_path(home: Path, *, label: str = LABEL, daemon: bool = False) -> Path:
+    """Where the job's plist goes: `~/Library/LaunchAgents/<label>.plist`, or `/Library/LaunchDaemons/…`."""
+    if daemon:
+        return Path("/Library/LaunchDaemons") / f"{label}.plist"
+    return Path(home) / "Library" / "LaunchAgents" / f"{label}.plist"
+
+
+def render_launchd_plist(
+    program: str | Path,
+    *,
+    home: str | Path,
+    label: str = LABEL,
+    user: str | None = None,
+    args: list[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> bytes:
+    """launchd job running exo in the foreground (exo.md §1.3), restarted whenever it exits.
+
+    `program` is the absolute path of the entry point, normally `<install root>/current/bin/exo`; `home` the
+    home directory of the user exo runs as (launchd does not expand `~`); `user` sets `UserName` (for a
+    LaunchDaemon); `args` are appended to ProgramArguments; `env` adds to EnvironmentVariables."""
+    home = Path(home)
+    log_dir = home / ".exo" / "exo_log"
+    environment = {"HOME": str(home), "PATH": DEFAULT_PATH, **(env or {})}
+    job: dict = {
+        "Label": label,
+        "ProgramArguments": [str(program), *(args or [])],
+        "RunAtLoad": True,
+        "KeepAlive": True,
+        "WorkingDirectory": str(home / ".exo"),
+        "EnvironmentVariables": environment,
+        "StandardOutPath": str(log_dir / "launchd.stdout.log"),
+        "StandardErrorPath": str(log_dir / "launchd.stderr.log"),
+        "ThrottleInterval": 5,
+        "ProcessType": "Interactive",
+    }
+    if user:
+        job["UserName"] = user
+    return plistlib.dumps(job, fmt=plistlib.FMT_XML, sort_keys=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="macfleet lab exo-build", description="Write an exo stand-in build.")
+    parser.add_argument("--version", required=True)
+    parser.add_argument("--broken", action="store_true", help="starts but never becomes healthy")
+    parser.add_argument("--out", required=True, type=Path)
+    args = parser.parse_args(argv)
+    try:
+        out = write_build(args.out, args.version, broken=args.broken)
+    except (ValueError, FileExistsError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
