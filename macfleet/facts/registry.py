@@ -1,0 +1,138 @@
+"""The KIND names, defined once: each names one command's output, its parser and its model.
+
+The same strings name the CLI argument (`macfleet facts parse KIND FILE`), the fixture folders
+(`tests/fixtures/captures/<kind>/`), the collector's command catalogue and the lab's stand-ins.
+`detect_kind` is what `facts parse auto` uses to guess the KIND of a pasted capture.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from macfleet.errors import FactsParseError
+from macfleet.facts import network, rdma, system, thunderbolt
+from macfleet.facts._common import COMMANDS, split_transcript
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    kind: str
+    command: str  # the command line whose output this is
+    parser: Callable[[str], BaseModel]
+    model: type[BaseModel]
+    detect: Callable[[str], bool]  # does this text look like this KIND's output (cheap, for `auto`)
+
+
+def _has(pattern: str, flags: int = re.MULTILINE) -> Callable[[str], bool]:
+    rx = re.compile(pattern, flags)
+    return lambda text: bool(rx.search(text))
+
+
+def _only_word(*words: str) -> Callable[[str], bool]:
+    def check(text: str) -> bool:
+        body = [t.strip() for t in text.split("\n") if t.strip()]
+        return len(body) == 1 and body[0].lower() in words
+
+    return check
+
+
+def _sysctl(text: str) -> bool:
+    body = [t for t in text.split("\n") if t.strip()]
+    if not body:
+        return False
+    if re.match(r"^[a-z_][\w\-]*(?:\.[\w\-]+)+: ", body[0]) or body[0].startswith("sysctl: unknown oid"):
+        return True
+    # `sysctl -n`: a few bare values, one of them a number
+    return len(body) <= 32 and all(":" not in t and len(t) < 200 for t in body) and any(
+        re.fullmatch(r"\s*-?\d+\s*", t) for t in body
+    )
+
+
+def _getinfo(text: str) -> bool:
+    body = [t.strip() for t in text.split("\n") if t.strip()]
+    return bool(body) and bool(re.match(r"^(DHCP|Manual|BOOTP|Manually Using DHCP Router) Configuration$", body[0]))
+
+
+def _ifconfig(text: str) -> bool:
+    if re.search(r"^[A-Za-z][\w.]*: flags=[0-9a-fA-F]+<", text, re.MULTILINE):
+        return True
+    body = [t for t in text.split("\n") if t.strip()]
+    return bool(body) and all(re.match(r"^\s+(inet6?|ether|member:|status:|media:|options=)\s*", t) for t in body)
+
+
+# Order matters for `auto`: the first detector that matches wins.
+KINDS: dict[str, KindSpec] = {
+    spec.kind: spec
+    for spec in (
+        KindSpec("thunderbolt", COMMANDS["thunderbolt"], thunderbolt.parse_thunderbolt, thunderbolt.ThunderboltFacts,
+                 _has(r"SPThunderboltDataType|^\s*(?:Thunderbolt(?:/USB4)?|USB4) Bus\b")),
+        KindSpec("hardware", COMMANDS["hardware"], system.parse_hardware, system.HardwareFacts,
+                 _has(r"SPHardwareDataType")),
+        KindSpec("hardware-ports", COMMANDS["hardware-ports"], network.parse_hardware_ports,
+                 network.HardwarePortsFacts, _has(r"^Hardware Port: .*\n\s*Device: ")),
+        KindSpec("service-order", COMMANDS["service-order"], network.parse_service_order,
+                 network.ServiceOrderFacts, _has(r"^\((?:\d+|\*)\) .*\n\(Hardware Port: ")),
+        KindSpec("services", COMMANDS["services"], network.parse_services, network.ServicesFacts,
+                 _has(r"\A\s*An asterisk \(\*\) denotes")),
+        KindSpec("getinfo", COMMANDS["getinfo"], network.parse_getinfo, network.GetInfoFacts, _getinfo),
+        KindSpec("ibv-devices", COMMANDS["ibv-devices"], rdma.parse_ibv_devices, rdma.IbvDevicesFacts,
+                 _has(r"^\s*device\s+node GUID\s*$")),
+        KindSpec("ibv-devinfo", COMMANDS["ibv-devinfo"], rdma.parse_ibv_devinfo, rdma.IbvDevinfoFacts,
+                 _has(r"^\s*hca_id:\s*\S")),
+        KindSpec("ifconfig", COMMANDS["ifconfig"], network.parse_ifconfig, network.IfconfigFacts, _ifconfig),
+        KindSpec("rdma-ctl", COMMANDS["rdma-ctl"], rdma.parse_rdma_ctl, rdma.RdmaCtlFacts,
+                 _only_word("enabled", "disabled")),
+        KindSpec("nvram", COMMANDS["nvram"], rdma.parse_nvram, rdma.NvramFacts,
+                 _has(r"^rdma-enable\s|^nvram: Error getting variable")),
+        KindSpec("sw-vers", COMMANDS["sw-vers"], system.parse_sw_vers, system.SwVersFacts,
+                 _has(r"^ProductVersion:")),
+        KindSpec("pmset", COMMANDS["pmset"], system.parse_pmset, system.PmsetFacts,
+                 _has(r"^(?:Currently in use|System-wide power settings):")),
+        KindSpec("fdesetup", COMMANDS["fdesetup"], system.parse_fdesetup, system.FdesetupFacts,
+                 _has(r"\A\s*FileVault is (?:On|Off)")),
+        KindSpec("csrutil", COMMANDS["csrutil"], system.parse_csrutil, system.CsrutilFacts,
+                 _has(r"^System Integrity Protection status:|\A\s*(?:Kext Signing|Apple Internal|"
+                      r"Filesystem Protections|Debugging Restrictions|DTrace Restrictions|NVRAM Protections): "
+                      r"(?:enabled|disabled)\s*\Z")),
+        KindSpec("remote-login", COMMANDS["remote-login"], system.parse_remote_login, system.RemoteLoginFacts,
+                 _has(r"\A\s*(?:Remote Login: (?:On|Off)|You need administrator access to run this tool)")),
+        KindSpec("sysctl", COMMANDS["sysctl"], system.parse_sysctl, system.SysctlFacts, _sysctl),
+    )
+}
+
+KIND_NAMES: tuple[str, ...] = tuple(KINDS)
+
+
+def detect_kind(text: str) -> str | None:
+    """Guess the KIND of a capture: from the command line of a pasted transcript if there is one, else
+    from the first detector that recognises the text. None when nothing does."""
+    sections = split_transcript(text)
+    for s in sections:
+        if s.kind is not None and any(t.strip() for _, t in s.lines):
+            return s.kind
+    body = "\n".join(t for _, t in sections[0].lines) if sections else text
+    for spec in KINDS.values():
+        try:
+            if spec.detect(body):
+                return spec.kind
+        except Exception:  # a detector must never break `auto`; treat as "not this kind"
+            continue
+    return None
+
+
+def parse(kind: str, text: str) -> BaseModel:
+    """Parse `text` as KIND's output. Raises KeyError for an unknown KIND (callers check `KINDS` first)
+    and FactsParseError for text that is not that command's output."""
+    return KINDS[kind].parser(text)
+
+
+def parse_auto(text: str) -> tuple[str, BaseModel]:
+    kind = detect_kind(text)
+    if kind is None:
+        first = next((t.strip() for t in text.split("\n") if t.strip()), "")
+        raise FactsParseError("auto", "the output of one of: " + ", ".join(KIND_NAMES), line=1, found=first[:120])
+    return kind, parse(kind, text)
