@@ -1,0 +1,218 @@
+"""The one wrapper around ansible-runner: a typed PlaybookRun in, a typed PlaybookResult out.
+
+It owns what ansible-runner leaves to its caller (design.md §4): cancellation through our own
+callback (ansible-runner would otherwise take over SIGINT), live progress from events rather than
+polling, no environment or passwords written to disk, and bounded artifacts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from macfleet.errors import PlaybookFailed, UnreachableError, UsageError
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
+PLAYBOOKS_DIR = Path(os.environ.get("MACFLEET_PLAYBOOKS", PROJECT_ROOT / "playbooks"))
+ANSIBLE_CFG = PROJECT_ROOT / "ansible.cfg"
+PLAYBOOK_NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
+KEEP_ARTIFACTS = 20
+
+
+@dataclass(frozen=True)
+class PlaybookRun:
+    playbook: str  # name under playbooks/, without .yml: "network", "bootstrap"...
+    inventory: Path
+    limit: tuple[str, ...] | None = None
+    extravars: dict[str, Any] = field(default_factory=dict)
+    check: bool = False
+    diff: bool = False
+    tags: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not PLAYBOOK_NAME.match(self.playbook):
+            raise UsageError(f"playbook name {self.playbook!r} is not a plain name")
+
+    @property
+    def path(self) -> Path:
+        return PLAYBOOKS_DIR / f"{self.playbook}.yml"
+
+    @property
+    def cmdline(self) -> str:
+        flags = []
+        if self.check:
+            flags.append("--check")
+        if self.diff:
+            flags.append("--diff")
+        return " ".join(flags)
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    host: str
+    task: str
+    status: str  # ok | changed | failed | unreachable | skipped
+    changed: bool
+    message: str | None = None
+
+
+@dataclass
+class HostStats:
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+
+
+@dataclass(frozen=True)
+class FailedTask:
+    host: str
+    task: str
+    message: str
+
+
+@dataclass
+class PlaybookResult:
+    playbook: str
+    status: str  # successful | failed | canceled | timeout
+    rc: int
+    hosts: dict[str, HostStats]
+    failed_tasks: list[FailedTask]
+    changes: dict[str, list[str]]  # host -> names of tasks that changed something (or would, under --check)
+    unreachable: dict[str, str]
+    artifact_dir: Path | None
+
+    @property
+    def changed(self) -> int:
+        return sum(h.changed for h in self.hosts.values())
+
+
+def _state_dir() -> Path:
+    base = os.environ.get("MACFLEET_STATE_DIR") or os.environ.get("XDG_STATE_HOME")
+    return (Path(base) / "macfleet") if base else Path.home() / ".local" / "state" / "macfleet"
+
+
+def _message(res: dict[str, Any]) -> str:
+    for key in ("msg", "stderr", "reason"):
+        value = res.get(key)
+        if value:
+            return str(value).strip()[-500:]
+    return "failed"
+
+
+def run_playbook(
+    run: PlaybookRun,
+    *,
+    on_event: Callable[[ProgressEvent], None] | None = None,
+    cancel: threading.Event | None = None,
+    raise_on_failure: bool = True,
+) -> PlaybookResult:
+    """Run one playbook to the end (or until `cancel` is set) and describe what happened."""
+    import ansible_runner  # heavy; only commands that change nodes pay for it
+
+    if not run.path.is_file():
+        raise UsageError(f"no playbook {run.path}")
+    if not run.inventory.is_dir():
+        raise UsageError(f"no inventory directory at {run.inventory}")
+    cancel = cancel or threading.Event()
+    changes: dict[str, list[str]] = {}
+    failed_tasks: list[FailedTask] = []
+    unreachable: dict[str, str] = {}
+
+    def event_handler(event: dict[str, Any]) -> bool:
+        data = event.get("event_data") or {}
+        host, task = data.get("host"), (data.get("task") or "").strip()
+        res = data.get("res") or {}
+        kind = event.get("event", "")
+        status = None
+        if kind == "runner_on_ok":
+            status = "changed" if res.get("changed") else "ok"
+            if res.get("changed"):
+                changes.setdefault(host, []).append(task)
+        elif kind == "runner_on_failed":
+            status = "failed"
+            if not data.get("ignore_errors"):
+                failed_tasks.append(FailedTask(host, task, _message(res)))
+        elif kind == "runner_on_unreachable":
+            status = "unreachable"
+            unreachable[host] = _message(res)
+        elif kind == "runner_on_skipped":
+            status = "skipped"
+        if status and host and on_event is not None:
+            on_event(
+                ProgressEvent(host, task, status, status == "changed", None if status != "failed" else _message(res))
+            )
+        return True  # keep every event in the artifacts: the run's audit trail, and where `stats` come from
+
+    private = _state_dir() / "runs"
+    private.mkdir(parents=True, exist_ok=True)
+    ident = f"{run.playbook}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%fZ')}"
+    envvars = {"ANSIBLE_CONFIG": str(ANSIBLE_CFG), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"}
+    runner = ansible_runner.run(
+        private_data_dir=str(private),
+        project_dir=str(PLAYBOOKS_DIR),
+        playbook=run.path.name,
+        inventory=str(run.inventory.resolve()),
+        limit=",".join(run.limit) if run.limit else None,
+        extravars=dict(run.extravars) or None,
+        tags=",".join(run.tags) if run.tags else None,
+        cmdline=run.cmdline or None,
+        envvars=envvars,
+        ident=ident,
+        quiet=True,
+        suppress_env_files=True,
+        rotate_artifacts=KEEP_ARTIFACTS,
+        event_handler=event_handler,
+        cancel_callback=cancel.is_set,
+    )
+    stats = runner.stats or {}
+    hosts: dict[str, HostStats] = {}
+    for field_name, key in (
+        ("ok", "ok"),
+        ("changed", "changed"),
+        ("failed", "failures"),
+        ("unreachable", "dark"),
+        ("skipped", "skipped"),
+    ):
+        for host, count in (stats.get(key) or {}).items():
+            setattr(hosts.setdefault(host, HostStats()), field_name, count)
+    artifact_dir = Path(runner.config.artifact_dir) if getattr(runner, "config", None) else None
+    result = PlaybookResult(
+        playbook=run.playbook,
+        status=runner.status,
+        rc=runner.rc,
+        hosts=hosts,
+        failed_tasks=failed_tasks,
+        changes=changes,
+        unreachable=unreachable,
+        artifact_dir=artifact_dir,
+    )
+    if raise_on_failure:
+        raise_for(result)
+    return result
+
+
+def raise_for(result: PlaybookResult) -> None:
+    """Unreachable hosts outrank task failures (exit 3 over 1), as everywhere in macfleet."""
+    if result.unreachable:
+        raise UnreachableError(result.unreachable, hint=f"ansible artifacts: {result.artifact_dir}")
+    if result.status == "canceled":
+        raise KeyboardInterrupt
+    if result.failed_tasks or result.status != "successful":
+        first = result.failed_tasks[0] if result.failed_tasks else None
+        where = f": {first.host}: {first.task}: {first.message}" if first else f" ({result.status}, rc {result.rc})"
+        raise PlaybookFailed(
+            f"playbook {result.playbook} failed{where}",
+            hint=f"ansible artifacts: {result.artifact_dir}",
+            details={
+                "failed_tasks": [t.__dict__ for t in result.failed_tasks],
+                "hosts": {h: s.__dict__ for h, s in result.hosts.items()},
+            },
+        )

@@ -1,0 +1,88 @@
+"""A real OpenSSH server on 127.0.0.1 for tests of our SSH and Ansible layers (no lab needed).
+
+It serves the current user (root in CI) with a generated key, and writes an inventory whose
+known_hosts holds the server's real host key, so strict host-key checking stays on.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+
+
+def available() -> bool:
+    return os.geteuid() == 0 and Path(SSHD).exists() and shutil.which("ssh-keygen") is not None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class LocalSshd:
+    port: int
+    inventory: Path
+    process: subprocess.Popen
+    host_key_pub: str
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+
+def start(tmp: Path, nodes: tuple[str, ...] = ("node-1",)) -> LocalSshd:
+    tmp.mkdir(parents=True, exist_ok=True)
+    os.chmod(tmp, 0o700)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp / "host_key")], check=True)
+    inv = tmp / "inv"
+    (inv / "group_vars" / "all").mkdir(parents=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(inv / "id_ed25519")], check=True)
+    (tmp / "authorized_keys").write_text((inv / "id_ed25519.pub").read_text())
+    port = _free_port()
+    config = tmp / "sshd_config"
+    config.write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {tmp / 'host_key'}\nPidFile {tmp / 'sshd.pid'}\n"
+        f"AuthorizedKeysFile {tmp / 'authorized_keys'}\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+        "PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nMaxSessions 30\nMaxStartups 100\n"
+        "AcceptEnv LANG LC_*\nSubsystem sftp internal-sftp\n"
+    )
+    Path("/run/sshd").mkdir(exist_ok=True)
+    process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while True:  # poll until it accepts connections
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                if s.recv(4).startswith(b"SSH-"):
+                    break
+        except OSError:
+            pass
+        if time.monotonic() > deadline or process.poll() is not None:
+            process.kill()
+            raise RuntimeError("sshd did not start")
+        time.sleep(0.05)
+    pub = (tmp / "host_key.pub").read_text().split()
+    (inv / "known_hosts").write_text(f"[127.0.0.1]:{port} {pub[0]} {pub[1]}\n")
+    user = os.environ.get("USER") or "root"
+    hosts = "".join(
+        f"        {n}:\n          ansible_host: 127.0.0.1\n          ansible_port: {port}\n          ansible_user: {user}\n"
+        for n in nodes
+    )
+    (inv / "hosts.yml").write_text(f"macfleet:\n  children:\n    mesh1:\n      hosts:\n{hosts}")
+    (inv / "group_vars" / "all" / "macfleet.yml").write_text(
+        "macfleet_ssh:\n  private_key_file: id_ed25519\n  known_hosts_file: known_hosts\n  connect_timeout_s: 5\n"
+    )
+    (inv / "group_vars" / "all" / "ansible.yml").write_text(
+        'ansible_ssh_private_key_file: "{{ inventory_dir }}/id_ed25519"\n'
+        'ansible_ssh_common_args: "-o UserKnownHostsFile={{ inventory_dir }}/known_hosts -o StrictHostKeyChecking=yes"\n'
+        "ansible_python_interpreter: /usr/bin/python3\n"
+    )
+    return LocalSshd(port=port, inventory=inv, process=process, host_key_pub=" ".join(pub[:2]))
