@@ -73,7 +73,8 @@ def start(tmp: Path, nodes: tuple[str, ...] = ("node-1",)) -> LocalSshd:
     (inv / "known_hosts").write_text(f"[127.0.0.1]:{port} {pub[0]} {pub[1]}\n")
     user = os.environ.get("USER") or "root"
     hosts = "".join(
-        f"        {n}:\n          ansible_host: 127.0.0.1\n          ansible_port: {port}\n          ansible_user: {user}\n"
+        f"        {n}:\n"
+        f"          ansible_host: 127.0.0.1\n          ansible_port: {port}\n          ansible_user: {user}\n"
         for n in nodes
     )
     (inv / "hosts.yml").write_text(f"macfleet:\n  children:\n    mesh1:\n      hosts:\n{hosts}")
@@ -82,7 +83,8 @@ def start(tmp: Path, nodes: tuple[str, ...] = ("node-1",)) -> LocalSshd:
     )
     (inv / "group_vars" / "all" / "ansible.yml").write_text(
         'ansible_ssh_private_key_file: "{{ inventory_dir }}/id_ed25519"\n'
-        'ansible_ssh_common_args: "-o UserKnownHostsFile={{ inventory_dir }}/known_hosts -o StrictHostKeyChecking=yes"\n'
+        'ansible_ssh_common_args: "-o UserKnownHostsFile={{ inventory_dir }}/known_hosts'
+        ' -o StrictHostKeyChecking=yes"\n'
         "ansible_python_interpreter: /usr/bin/python3\n"
     )
     return LocalSshd(port=port, inventory=inv, process=process, host_key_pub=" ".join(pub[:2]))
