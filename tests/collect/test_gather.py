@@ -67,9 +67,8 @@ def test_changed_host_key_is_refused(server) -> None:
     original = known.read_text()
     try:
         # another key for the same host: strict checking must refuse, never re-learn
-        known.write_text(
-            f"[127.0.0.1]:{server.port} ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHmL3lAf0U5ZKc1rX0V0Zl5mYh1H3Gg9cR4p2t0r7q1x\n"
-        )
+        other_key = "AAAAC3NzaC1lZDI1NTE5AAAAIHmL3lAf0U5ZKc1rX0V0Zl5mYh1H3Gg9cR4p2t0r7q1x"
+        known.write_text(f"[127.0.0.1]:{server.port} ssh-ed25519 {other_key}\n")
         fleet = load_inventory(server.inventory)
         result = gather(fleet, fleet.nodes[:1], [CommandSpec("t", ("true",))], deadline_s=20)
     finally:
