@@ -464,13 +464,17 @@ class ExoStandin:
         """Gather facts, probe links, merge peers' records, rebuild this node's record. One tick."""
         self._read_faults()
         facts = self._gather()
-        links = {} if self.cfg.broken else self._probe(facts)
+        targets = [] if self.cfg.broken else self._targets(facts)
+        links = self._probe(targets)
         now = time.monotonic()
         with self._lock:
             self._facts = facts
             for key, peer in links.items():
                 self._links[key] = {"peer": peer, "seen": now}
-            self._links = {k: v for k, v in self._links.items() if now - v["seen"] <= self.cfg.link_ttl_s}
+            # a link is kept through a missed probe or two (link_ttl_s), but not once its interface is down
+            # or has lost the address it was probed from
+            self._links = {k: v for k, v in self._links.items()
+                           if k in targets and now - v["seen"] <= self.cfg.link_ttl_s}
             self._records = {
                 nid: (rec, seen) for nid, (rec, seen) in self._records.items() if now - seen <= self.cfg.node_ttl_s
             }
@@ -646,14 +650,18 @@ class ExoStandin:
 
     # ---- peers
 
-    def _probe(self, facts: dict) -> dict:
-        """{(iface, addr): peer node id} for links whose far end answers /node_id and has our version."""
+    def _targets(self, facts: dict) -> list:
+        """(iface, peer address) for every Thunderbolt interface that is up and has a point-to-point IPv4."""
         targets = []
         for dev, addrs in facts["tbAddrs"].items():
             if facts["ifaces"].get(dev, {}).get("status") == "inactive":
                 continue
             for addr, prefix in addrs:
                 targets += [(dev, peer) for peer in p2p_peers(addr, prefix)]
+        return targets
+
+    def _probe(self, targets: list) -> dict:
+        """{(iface, addr): peer node id} for links whose far end answers /node_id and has our version."""
         if not targets:
             return {}
         results = list(self._pool.map(self._probe_one, targets))
