@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from macfleet.facts._common import Facts, fail, is_elision, lines_for, nonblank
+from macfleet.facts._common import Facts, fail, guarded, is_elision, lines_for, nonblank
 
 _TB_PORT = re.compile(r"^Thunderbolt (\d+)$")
 
@@ -42,6 +42,7 @@ class HardwarePortsFacts(Facts):
         return {p.device: p for p in self.ports}
 
 
+@guarded("hardware-ports")
 def parse_hardware_ports(text: str) -> HardwarePortsFacts:
     kind = "hardware-ports"
     lines = nonblank(lines_for(kind, text))
@@ -116,6 +117,7 @@ _PORT_LINE = re.compile(r"^\(Hardware Port:\s*(.*?),\s*Device:\s*(.*?)\)?$")
 _ASTERISK = "An asterisk (*) denotes that a network service is disabled."
 
 
+@guarded("service-order")
 def parse_service_order(text: str) -> ServiceOrderFacts:
     kind = "service-order"
     entries: list[ServiceOrderEntry] = []
@@ -163,6 +165,7 @@ class ServicesFacts(Facts):
     services: list[NetworkService]
 
 
+@guarded("services")
 def parse_services(text: str) -> ServicesFacts:
     kind = "services"
     lines = nonblank(lines_for(kind, text))
@@ -211,6 +214,7 @@ _GETINFO_KEYS = {
 }
 
 
+@guarded("getinfo")
 def parse_getinfo(text: str) -> GetInfoFacts:
     kind = "getinfo"
     lines = nonblank(lines_for(kind, text))
@@ -307,6 +311,7 @@ def _mask(raw: str | None) -> tuple[str | None, int | None]:
         return raw, None
 
 
+@guarded("ifconfig")
 def parse_ifconfig(text: str) -> IfconfigFacts:
     kind = "ifconfig"
     lines = nonblank(lines_for(kind, text))

@@ -8,7 +8,7 @@ import re
 
 from pydantic import Field
 
-from macfleet.facts._common import Facts, fail, is_elision, lines_for, nonblank
+from macfleet.facts._common import Facts, fail, guarded, is_elision, lines_for, nonblank
 
 # ------------------------------------------------------------------------------------------ ibv_devices
 
@@ -28,6 +28,7 @@ _IBV_HEADER = re.compile(r"^\s*device\s+node GUID\s*$")
 _IBV_RULE = re.compile(r"^\s*-+\s+-+\s*$")
 
 
+@guarded("ibv-devices")
 def parse_ibv_devices(text: str) -> IbvDevicesFacts:
     kind = "ibv-devices"
     lines = nonblank(lines_for(kind, text))
@@ -113,6 +114,7 @@ def _ipv4_of(gid: str) -> str | None:
     return str(ip.ipv4_mapped) if ip.ipv4_mapped is not None else None
 
 
+@guarded("ibv-devinfo")
 def parse_ibv_devinfo(text: str) -> IbvDevinfoFacts:
     kind = "ibv-devinfo"
     split: list[tuple[int, str]] = []
@@ -189,6 +191,7 @@ class RdmaCtlFacts(Facts):
     status: str  # the word printed: "enabled" / "disabled"
 
 
+@guarded("rdma-ctl")
 def parse_rdma_ctl(text: str) -> RdmaCtlFacts:
     kind = "rdma-ctl"
     lines = nonblank(lines_for(kind, text))
@@ -217,6 +220,7 @@ class NvramFacts(Facts):
 _NVRAM_MISSING = re.compile(r"^nvram: Error getting variable - '(?P<name>[^']+)'")
 
 
+@guarded("nvram")
 def parse_nvram(text: str) -> NvramFacts:
     kind = "nvram"
     lines = nonblank(lines_for(kind, text))

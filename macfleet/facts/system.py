@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from macfleet.facts._common import Facts, fail, lines_for, nonblank
+from macfleet.facts._common import Facts, fail, guarded, lines_for, nonblank
 
 # ---------------------------------------------------------------------------------------------- sw_vers
 
@@ -28,6 +28,7 @@ _SW_KEYS = {
 }
 
 
+@guarded("sw-vers")
 def parse_sw_vers(text: str) -> SwVersFacts:
     kind = "sw-vers"
     lines = nonblank(lines_for(kind, text))
@@ -81,6 +82,7 @@ _SYSCTL_CHANGE = re.compile(r"^(?P<old>.*?)\s+->\s+(?P<new>\S+)(?:\s+#.*)?$")
 _SYSCTL_UNKNOWN = re.compile(r"^sysctl: unknown oid '(?P<name>[^']+)'")
 
 
+@guarded("sysctl")
 def parse_sysctl(text: str) -> SysctlFacts:
     kind = "sysctl"
     lines = nonblank(lines_for(kind, text))
@@ -154,6 +156,7 @@ def _s(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+@guarded("hardware")
 def parse_hardware(text: str) -> HardwareFacts:
     kind = "hardware"
     lines = lines_for(kind, text)
@@ -222,6 +225,7 @@ class PmsetFacts(Facts):
 _PMSET_LINE = re.compile(r"^\s*(?P<key>\S(?:.*?\S)?)\s+(?P<value>[^\s()]+)(?:\s+\((?P<note>.*)\)?)?\s*$")
 
 
+@guarded("pmset")
 def parse_pmset(text: str) -> PmsetFacts:
     kind = "pmset"
     lines = nonblank(lines_for(kind, text))
@@ -261,6 +265,7 @@ class FdesetupFacts(Facts):
     needs_restart: bool = False
 
 
+@guarded("fdesetup")
 def parse_fdesetup(text: str) -> FdesetupFacts:
     kind = "fdesetup"
     lines = nonblank(lines_for(kind, text))
@@ -293,6 +298,7 @@ _CSR_STATUS = re.compile(r"^System Integrity Protection status:\s*(?P<s>enabled|
 _CSR_ITEM = re.compile(r"^(?P<k>[A-Za-z][\w\- ]*?):\s*(?P<v>enabled|disabled)\.?$")
 
 
+@guarded("csrutil")
 def parse_csrutil(text: str) -> CsrutilFacts:
     kind = "csrutil"
     lines = nonblank(lines_for(kind, text))
@@ -330,6 +336,7 @@ class RemoteLoginFacts(Facts):
     message: str
 
 
+@guarded("remote-login")
 def parse_remote_login(text: str) -> RemoteLoginFacts:
     kind = "remote-login"
     lines = nonblank(lines_for(kind, text))

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from macfleet.facts._common import Facts, Line, fail, is_elision, lines_for, parse_speed
+from macfleet.facts._common import Facts, Line, fail, guarded, is_elision, lines_for, parse_speed
 
 KIND = "thunderbolt"
 RDMA_PROTOCOL_ID = 64087
@@ -100,6 +100,7 @@ class ThunderboltFacts(Facts):
         return next((p for p in self.ports if p.receptacle == receptacle), None)
 
 
+@guarded("thunderbolt")
 def parse_thunderbolt(text: str) -> ThunderboltFacts:
     """Parse any form of `system_profiler SPThunderboltDataType` output."""
     lines = lines_for(KIND, text)
@@ -138,7 +139,7 @@ def _to_int(value: Any) -> int | None:
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isdecimal() and len(value.strip()) < 10:
         return int(value.strip())
     return None
 
