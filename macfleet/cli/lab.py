@@ -1,0 +1,156 @@
+"""`macfleet lab`: a simulated Thunderbolt-mesh Mac cluster on this Linux machine (docs/lab.md).
+
+Thin room: parse options, call `macfleet.lab.control` (imported lazily, design.md §6.1), render.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import BaseModel
+
+from macfleet.cli.options import JsonOpt
+from macfleet.render.output import console, emit
+
+app = typer.Typer(
+    no_args_is_help=True,
+    help="A simulated Mac cluster (network namespaces, veth Thunderbolt cables, sshd, macOS stand-ins). "
+    "Linux, root.",
+)
+
+NameOpt = Annotated[str, typer.Option("--name", help="Lab name (also the inventory name).")]
+
+
+class LabNode(BaseModel):
+    name: str
+    mesh: str
+    state: str
+    address: str
+
+
+class LabStatus(BaseModel):
+    nodes: list[LabNode]
+
+
+class LabUp(BaseModel):
+    name: str
+    inventory: str
+    took_s: float
+    nodes: list[LabNode]
+
+
+class LabPower(BaseModel):
+    node: str
+    state: str
+
+
+def _table(nodes: list[LabNode]) -> None:
+    from rich.table import Table
+
+    t = Table(box=None)
+    for col in ("node", "mesh", "state", "address"):
+        t.add_column(col)
+    for n in nodes:
+        style = {"up": "green", "off": "red"}.get(n.state, "yellow")
+        t.add_row(n.name, n.mesh, f"[{style}]{n.state}[/{style}]", n.address)
+    console.print(t)
+
+
+@app.command("up")
+def up_cmd(
+    name: NameOpt = "lab",
+    nodes: Annotated[int | None, typer.Option("--nodes", min=1, help="Nodes in one full mesh (default 4).")] = None,
+    pods: Annotated[str | None, typer.Option("--pods", help="PODSxNODES meshes, e.g. 8x4.")] = None,
+    model: Annotated[str, typer.Option("--model", help="mac-studio-m3-ultra | mac-studio-m4-max | mac-mini-m4-pro")]
+    = "mac-studio-m3-ultra",
+    tb_rate: Annotated[str, typer.Option("--tb-rate", help="Thunderbolt link rate (tc units).")] = "1gbit",
+    mgmt_rate: Annotated[str, typer.Option("--mgmt-rate", help="Management link rate (tc units).")] = "125mbit",
+    boot_seconds: Annotated[float, typer.Option("--boot-seconds", min=0, help="How long a reboot takes.")] = 3.0,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Macs out of the box: bridge on, RDMA off, no exo.")] = False,
+    no_exo: Annotated[bool, typer.Option("--no-exo", help="Do not install and start the exo stand-in.")] = False,
+    inventories: Annotated[Path, typer.Option("--inventories", help="Where inventories/NAME is written.")]
+    = Path("inventories"),
+    json_output: JsonOpt = False,
+) -> None:
+    """Bring a lab up and write inventories/NAME for it."""
+    from macfleet.lab import control
+
+    lab = control.up(name, nodes=nodes, pods=pods, model=model, fresh=fresh, exo=not no_exo, tb_rate=tb_rate,
+                     mgmt_rate=mgmt_rate, boot_seconds=boot_seconds, inventories=inventories)
+    took = control.ncommon.read_json(control.lab_dir(name) / "timings.json", {}).get("up_s", 0.0)
+    result = LabUp(name=name, inventory=lab["inventory_dir"], took_s=took,
+                   nodes=[LabNode(**n) for n in control.status(name)])
+
+    def human(r: LabUp) -> None:
+        _table(r.nodes)
+        console.print(f"lab [bold]{r.name}[/bold] up in {r.took_s:.1f}s; inventory: {r.inventory}")
+        console.print(f"try: macfleet lab ssh {r.nodes[0].name} --name {r.name} 'sw_vers'")
+
+    emit(result, json_mode=json_output, human=human)
+
+
+@app.command("status")
+def status_cmd(name: NameOpt = "lab", json_output: JsonOpt = False) -> None:
+    """Each node's mesh, power state and management address."""
+    from macfleet.lab import control
+
+    result = LabStatus(nodes=[LabNode(**n) for n in control.status(name)])
+    emit(result, json_mode=json_output, human=lambda r: _table(r.nodes))
+
+
+@app.command("down")
+def down_cmd(name: NameOpt = "lab") -> None:
+    """Tear the lab down (idempotent): namespaces, links, processes, state, inventory."""
+    from macfleet.lab import control
+
+    control.down(name)
+
+
+@app.command("ssh", context_settings={"allow_interspersed_args": False})
+def ssh_cmd(
+    node: Annotated[str, typer.Argument(help="Node name.")],
+    command: Annotated[str | None, typer.Argument(help="One string, run by the node's login shell.")] = None,
+    name: NameOpt = "lab",
+) -> None:
+    """SSH to a node with the lab's key and strict host keys; passes stdout, stderr and exit code through."""
+    from macfleet.lab import control
+
+    control.require_root_linux()
+    argv = control.ssh_argv(name, node, command)
+    rc = subprocess.call(argv)
+    raise typer.Exit(rc)
+
+
+@app.command("power")
+def power_cmd(
+    node: Annotated[str, typer.Argument(help="Node name.")],
+    action: Annotated[str, typer.Argument(help="on | off | cycle")],
+    name: NameOpt = "lab",
+    json_output: JsonOpt = False,
+) -> None:
+    """Press the power button: on, off (hard), or cycle (off, then on after --boot-seconds)."""
+    from macfleet.lab import control
+
+    state = control.power(name, node, action)
+    emit(LabPower(node=node, state=state), json_mode=json_output,
+         human=lambda r: console.print(f"{r.node}: {r.state}"))
+
+
+@app.command("recovery", context_settings={"allow_interspersed_args": False})
+def recovery_cmd(
+    node: Annotated[str, typer.Argument(help="Node name (must be off).")],
+    argv: Annotated[list[str], typer.Argument(help="Command run in Recovery's Terminal, after `--`.")],
+    name: NameOpt = "lab",
+) -> None:
+    """The operator's physical step: boot the (off) node into Recovery, run CMD there, restart it."""
+    import sys
+
+    from macfleet.lab import control
+
+    p = control.recovery(name, node, argv)
+    sys.stdout.write(p.stdout)
+    sys.stderr.write(p.stderr)
+    raise typer.Exit(p.returncode)

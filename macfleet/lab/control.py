@@ -1,0 +1,648 @@
+"""What `macfleet lab ...` does: up, down, status, power, recovery, ssh. Linux, root.
+
+State directory `/run/macfleet-lab/<name>/` (see docs/lab.md):
+  lab.json              the plan (spec.py): nodes, models, cables, addresses, rates, inventory path
+  id_ed25519            the client key (a copy of the inventory's), for `lab ssh`
+  userland/             the node-side stand-ins (a copy of macfleet/lab/macos) + run.py
+  supervisor.pid/.log   the per-lab supervisor (reboots, boot delays, power requests)
+  nodes/<node>/         persist.json, boot.json, lock, request, standins/, fs/, sshd/, init.log, sshd.log
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from macfleet.errors import LabError, UsageError
+
+from . import netns
+from . import spec as specmod
+from .macos import common as ncommon
+from .macos.cli import COMMANDS
+
+STATE_ROOT = Path(os.environ.get("MACFLEET_LAB_STATE", "/run/macfleet-lab"))
+NODE_PYTHON = "/usr/bin/python3"
+MOUNT_POINTS = ("/Users", "/Library", "/opt/homebrew", "/opt/exo")
+CREATED_MARK = STATE_ROOT / ".created"
+HOSTS_HEADER = "# Written by `macfleet lab up --name {name}`; `macfleet lab down --name {name}` removes it.\n"
+REQUIRED_TOOLS = ("ip", "tc", "ssh", "ssh-keygen", "unshare", "mount", "sudo")
+
+
+# ---------------------------------------------------------------------------------------------
+# Preconditions and paths
+# ---------------------------------------------------------------------------------------------
+
+
+def require_root_linux() -> None:
+    if platform.system() != "Linux":
+        raise UsageError("the lab runs on Linux only", hint="it uses network namespaces, veth pairs and tc")
+    if os.geteuid() != 0:
+        raise UsageError("the lab needs root", hint="run it with sudo (it creates network namespaces)")
+
+
+def lab_dir(name: str) -> Path:
+    return STATE_ROOT / name
+
+
+def load(name: str) -> dict:
+    data = ncommon.read_json(lab_dir(name) / "lab.json")
+    if data is None:
+        raise UsageError(f"no lab named {name!r} is up", hint="start one with `macfleet lab up`")
+    return data
+
+
+def node_dir(name: str, node: str) -> Path:
+    return lab_dir(name) / "nodes" / node
+
+
+def _check_node(lab: dict, node: str) -> dict:
+    if node not in lab["nodes"]:
+        raise UsageError(f"no node {node!r} in lab {lab['name']!r}", hint="nodes: " + ", ".join(lab["nodes"]))
+    return lab["nodes"][node]
+
+
+def _missing_tools() -> list[str]:
+    missing = [t for t in REQUIRED_TOOLS if shutil.which(t) is None]
+    if not os.path.exists("/usr/sbin/sshd"):
+        missing.append("sshd (/usr/sbin/sshd)")
+    if not os.path.exists(NODE_PYTHON):
+        missing.append(NODE_PYTHON)
+    return missing
+
+
+# ---------------------------------------------------------------------------------------------
+# Host pieces shared by labs: the admin user, mount points
+# ---------------------------------------------------------------------------------------------
+
+
+def _ensure_host_pieces(user: str) -> None:
+    STATE_ROOT.mkdir(parents=True, exist_ok=True)
+    os.chmod(STATE_ROOT, 0o755)
+    created = set(ncommon.read_json(CREATED_MARK, []) or [])
+    for mp in MOUNT_POINTS:
+        if not os.path.exists(mp):
+            os.makedirs(mp, mode=0o755)
+            created.add(mp)
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        subprocess.run(["useradd", "-M", "-d", f"/Users/{user}", "-s", "/bin/bash", "-U", user], check=True,
+                       capture_output=True)
+        created.add(f"user:{user}")
+    subprocess.run(["usermod", "-p", "*", user], check=True, capture_output=True)
+    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+    ncommon.write_json(CREATED_MARK, sorted(created))
+
+
+def _release_host_pieces() -> None:
+    """Remove mount points and the user we created, once no lab is left."""
+    others = [p for p in STATE_ROOT.iterdir() if p.is_dir()] if STATE_ROOT.exists() else []
+    if others:
+        return
+    for item in ncommon.read_json(CREATED_MARK, []) or []:
+        if item.startswith("user:"):
+            subprocess.run(["userdel", item[5:]], capture_output=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.rmdir(item)
+    with contextlib.suppress(OSError):
+        CREATED_MARK.unlink()
+    with contextlib.suppress(OSError):
+        STATE_ROOT.rmdir()
+
+
+def _allocate_index() -> int:
+    used = set()
+    if STATE_ROOT.exists():
+        for p in STATE_ROOT.iterdir():
+            data = ncommon.read_json(p / "lab.json") if p.is_dir() else None
+            if data:
+                used.add(data["index"])
+    links = set(netns.links_root())
+    for i in range(1, 255):
+        if i not in used and f"mfb{i}" not in links:
+            return i
+    raise LabError("no free management subnet in 198.18.0.0/16 (254 labs up?)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Files
+# ---------------------------------------------------------------------------------------------
+
+
+def _install_userland(d: Path) -> Path:
+    src = Path(__file__).parent / "macos"
+    dst = d / "userland" / "macos"
+    dst.mkdir(parents=True)
+    for f in src.glob("*.py"):
+        shutil.copy2(f, dst / f.name)
+    run_py = d / "userland" / "run.py"
+    run_py.write_text("import sys\n\nfrom macos.cli import main\n\nsys.exit(main())\n")
+    subprocess.run([NODE_PYTHON, "-m", "compileall", "-q", str(dst)], capture_output=True)
+    for p in [d / "userland", *d.joinpath("userland").rglob("*")]:
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    return run_py
+
+
+def _keygen(path: Path, comment: str) -> subprocess.Popen:
+    return subprocess.Popen(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+SSHD_CONFIG = """\
+# sshd of simulated Mac {node} (macfleet lab {lab})
+Port 22
+ListenAddress 0.0.0.0
+HostKey {dir}/sshd/ssh_host_ed25519_key
+PidFile none
+AuthorizedKeysFile .ssh/authorized_keys
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+PermitRootLogin no
+AllowUsers {user}
+StrictModes yes
+UseDNS no
+PrintMotd no
+MaxStartups 100:30:200
+MaxSessions 100
+LogLevel ERROR
+Subsystem sftp internal-sftp
+"""
+
+
+def _persist_initial(lab: dict, node: str, fresh: bool) -> dict:
+    from .macos import network, system
+
+    class _Shim:  # just enough of macos.common.Node for default_services()
+        def __init__(self):
+            self.ports = lab["models"][lab["nodes"][node]["model"]]["ports"]
+
+    addresses = {int(r): tuple(v) for r, v in lab["addresses"][node].items()}
+    power = dict(system.PMSET_FRESH)
+    if not fresh:
+        power.update(sleep="0", disksleep="0", displaysleep="10", womp="1", autorestart="1")
+    return {
+        "rdma": not fresh,
+        "services": network.default_services(_Shim(), fresh=fresh, addresses=addresses),
+        "pmset": power,
+        "filevault": False,
+        "names": {"ComputerName": node, "LocalHostName": node},
+        "os": {"version": "26.5.1", "build": "25F80"},
+        "mtu": {},
+    }
+
+
+def _prepare_node(lab: dict, d: Path, node: str, run_py: Path, pubkey: str, uid: int, gid: int) -> None:
+    nd = d / "nodes" / node
+    for sub in ("standins", "sshd", "fs/Users", "fs/Library/LaunchDaemons", "fs/Library/LaunchAgents",
+                "fs/Library/Preferences", "fs/homebrew/bin", "fs/sudoers.d", "fs/Users/Shared", "fs/exo"):
+        (nd / sub).mkdir(parents=True, exist_ok=True)
+    for p in (nd, nd / "standins", nd / "fs", nd / "fs/Users", nd / "fs/Library", nd / "fs/homebrew", nd / "fs/exo"):
+        os.chmod(p, 0o755)
+    (nd / "lock").touch(mode=0o644)
+    os.chmod(nd / "fs/Users/Shared", 0o1777)
+    for cmd in (*COMMANDS, "ping"):
+        w = nd / "standins" / cmd
+        w.write_text(f'#!/bin/sh\nexec {NODE_PYTHON} -S -E {run_py} {nd} {cmd} "$@"\n')
+        os.chmod(w, 0o755)
+    user = lab["user"]
+    for p in (nd / "fs/exo", nd / "fs/homebrew", nd / "fs/homebrew/bin"):
+        os.chown(p, uid, gid)  # user-owned, as Homebrew's prefix is on a Mac
+    home = nd / "fs/Users" / user
+    for sub in (".ssh", "Library/LaunchAgents", "Library/Logs", ".exo"):
+        (home / sub).mkdir(parents=True, exist_ok=True)
+    (home / ".ssh/authorized_keys").write_text(pubkey)
+    for p in [home, *home.rglob("*")]:
+        os.chown(p, uid, gid)
+    os.chmod(home, 0o755)
+    os.chmod(home / ".ssh", 0o700)
+    os.chmod(home / ".ssh/authorized_keys", 0o600)
+    sudoers = nd / "fs/sudoers.d" / "macfleet-lab"
+    sudoers.write_text(f"{user} ALL=(ALL) NOPASSWD: ALL\n")
+    os.chmod(sudoers, 0o440)
+    os.chmod(nd / "fs/sudoers.d", 0o755)
+    (nd / "sshd/sshd_config").write_text(SSHD_CONFIG.format(node=node, lab=lab["name"], dir=nd, user=user))
+    ncommon.write_json(nd / "persist.json", _persist_initial(lab, node, lab["fresh"]))
+    ncommon.write_json(nd / "boot.json", {"power": "off"})
+
+
+def _write_inventory(lab: dict, inv: Path, key: Path, known_hosts: str) -> None:
+    import yaml
+
+    inv.mkdir(parents=True, exist_ok=True)
+    children = {}
+    for mesh in lab["meshes"]:
+        hosts = {}
+        for node in mesh["nodes"]:
+            n = lab["nodes"][node]
+            hosts[node] = {
+                "ansible_host": n["address"],
+                "ansible_user": lab["user"],
+                "macfleet_model": lab["models"][n["model"]]["model_identifier"],
+            }
+        children[mesh["name"]] = {"hosts": hosts}
+    text = HOSTS_HEADER.format(name=lab["name"]) + yaml.safe_dump({"macfleet": {"children": children}},
+                                                                    sort_keys=False)
+    (inv / "hosts.yml").write_text(text)
+    gv = inv / "group_vars" / "all"
+    gv.mkdir(parents=True, exist_ok=True)
+    (gv / "macfleet.yml").write_text(
+        "# Written by `macfleet lab up`.\n"
+        + yaml.safe_dump({"macfleet_ssh": {"private_key_file": "id_ed25519", "known_hosts_file": "known_hosts"}},
+                         sort_keys=False)
+    )
+    (gv / "ansible.yml").write_text(
+        "# Written by `macfleet lab up`: strict host keys, the lab's client key, Debian's python on the nodes.\n"
+        'ansible_ssh_private_key_file: "{{ inventory_dir }}/id_ed25519"\n'
+        'ansible_ssh_common_args: "-o UserKnownHostsFile={{ inventory_dir }}/known_hosts '
+        '-o StrictHostKeyChecking=yes"\n'
+        "ansible_python_interpreter: /usr/bin/python3\n"
+        "ansible_become_method: sudo\n"
+    )
+    shutil.copy2(key, inv / "id_ed25519")
+    os.chmod(inv / "id_ed25519", 0o600)
+    shutil.copy2(key.with_suffix(".pub"), inv / "id_ed25519.pub")
+    (inv / "known_hosts").write_text(known_hosts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Boot and shutdown of one node (used by up and by the supervisor)
+# ---------------------------------------------------------------------------------------------
+
+
+def new_boot_state() -> dict:
+    return {
+        "power": "booting",
+        "boot_id": str(uuid.uuid4()),
+        "booted_at": time.time(),
+        "domain_uuids": {str(r): str(uuid.uuid4()).upper() for r in range(1, 9)},
+        "service_uuids": {"ip": str(uuid.uuid4()).upper(), "rdma": str(uuid.uuid4()).upper()},
+        "wired_limit_mb": 0,
+        "jobs": {},
+    }
+
+
+def boot_node(lab: dict, node: str) -> subprocess.Popen:
+    """Power on: fresh boot state (new domain UUIDs), links up, then the node's init (mounts, sshd, launchd)."""
+    d = lab_dir(lab["name"])
+    nd = d / "nodes" / node
+    n = lab["nodes"][node]
+
+    def reset(data: dict) -> None:
+        keep = {k: data[k] for k in ("faults",) if k in data}
+        data.clear()
+        data.update(new_boot_state(), **keep)
+
+    ncommon.Node(ncommon.Lab(d), node).update("boot", reset)
+    netns.links_up(lab, node)
+    log = open(nd / "init.log", "a")  # noqa: SIM115
+    run_py = d / "userland" / "run.py"
+    return subprocess.Popen(
+        ["ip", "netns", "exec", n["ns"], "unshare", "-m", "--propagation", "private",
+         NODE_PYTHON, "-S", "-E", str(run_py), str(nd), "__init__"],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
+    )
+
+
+def kill_node_processes(ns: str) -> None:
+    for sig in (signal.SIGKILL, signal.SIGKILL, signal.SIGKILL):
+        pids = netns.netns_pids(ns)
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.time() + 2
+        while time.time() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.02)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def halt_node(lab: dict, node: str) -> None:
+    """Power off as a Mac going down: every process ends (SSH drops), links go down, volatile state is lost."""
+    d = lab_dir(lab["name"])
+    nn = ncommon.Node(ncommon.Lab(d), node)
+    nn.update("boot", lambda data: data.__setitem__("power", "shutting-down"))
+    kill_node_processes(lab["nodes"][node]["ns"])
+    netns.links_down(lab, node)
+    nn.update("boot", lambda data: data.update(power="off", jobs={}))
+
+
+# ---------------------------------------------------------------------------------------------
+# up / down
+# ---------------------------------------------------------------------------------------------
+
+
+def _ssh_ready(address: str) -> bool:
+    try:
+        with socket.create_connection((address, 22), timeout=0.5) as s:
+            s.settimeout(1.0)
+            return s.recv(64).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
+def wait_ready(lab: dict, nodes: list[str], deadline_s: float) -> None:
+    deadline = time.time() + deadline_s
+    pending = set(nodes)
+    while pending:
+        for node in sorted(pending):
+            boot = ncommon.read_json(node_dir(lab["name"], node) / "boot.json", {})
+            if boot.get("power") == "on" and _ssh_ready(lab["nodes"][node]["address"]):
+                pending.discard(node)
+        if not pending:
+            return
+        if time.time() > deadline:
+            raise LabError(f"nodes did not come up within {deadline_s:.0f}s: {', '.join(sorted(pending))}",
+                           hint=f"see {lab_dir(lab['name'])}/nodes/<node>/init.log")
+        time.sleep(0.1)
+
+
+def up(
+    name: str = "lab",
+    *,
+    nodes: int | None = None,
+    pods: str | None = None,
+    model: str = "mac-studio-m3-ultra",
+    fresh: bool = False,
+    exo: bool = True,
+    tb_rate: str = specmod.DEFAULT_TB_RATE,
+    mgmt_rate: str = specmod.DEFAULT_MGMT_RATE,
+    boot_seconds: float = 3.0,
+    inventories: Path = Path("inventories"),
+) -> dict:
+    require_root_linux()
+    missing = _missing_tools()
+    if missing:
+        raise LabError("missing tools: " + ", ".join(missing),
+                       hint="apt-get install -y openssh-server openssh-client rsync iproute2 sudo procps python3")
+    d = lab_dir(name)
+    if (d / "lab.json").exists():
+        if _supervisor_alive(name):
+            raise UsageError(f"lab {name!r} is already up", hint=f"`macfleet lab down --name {name}` first")
+        down(name)  # stale pieces of a crashed lab
+    elif any(ns.startswith(f"mfl-{name}-") for ns in netns.netns_list()):
+        down(name)
+    inv = (inventories / name).resolve()
+    index = _allocate_index()
+    lab = specmod.plan(name, index=index, nodes=nodes, pods=pods, model=model, fresh=fresh, tb_rate=tb_rate,
+                       mgmt_rate=mgmt_rate, boot_seconds=boot_seconds, inventory_dir=str(inv),
+                       exo=exo and not fresh)
+    _ensure_host_pieces(lab["user"])
+    d.mkdir(parents=True)
+    os.chmod(d, 0o755)
+    ncommon.write_json(d / "lab.json", lab)  # first, so `down` can always clean up after a crash
+    try:
+        _up(lab, d, inv)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            down(name)
+        raise
+    return lab
+
+
+def _up(lab: dict, d: Path, inv: Path) -> None:
+    t0 = time.time()
+    pw = pwd.getpwnam(lab["user"])
+    run_py = _install_userland(d)
+    (d / "nodes").mkdir()
+    key = d / "id_ed25519"
+    procs = [_keygen(key, f"macfleet-lab-{lab['name']}")]
+    for node in lab["nodes"]:
+        (d / "nodes" / node / "sshd").mkdir(parents=True)
+        procs.append(_keygen(d / "nodes" / node / "sshd" / "ssh_host_ed25519_key", f"root@{node}"))
+    for p in procs:
+        if p.wait() != 0:
+            raise LabError("ssh-keygen failed")
+    pubkey = key.with_suffix(".pub").read_text()
+    known = []
+    for node, n in lab["nodes"].items():
+        _prepare_node(lab, d, node, run_py, pubkey, pw.pw_uid, pw.pw_gid)
+        hk = (d / "nodes" / node / "sshd" / "ssh_host_ed25519_key.pub").read_text().split()
+        known.append(f"{n['address']} {hk[0]} {hk[1]}\n")
+    netns.create(lab)
+    (d / "known_hosts").write_text("".join(known))
+    _write_inventory(lab, inv, key, "".join(known))
+    if lab["exo"]:
+        _install_exo(lab, d)
+    for node in lab["nodes"]:
+        boot_node(lab, node)
+    _start_supervisor(lab["name"])
+    wait_ready(lab, list(lab["nodes"]), 30 + 0.5 * len(lab["nodes"]))
+    ncommon.write_json(d / "timings.json", {"up_s": round(time.time() - t0, 2)})
+
+
+EXO_VERSION = "1.0.71"
+
+
+def _install_exo(lab: dict, d: Path) -> None:
+    """Install the exo stand-in (macfleet/lab/exo/) on every node and its LaunchAgent (RunAtLoad, KeepAlive).
+
+    Per node: /opt/exo/releases/<version>/ (from `exo.build.write_build`), /opt/exo/current -> that release,
+    ~/Library/LaunchAgents/org.macfleet.exo.plist running /opt/exo/current/bin/exo. Skipped (silently) when
+    the exo stand-in is not importable; `--no-exo` / `--fresh` skip it on purpose."""
+    try:
+        from .exo import build as exo_build
+    except ImportError:
+        return
+    pw = pwd.getpwnam(lab["user"])
+    home = Path("/Users") / lab["user"]
+    refresh = max(1.0, len(lab["nodes"]) / 4)  # exo polls the node's commands; keep 2 cores breathing
+    for node in lab["nodes"]:
+        nd = d / "nodes" / node
+        root = nd / "fs" / "exo"
+        exo_build.write_build(root / "releases" / EXO_VERSION, EXO_VERSION)
+        (root / "current").symlink_to(f"releases/{EXO_VERSION}")
+        plist = exo_build.render_launchd_plist("/opt/exo/current/bin/exo", home=home,
+                                               args=["--refresh", f"{refresh:g}"])
+        rel = exo_build.plist_path(home).relative_to("/Users")
+        target = nd / "fs" / "Users" / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(plist)
+        logs = nd / "fs" / "Users" / lab["user"] / ".exo" / "exo_log"
+        logs.mkdir(parents=True, exist_ok=True)
+        for p in [root, *root.rglob("*"), target, nd / "fs" / "Users" / lab["user"] / ".exo", logs]:
+            os.lchown(p, pw.pw_uid, pw.pw_gid)
+
+
+def down(name: str = "lab") -> None:
+    """Idempotent: ends the supervisor and every node process, removes namespaces, links, state, inventory."""
+    require_root_linux()
+    d = lab_dir(name)
+    lab = ncommon.read_json(d / "lab.json")
+    _stop_supervisor(name)
+    ns_names = [ns for ns in netns.netns_list() if ns.startswith(f"mfl-{name}-")]
+    if lab:
+        ns_names = sorted(set(ns_names) | {n["ns"] for n in lab["nodes"].values()})
+    present = set(netns.netns_list())
+    for ns in ns_names:
+        if ns in present:
+            kill_node_processes(ns)
+    bridge = lab["bridge"] if lab else None
+    veths = [n["host_veth"] for n in lab["nodes"].values()] if lab else []
+    netns.destroy(ns_names, bridge, veths)
+    if lab:
+        inv = Path(lab["inventory_dir"])
+        hosts = inv / "hosts.yml"
+        if hosts.exists() and hosts.read_text().startswith(HOSTS_HEADER.format(name=name)):
+            shutil.rmtree(inv, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                inv.parent.rmdir()  # ./inventories, if we left it empty
+    shutil.rmtree(d, ignore_errors=True)
+    _release_host_pieces()
+
+
+# ---------------------------------------------------------------------------------------------
+# Supervisor
+# ---------------------------------------------------------------------------------------------
+
+
+def _supervisor_alive(name: str) -> bool:
+    try:
+        pid = int((lab_dir(name) / "supervisor.pid").read_text())
+    except (OSError, ValueError):
+        return False
+    if not _alive(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"macfleet.lab.supervisor" in f.read()
+    except OSError:
+        return False
+
+
+def _start_supervisor(name: str) -> None:
+    d = lab_dir(name)
+    log = open(d / "supervisor.log", "a")  # noqa: SIM115
+    p = subprocess.Popen([sys.executable, "-m", "macfleet.lab.supervisor", name], stdin=subprocess.DEVNULL,
+                         stdout=log, stderr=log, start_new_session=True, close_fds=True,
+                         env={**os.environ, "MACFLEET_LAB_STATE": str(STATE_ROOT)})
+    (d / "supervisor.pid").write_text(str(p.pid))
+
+
+def _stop_supervisor(name: str) -> None:
+    if not _supervisor_alive(name):
+        return
+    pid = int((lab_dir(name) / "supervisor.pid").read_text())
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.time() + 3
+    while _alive(pid) and time.time() < deadline:
+        time.sleep(0.02)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------------------------------------
+# status / power / recovery / ssh
+# ---------------------------------------------------------------------------------------------
+
+STATE_NAMES = {"on": "up", "off": "off", "booting": "booting", "shutting-down": "shutting-down"}
+
+
+def status(name: str = "lab") -> list[dict]:
+    lab = load(name)
+    present = set(netns.netns_list())
+    out = []
+    for node, n in lab["nodes"].items():
+        boot = ncommon.read_json(node_dir(name, node) / "boot.json", {})
+        state = STATE_NAMES.get(boot.get("power", "off"), boot.get("power", "unknown"))
+        if n["ns"] not in present:
+            state = "missing"
+        out.append({"name": node, "mesh": n["mesh"], "state": state, "address": n["address"]})
+    return out
+
+
+def _request(name: str, node: str, action: str) -> None:
+    ncommon.write_json(node_dir(name, node) / "request", {"action": action, "at": time.time(), "pid": os.getpid()})
+
+
+def _wait_state(name: str, node: str, ok: set[str], timeout: float) -> str:
+    deadline = time.time() + timeout
+    while True:
+        power = ncommon.read_json(node_dir(name, node) / "boot.json", {}).get("power", "off")
+        req = (node_dir(name, node) / "request").exists()
+        if power in ok and not req:
+            return power
+        if time.time() > deadline:
+            raise LabError(f"{node}: still {power} after {timeout:.0f}s", hint="is the lab supervisor running?")
+        time.sleep(0.05)
+
+
+def power(name: str, node: str, action: str) -> str:
+    require_root_linux()
+    lab = load(name)
+    _check_node(lab, node)
+    if action not in ("on", "off", "cycle"):
+        raise UsageError(f"bad power action {action!r}", hint="on, off or cycle")
+    if not _supervisor_alive(name):
+        raise LabError(f"the supervisor of lab {name!r} is not running", hint="`macfleet lab down` and up again")
+    cur = ncommon.read_json(node_dir(name, node) / "boot.json", {}).get("power", "off")
+    if action == "on" and cur in ("on", "booting"):
+        return STATE_NAMES[cur]
+    if action == "off" and cur == "off":
+        return "off"
+    _request(name, node, action)
+    if action == "off":
+        return STATE_NAMES[_wait_state(name, node, {"off"}, 30)]
+    return STATE_NAMES[_wait_state(name, node, {"booting", "on"}, 30)]
+
+
+RECOVERY_COMMANDS = {"rdma_ctl", "csrutil", "nvram"}
+
+
+def recovery(name: str, node: str, argv: list[str]) -> subprocess.CompletedProcess:
+    """Run a command in the node's Recovery OS (only while it is off), then boot it, as an operator would."""
+    require_root_linux()
+    lab = load(name)
+    _check_node(lab, node)
+    if not argv:
+        raise UsageError("no command given", hint="e.g. `macfleet lab recovery studio-1 -- rdma_ctl enable`")
+    cur = ncommon.read_json(node_dir(name, node) / "boot.json", {}).get("power", "off")
+    if cur != "off":
+        raise UsageError(f"{node} is {STATE_NAMES.get(cur, cur)}: Recovery is reached only from a shut-down Mac",
+                         hint=f"`macfleet lab power {node} off --name {name}` first (hold the power button)")
+    if argv[0] not in RECOVERY_COMMANDS:
+        p = subprocess.CompletedProcess(argv, 127, "", f"-sh: {argv[0]}: command not found\n")
+    else:
+        run_py = lab_dir(name) / "userland" / "run.py"
+        p = subprocess.run([NODE_PYTHON, "-S", "-E", str(run_py), str(node_dir(name, node)), *argv],
+                           capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "MACFLEET_LAB_RECOVERY": "1"})
+    if _supervisor_alive(name):
+        _request(name, node, "on")
+        _wait_state(name, node, {"booting", "on"}, 30)
+    return p
+
+
+def ssh_argv(name: str, node: str, command: str | None) -> list[str]:
+    lab = load(name)
+    n = _check_node(lab, node)
+    d = lab_dir(name)
+    known = d / "known_hosts"
+    argv = ["ssh", "-i", str(d / "id_ed25519"), "-o", f"UserKnownHostsFile={known}",
+            "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR",
+            "-o", "ConnectTimeout=10", f"{lab['user']}@{n['address']}"]
+    if command is None:
+        argv.insert(1, "-t")
+    else:
+        argv.append(command)
+    return argv

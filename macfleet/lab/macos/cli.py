@@ -1,0 +1,59 @@
+"""Dispatch: `run.py <node dir> <command> ARGS...` (wrappers in <node>/standins/ call it)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+from .common import Lab
+
+COMMANDS = {
+    "system_profiler": "profiler:main",
+    "networksetup": "network:networksetup",
+    "ifconfig": "network:ifconfig",
+    "ibv_devices": "rdma:ibv_devices",
+    "ibv_devinfo": "rdma:ibv_devinfo",
+    "rdma_ctl": "rdma:rdma_ctl",
+    "nvram": "rdma:nvram",
+    "sw_vers": "system:sw_vers",
+    "sysctl": "system:sysctl",
+    "pmset": "system:pmset",
+    "fdesetup": "system:fdesetup",
+    "csrutil": "system:csrutil",
+    "systemsetup": "system:systemsetup",
+    "scutil": "system:scutil",
+    "softwareupdate": "system:softwareupdate",
+    "caffeinate": "system:caffeinate",
+    "shutdown": "system:shutdown",
+    "reboot": "system:reboot",
+    "halt": "system:halt",
+    "launchctl": "launchd:launchctl",
+}
+STANDINS = (*COMMANDS, "ping")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    node_dir = Path(argv[0])
+    cmd, args = argv[1], argv[2:]
+    if cmd == "ping":
+        from .ping import ping
+
+        return ping(args)
+    lab = Lab(node_dir.parent.parent)
+    node = lab.node(node_dir.name)
+    if cmd == "__init__":
+        from . import init
+
+        return init.main(node)
+    target = COMMANDS.get(cmd)
+    if target is None:
+        sys.stderr.write(f"{cmd}: command not found\n")
+        return 127
+    mod, func = target.split(":")
+    fn = getattr(importlib.import_module(f".{mod}", __package__), func)
+    try:
+        return fn(node, args)
+    except BrokenPipeError:
+        return 141

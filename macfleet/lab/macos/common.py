@@ -1,0 +1,234 @@
+"""State access shared by the stand-ins (stdlib only).
+
+A node directory `<state>/nodes/<node>/` holds:
+  persist.json  settings that survive a reboot (network services, RDMA, pmset, FileVault, host names, OS)
+  boot.json     this boot only (power state, boot id and time, domain UUIDs, service UUIDs, wired limit)
+  lock          flock'ed around every read-modify-write of the two files above
+  request       a power request for the supervisor ("reboot" / "halt"), written by shutdown/reboot
+The lab directory `<state>/` holds lab.json (nodes, models, cables, addresses), the plan all nodes share.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+IP = "/usr/sbin/ip" if os.path.exists("/usr/sbin/ip") else "/sbin/ip"
+
+
+def write_json(path: Path, data: object) -> None:
+    """Atomic write (temp file + rename), readable by the node's admin user."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def read_json(path: Path, default: object = None) -> object:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return default
+
+
+class Lab:
+    def __init__(self, state_dir: Path):
+        self.dir = Path(state_dir)
+        self.spec = read_json(self.dir / "lab.json")
+        if self.spec is None:
+            raise SystemExit(f"macfleet lab: no lab at {self.dir}")
+
+    @property
+    def nodes(self) -> dict:
+        return self.spec["nodes"]
+
+    def node(self, name: str) -> Node:
+        return Node(self, name)
+
+    def cable_at(self, node: str, receptacle: int) -> tuple[dict, dict] | None:
+        """The cable plugged into (node, receptacle): (cable, far end) or None."""
+        for cable in self.spec["cables"]:
+            a, b = cable["a"], cable["b"]
+            if a["node"] == node and a["receptacle"] == receptacle:
+                return cable, b
+            if b["node"] == node and b["receptacle"] == receptacle:
+                return cable, a
+        return None
+
+
+class Node:
+    def __init__(self, lab: Lab, name: str):
+        self.lab = lab
+        self.name = name
+        self.dir = lab.dir / "nodes" / name
+        self.info = lab.nodes[name]
+        self.model = lab.spec["models"][self.info["model"]]
+
+    # -- state files ---------------------------------------------------------------------------
+    @property
+    def persist(self) -> dict:
+        return read_json(self.dir / "persist.json", {})
+
+    @property
+    def boot(self) -> dict:
+        return read_json(self.dir / "boot.json", {})
+
+    @contextlib.contextmanager
+    def locked(self):
+        with open(self.dir / "lock", "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def update(self, which: str, fn) -> dict:
+        """Read-modify-write persist.json or boot.json under the node lock; fn mutates the dict."""
+        with self.locked():
+            path = self.dir / f"{which}.json"
+            data = read_json(path, {})
+            fn(data)
+            write_json(path, data)
+            return data
+
+    # -- hardware ------------------------------------------------------------------------------
+    @property
+    def ports(self) -> list[dict]:
+        return self.model["ports"]
+
+    def port(self, receptacle: int) -> dict | None:
+        for p in self.ports:
+            if p["receptacle"] == receptacle:
+                return p
+        return None
+
+    def port_by_device(self, device: str) -> dict | None:
+        for p in self.ports:
+            if p["device"] == device:
+                return p
+        return None
+
+    def mac(self, receptacle: int) -> str:
+        """Locally administered MAC of Thunderbolt N; ports step by 4 as on Apple silicon (…:80, …:84)."""
+        return f"{self.info['mac_base']}:{0x80 + (receptacle - 1) * 4:02x}"
+
+    def uid(self, receptacle: int) -> str:
+        return f"0x05AC{self.info['uid_base']}{receptacle - 1:X}"
+
+    def peer(self, receptacle: int) -> tuple[dict, Node, dict] | None:
+        """(cable, peer node, peer end) for the cable in this receptacle, or None."""
+        hit = self.lab.cable_at(self.name, receptacle)
+        if hit is None:
+            return None
+        cable, far = hit
+        if far["node"] not in self.lab.nodes:
+            return None
+        return cable, self.lab.node(far["node"]), far
+
+    @property
+    def rdma_enabled(self) -> bool:
+        return bool(self.persist.get("rdma"))
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def run(argv: list[str], *, input: str | None = None, check: bool = False) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, input=input, capture_output=True, text=True, check=check)
+
+
+def ip_json(*args: str) -> list:
+    out = run([IP, "-j", *args]).stdout
+    try:
+        return json.loads(out) if out.strip() else []
+    except json.JSONDecodeError:
+        return []
+
+
+def ip_batch(lines: list[str]) -> None:
+    if lines:
+        run([IP, "-force", "-batch", "-"], input="\n".join(lines) + "\n")
+
+
+class Links:
+    """Live link and address state of the current network namespace, read once per command."""
+
+    def __init__(self):
+        self.by_name: dict[str, dict] = {x["ifname"]: x for x in ip_json("addr", "show")}
+
+    def exists(self, dev: str) -> bool:
+        return dev in self.by_name
+
+    def up(self, dev: str) -> bool:
+        x = self.by_name.get(dev)
+        return bool(x) and "UP" in x.get("flags", [])
+
+    def carrier(self, dev: str) -> bool:
+        x = self.by_name.get(dev)
+        return bool(x) and "LOWER_UP" in x.get("flags", []) and "UP" in x.get("flags", [])
+
+    def ipv4(self, dev: str) -> list[tuple[str, int]]:
+        x = self.by_name.get(dev) or {}
+        return [(a["local"], a["prefixlen"]) for a in x.get("addr_info", []) if a.get("family") == "inet"]
+
+    def master(self, dev: str) -> str | None:
+        return (self.by_name.get(dev) or {}).get("master")
+
+    def mtu(self, dev: str) -> int:
+        return (self.by_name.get(dev) or {}).get("mtu", 1500)
+
+    def mac(self, dev: str) -> str | None:
+        return (self.by_name.get(dev) or {}).get("address")
+
+
+def prefix_to_mask(prefix: int) -> str:
+    bits = (0xFFFFFFFF << (32 - prefix)) & 0xFFFFFFFF if prefix else 0
+    return ".".join(str((bits >> s) & 0xFF) for s in (24, 16, 8, 0))
+
+
+def mask_to_prefix(mask: str) -> int:
+    if mask.startswith("0x"):
+        bits = int(mask, 16)
+    else:
+        parts = [int(p) for p in mask.split(".")]
+        if len(parts) != 4 or any(not 0 <= p <= 255 for p in parts):
+            raise ValueError(mask)
+        bits = (parts[0] << 24) | (parts[1] << 16) | (parts[2] << 8) | parts[3]
+    prefix = bin(bits).count("1")
+    if bits != ((0xFFFFFFFF << (32 - prefix)) & 0xFFFFFFFF if prefix else 0):
+        raise ValueError(mask)
+    return prefix
+
+
+def eui64_fe80(mac: str) -> str:
+    b = [int(x, 16) for x in mac.split(":")]
+    b[0] ^= 0x02
+    groups = [(b[0] << 8) | b[1], (b[2] << 8) | 0xFF, 0xFE00 | b[3], (b[4] << 8) | b[5]]
+    return "fe80::" + ":".join(f"{g:x}" for g in groups)
+
+
+def secured_fe80(seed: str) -> str:
+    import hashlib
+
+    h = hashlib.sha256(seed.encode()).digest()
+    groups = [int.from_bytes(h[i : i + 2], "big") for i in range(0, 8, 2)]
+    return "fe80::" + ":".join(f"{g:x}" for g in groups)
+
+
+def err(msg: str) -> None:
+    sys.stderr.write(msg if msg.endswith("\n") else msg + "\n")

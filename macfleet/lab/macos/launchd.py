@@ -1,0 +1,334 @@
+"""A launchd stand-in: `launchctl bootstrap/bootout/kickstart/print/list/load/unload` over real plists in
+the node's /Library/LaunchDaemons and ~/Library/LaunchAgents, running real processes in the node.
+
+Loaded jobs live in boot.json ("jobs": label -> {domain, plist, pid, keep_alive, last_exit}); a reboot forgets
+them, and the node's boot (init.py) loads every plist in those folders and starts the RunAtLoad ones.
+Messages follow launchctl's ("Bootstrap failed: 5: Input/output error" for an already loaded job,
+"Boot-out failed: 3: No such process", "Could not find service ... in domain for ...", exit 113).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import plistlib
+import pwd
+import signal
+import sys
+import time
+from pathlib import Path
+
+from .common import Node, err, is_root
+
+DAEMONS = Path("/Library/LaunchDaemons")
+
+
+def agents_dir(user: str) -> Path:
+    return Path(pwd.getpwnam(user).pw_dir) / "Library" / "LaunchAgents"
+
+
+def alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        return state not in ("Z", "X")
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def load_plist(path: str) -> dict:
+    with open(path, "rb") as f:
+        return plistlib.load(f)
+
+
+def spawn(job: dict, domain: str) -> int:
+    """Start the job's program detached (double fork), as its user; returns the pid."""
+    argv = job.get("ProgramArguments") or [job["Program"]]
+    program = job.get("Program") or argv[0]
+    user = job.get("UserName")
+    uid = None
+    if domain.startswith(("gui/", "user/")):
+        uid = int(domain.split("/", 1)[1])
+    elif user:
+        uid = pwd.getpwnam(user).pw_uid
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            os.close(r)
+            os.setsid()
+            pid2 = os.fork()
+            if pid2:
+                os.write(w, str(pid2).encode())
+                os._exit(0)
+            os.close(w)
+            env = {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin:/opt/homebrew/bin"}
+            if uid is not None and os.geteuid() == 0 and uid != 0:
+                pw = pwd.getpwuid(uid)
+                os.initgroups(pw.pw_name, pw.pw_gid)
+                os.setgid(pw.pw_gid)
+                os.setuid(uid)
+            pw = pwd.getpwuid(os.geteuid())
+            env.update(HOME=pw.pw_dir, USER=pw.pw_name, LOGNAME=pw.pw_name, SHELL=pw.pw_shell)
+            env.update({str(k): str(v) for k, v in (job.get("EnvironmentVariables") or {}).items()})
+            os.chdir(job.get("WorkingDirectory") or "/")
+            devnull = os.open(os.devnull, os.O_RDWR)
+            os.dup2(devnull, 0)
+            out = job.get("StandardOutPath")
+            errp = job.get("StandardErrorPath")
+            fo = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if out else devnull
+            fe = os.open(errp, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if errp else devnull
+            os.dup2(fo, 1)
+            os.dup2(fe, 2)
+            os.execvpe(program, argv, env)
+        except BaseException:
+            os._exit(127)
+    os.close(w)
+    data = b""
+    while True:
+        chunk = os.read(r, 64)
+        if not chunk:
+            break
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return int(data or b"0")
+
+
+def load_job(node: Node, domain: str, path: str, *, start: bool | None = None) -> tuple[int, str]:
+    """Bootstrap one plist into domain; returns (rc, message)."""
+    try:
+        job = load_plist(path)
+        label = job["Label"]
+    except (OSError, plistlib.InvalidFileException, KeyError, ValueError):
+        return 5, "Bootstrap failed: 5: Input/output error"
+    jobs = node.boot.get("jobs", {})
+    if label in jobs:
+        return 5, "Bootstrap failed: 5: Input/output error"
+    run_now = job.get("RunAtLoad", False) or job.get("KeepAlive", False) if start is None else start
+    pid = spawn(job, domain) if run_now else None
+    entry = {
+        "domain": domain,
+        "plist": str(path),
+        "pid": pid,
+        "keep_alive": bool(job.get("KeepAlive", False)),
+        "last_exit": None,
+        "started": time.time() if pid else None,
+        "runs": 1 if pid else 0,
+    }
+    node.update("boot", lambda d: d.setdefault("jobs", {}).__setitem__(label, entry))
+    return 0, ""
+
+
+def stop(pid: int | None, timeout: float = 3.0) -> None:
+    if not alive(pid):
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.time() + timeout
+    while alive(pid) and time.time() < deadline:
+        time.sleep(0.05)
+    if alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _target(spec: str) -> tuple[str, str]:
+    domain, _, label = spec.rpartition("/")
+    return domain, label
+
+
+def _domain_ok(domain: str) -> bool:
+    if domain == "system":
+        return is_root()
+    if domain.startswith(("gui/", "user/")):
+        try:
+            uid = int(domain.split("/", 1)[1])
+        except ValueError:
+            return False
+        return is_root() or uid == os.geteuid()
+    return False
+
+
+def _state(entry: dict) -> str:
+    return "running" if alive(entry.get("pid")) else "not running"
+
+
+def launchctl(node: Node, args: list[str]) -> int:
+    if not args:
+        err("Usage: launchctl <subcommand> ... | help [subcommand]")
+        return 64
+    sub, rest = args[0], args[1:]
+    jobs: dict = node.boot.get("jobs", {})
+    if sub in ("bootstrap", "load"):
+        if sub == "load":
+            paths = [a for a in rest if not a.startswith("-")]
+            domain = "system" if is_root() else f"gui/{os.geteuid()}"
+        else:
+            if len(rest) < 2:
+                err("Usage: launchctl bootstrap <domain-target> [service-path, service-path2, ...]")
+                return 64
+            domain, paths = rest[0], rest[1:]
+        if not _domain_ok(domain):
+            err("Bootstrap failed: 1: Operation not permitted")
+            return 1
+        for p in paths:
+            rc, msg = load_job(node, domain, p)
+            if rc:
+                err(msg)
+                return rc
+        return 0
+    if sub in ("bootout", "unload", "remove"):
+        labels = []
+        if sub == "bootout" and len(rest) == 1:
+            domain, label = _target(rest[0])
+            labels = [label]
+        else:
+            for p in [a for a in rest if not a.startswith("-")]:
+                if p.endswith(".plist") or ("/" in p and os.path.exists(p)):
+                    try:
+                        labels.append(load_plist(p)["Label"])
+                    except (OSError, KeyError, plistlib.InvalidFileException):
+                        labels.append(Path(p).stem)
+                else:
+                    labels.append(p)
+        rc = 0
+        for label in labels:
+            entry = jobs.get(label)
+            if entry is None:
+                err("Boot-out failed: 3: No such process")
+                rc = 3
+                continue
+            if not _domain_ok(entry["domain"]):
+                err("Boot-out failed: 1: Operation not permitted")
+                return 1
+            stop(entry.get("pid"))
+            node.update("boot", lambda d, lb=label: d.setdefault("jobs", {}).pop(lb, None))
+        return rc
+    if sub in ("kickstart", "start", "stop", "kill"):
+        kill = "-k" in rest
+        target = [a for a in rest if not a.startswith("-")]
+        if not target:
+            err("Usage: launchctl kickstart [-kp] <service-target>")
+            return 64
+        domain, label = _target(target[0]) if sub in ("kickstart", "kill") else ("", target[0])
+        entry = jobs.get(label)
+        if entry is None:
+            err(f'Could not find service "{label}" in domain for {domain or "system"}')
+            return 113
+        if sub in ("stop", "kill"):
+            stop(entry.get("pid"))
+            return 0
+        if alive(entry.get("pid")):
+            if not kill:
+                return 0
+            stop(entry.get("pid"))
+        job = load_plist(entry["plist"])
+        pid = spawn(job, entry["domain"])
+
+        def mutate(d: dict) -> None:
+            e = d.setdefault("jobs", {}).get(label)
+            if e is not None:
+                e.update(pid=pid, started=time.time(), runs=e.get("runs", 0) + 1)
+
+        node.update("boot", mutate)
+        if "-p" in rest:
+            sys.stdout.write(f"{pid}\n")
+        return 0
+    if sub == "print":
+        if not rest:
+            err("Usage: launchctl print <domain-target> | <service-target>")
+            return 64
+        domain, label = _target(rest[0])
+        if not domain:  # a domain: list its services
+            domain = rest[0]
+            sys.stdout.write(f"{domain} = {{\n\tservices = {{\n")
+            for lb, e in jobs.items():
+                if e["domain"] == domain:
+                    sys.stdout.write(f"\t\t{e.get('pid') if alive(e.get('pid')) else 0}\t-\t{lb}\n")
+            sys.stdout.write("\t}\n}\n")
+            return 0
+        entry = jobs.get(label)
+        if entry is None or entry["domain"] != domain:
+            err(f'Could not find service "{label}" in domain for {domain}')
+            return 113
+        job = load_plist(entry["plist"])
+        argv = job.get("ProgramArguments") or [job.get("Program", "")]
+        running = alive(entry.get("pid"))
+        lines = [
+            f"{domain}/{label} = {{",
+            f"\tactive count = {1 if running else 0}",
+            f"\tpath = {entry['plist']}",
+            f"\ttype = {'LaunchDaemon' if domain == 'system' else 'LaunchAgent'}",
+            f"\tstate = {'running' if running else 'not running'}",
+            "",
+            f"\tprogram = {job.get('Program') or argv[0]}",
+            "\targuments = {",
+            *[f"\t\t{a}" for a in argv],
+            "\t}",
+            "",
+            f"\tstdout path = {job.get('StandardOutPath', '/dev/null')}",
+            f"\tstderr path = {job.get('StandardErrorPath', '/dev/null')}",
+            f"\truns = {entry.get('runs', 0)}",
+        ]
+        if running:
+            lines.append(f"\tpid = {entry['pid']}")
+        last = entry.get("last_exit")
+        lines.append(f"\tlast exit code = {last if last is not None else '(never exited)'}")
+        lines.append("}")
+        sys.stdout.write("\n".join(lines) + "\n")
+        return 0
+    if sub == "list":
+        if rest:
+            entry = jobs.get(rest[0])
+            if entry is None:
+                err(f'Could not find service "{rest[0]}" in domain for port')
+                return 113
+            job = load_plist(entry["plist"])
+            out = ["{", f'\t"Label" = "{rest[0]}";', f'\t"LastExitStatus" = {entry.get("last_exit") or 0};']
+            if alive(entry.get("pid")):
+                out.append(f'\t"PID" = {entry["pid"]};')
+            out.append(f'\t"Program" = "{job.get("Program") or (job.get("ProgramArguments") or [""])[0]}";')
+            out.append("};")
+            sys.stdout.write("\n".join(out) + "\n")
+            return 0
+        out = ["PID\tStatus\tLabel"]
+        for label, e in sorted(jobs.items()):
+            pid = e.get("pid") if alive(e.get("pid")) else "-"
+            out.append(f"{pid}\t{e.get('last_exit') or 0}\t{label}")
+        sys.stdout.write("\n".join(out) + "\n")
+        return 0
+    if sub in ("enable", "disable"):
+        return 0
+    err(f'Unrecognized subcommand: {sub}')
+    return 64
+
+
+def boot_jobs(node: Node, user: str) -> None:
+    """At boot: load every plist of /Library/LaunchDaemons (system) and the admin's LaunchAgents (gui/uid)."""
+    uid = pwd.getpwnam(user).pw_uid
+    for folder, domain in ((DAEMONS, "system"), (agents_dir(user), f"gui/{uid}")):
+        if folder.is_dir():
+            for p in sorted(folder.glob("*.plist")):
+                load_job(node, domain, str(p))
+
+
+def keep_alive_tick(node: Node) -> None:
+    """Restart KeepAlive jobs whose process ended (run by the node's init every second)."""
+    for label, e in node.boot.get("jobs", {}).items():
+        if e.get("keep_alive") and e.get("pid") and not alive(e["pid"]):
+            try:
+                pid = spawn(load_plist(e["plist"]), e["domain"])
+            except OSError:
+                continue
+
+            def mutate(d: dict, lb: str = label, p: int = pid) -> None:
+                x = d.setdefault("jobs", {}).get(lb)
+                if x is not None:
+                    x.update(pid=p, started=time.time(), runs=x.get("runs", 0) + 1)
+
+            node.update("boot", mutate)

@@ -1,0 +1,457 @@
+"""`networksetup` and `ifconfig` stand-ins, and applying persisted network services to the namespace.
+
+networksetup changes are persisted (persist.json "services") and applied to the node's interfaces;
+ifconfig changes only touch the live interfaces (lost at reboot, as on macOS).
+Shapes: shared/samples/macos__networksetup_*, macos__ifconfig_*; research/macos-outputs.md §6-§7.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import sys
+
+from .common import Links, Node, err, eui64_fe80, ip_batch, is_root, mask_to_prefix, prefix_to_mask, secured_fe80
+
+MGMT_DEV = "en0"
+WIFI_DEV = "en1"
+BRIDGE = "bridge0"
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardware ports and services
+# ---------------------------------------------------------------------------------------------
+
+
+def hardware_ports(node: Node) -> list[tuple[str, str, str]]:
+    """(Hardware Port, Device, Ethernet Address) in the order a Mac Studio lists them."""
+    info = node.info
+    out = [("Ethernet", MGMT_DEV, info["mgmt_mac"])]
+    out.append(("Thunderbolt Bridge", BRIDGE, node.mac(node.ports[0]["receptacle"])))
+    out.append(("Wi-Fi", WIFI_DEV, info["wifi_mac"]))
+    for p in node.ports:
+        out.append((f"Thunderbolt {p['receptacle']}", p["device"], node.mac(p["receptacle"])))
+    return out
+
+
+def port_device(node: Node, hardware_port: str) -> str | None:
+    for hp, dev, _mac in hardware_ports(node):
+        if hp == hardware_port:
+            return dev
+    return None
+
+
+def default_services(node: Node, *, fresh: bool, addresses: dict[int, tuple[str, int]]) -> list[dict]:
+    """Services of a Mac out of the box (fresh) or as a careful sysadmin leaves it today."""
+    svcs = [
+        {"name": "Ethernet", "port": "Ethernet", "enabled": True, "config": "dhcp"},
+        {"name": "Thunderbolt Bridge", "port": "Thunderbolt Bridge", "enabled": fresh, "config": "dhcp"},
+        {"name": "Wi-Fi", "port": "Wi-Fi", "enabled": True, "config": "dhcp"},
+    ]
+    if not fresh:
+        for p in node.ports:
+            r = p["receptacle"]
+            svc = {"name": f"Thunderbolt {r}", "port": f"Thunderbolt {r}", "enabled": True, "config": "dhcp"}
+            if r in addresses:
+                ip, prefix = addresses[r]
+                svc.update(config="manual", ip=ip, mask=prefix_to_mask(prefix))
+            svcs.append(svc)
+    return svcs
+
+
+def bridge_address(node: Node) -> str:
+    n = node.info["index"]
+    return f"169.254.{(n * 37) % 254 + 1}.{(n * 11) % 250 + 2}"
+
+
+def apply(node: Node, devices: set[str] | None = None) -> None:
+    """Make the namespace match the persisted services (for `devices`, or all Thunderbolt ones)."""
+    persist = node.persist
+    links = Links()
+    tb_devs = [p["device"] for p in node.ports]
+    scope = set(tb_devs) | {BRIDGE} if devices is None else set(devices)
+    services = persist.get("services", [])
+    want: dict[str, list[tuple[str, int]]] = {d: [] for d in tb_devs}
+    bridge_on = False
+    for svc in services:
+        dev = port_device(node, svc["port"])
+        if dev == BRIDGE and svc.get("enabled"):
+            bridge_on = True
+        if dev in want and svc.get("enabled") and svc.get("config") == "manual" and svc.get("ip"):
+            want[dev].append((svc["ip"], mask_to_prefix(svc["mask"])))
+    lines: list[str] = []
+    mtus = persist.get("mtu", {})
+    for dev in tb_devs:
+        if dev not in scope or not links.exists(dev):
+            continue
+        have = set(links.ipv4(dev))
+        wanted = set(want[dev])
+        for ip, prefix in have - wanted:
+            lines.append(f"addr del {ip}/{prefix} dev {dev}")
+        for ip, prefix in wanted - have:
+            lines.append(f"addr add {ip}/{prefix} dev {dev}")
+        if str(links.mtu(dev)) != str(mtus.get(dev, 1500)):
+            lines.append(f"link set dev {dev} mtu {mtus.get(dev, 1500)}")
+    if BRIDGE in scope:
+        if bridge_on and not links.exists(BRIDGE):
+            lines.append(f"link add {BRIDGE} type bridge stp_state 1 forward_delay 200")
+            lines += [f"link set dev {d} master {BRIDGE}" for d in tb_devs if links.exists(d)]
+            lines.append(f"addr add {bridge_address(node)}/16 dev {BRIDGE}")
+            lines.append(f"link set dev {BRIDGE} up")
+        elif not bridge_on and links.exists(BRIDGE):
+            lines.append(f"link del {BRIDGE}")
+    ip_batch(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# networksetup
+# ---------------------------------------------------------------------------------------------
+
+HEADER = "An asterisk (*) denotes that a network service is disabled."
+
+
+def _find(services: list[dict], name: str) -> dict | None:
+    for s in services:
+        if s["name"] == name:
+            return s
+    return None
+
+
+def _not_a_service(name: str) -> int:
+    sys.stdout.write(f"{name} is not a recognized network service.\n** Error: The parameters were not valid.\n")
+    return 4
+
+
+def _need_root() -> int:
+    sys.stdout.write("** Error: Command requires admin privileges.\n")
+    return 14
+
+
+def _getinfo(node: Node, svc: dict) -> str:
+    dev = port_device(node, svc["port"])
+    links = Links()
+    lines = ["Manual Configuration" if svc.get("config") == "manual" else "DHCP Configuration"]
+    ip, mask, router = None, None, None
+    if svc.get("enabled"):
+        if svc.get("config") == "manual":
+            ip, mask, router = svc.get("ip"), svc.get("mask"), svc.get("router")
+        elif dev and links.ipv4(dev):
+            a, p = links.ipv4(dev)[0]
+            ip, mask = a, prefix_to_mask(p)
+            if dev == MGMT_DEV:
+                router = node.lab.spec["controller_address"]
+    if ip:
+        lines.append(f"IP address: {ip}")
+        lines.append(f"Subnet mask: {mask}")
+        lines.append(f"Router: {router}" if router else "Router: (null)")
+    if svc.get("config") != "manual":
+        lines.append("Client ID:")
+    lines += ["IPv6: Automatic", "IPv6 IP address: none", "IPv6 Router: none"]
+    if dev == WIFI_DEV:
+        lines.append(f"Wi-Fi ID: {node.info['wifi_mac']}")
+    elif dev:
+        mac = dict((d, m) for _hp, d, m in hardware_ports(node)).get(dev, "(null)")
+        lines.append(f"Ethernet Address: {mac}")
+    return "\n".join(lines) + "\n"
+
+
+def networksetup(node: Node, args: list[str]) -> int:
+    if not args:
+        sys.stdout.write("networksetup: no command given; see `networksetup -help`\n")
+        return 0
+    cmd, rest = args[0], args[1:]
+    lc = cmd.lower()
+    persist = node.persist
+    services = persist.get("services", [])
+
+    if lc == "-listallhardwareports":
+        out = [""]
+        for hp, dev, mac in hardware_ports(node):
+            out += [f"Hardware Port: {hp}", f"Device: {dev}", f"Ethernet Address: {mac}", ""]
+        out += ["VLAN Configurations", "==================="]
+        sys.stdout.write("\n".join(out) + "\n")
+        return 0
+    if lc == "-listallnetworkservices":
+        names = [s["name"] if s.get("enabled") else "*" + s["name"] for s in services]
+        sys.stdout.write("\n".join([HEADER, *names]) + "\n")
+        return 0
+    if lc == "-listnetworkserviceorder":
+        blocks = []
+        n = 0
+        for s in services:
+            dev = port_device(node, s["port"])
+            if s.get("enabled"):
+                n += 1
+                tag = f"({n})"
+            else:
+                tag = "(*)"
+            blocks.append(f"{tag} {s['name']}\n(Hardware Port: {s['port']}, Device: {dev})\n")
+        sys.stdout.write(HEADER + "\n" + "\n".join(blocks))
+        return 0
+    if lc == "-getinfo":
+        if not rest:
+            return _not_a_service("")
+        svc = _find(services, rest[0])
+        if svc is None:
+            return _not_a_service(rest[0])
+        sys.stdout.write(_getinfo(node, svc))
+        return 0
+    if lc == "-getnetworkserviceenabled":
+        svc = _find(services, rest[0]) if rest else None
+        if svc is None:
+            return _not_a_service(rest[0] if rest else "")
+        sys.stdout.write("Enabled\n" if svc.get("enabled") else "Disabled\n")
+        return 0
+    if lc == "-getmtu":
+        dev = rest[0] if rest else ""
+        mtu = Links().mtu(dev)
+        sys.stdout.write(f"Active MTU: {mtu} (Current Setting: {mtu})\n")
+        return 0
+    if lc in ("-detectnewhardware", "-setv6off", "-setv6automatic", "-setv6linklocal"):
+        return 0 if is_root() else _need_root()
+
+    # -- changes: root only, persisted, then applied -------------------------------------------
+    if not is_root():
+        return _need_root()
+    touched: set[str] = set()
+    rc = 0
+
+    def mutate(data: dict) -> None:
+        nonlocal rc
+        svcs = data.setdefault("services", [])
+        if lc == "-setmanual":
+            if len(rest) < 3:
+                rc = 4
+                return
+            svc = _find(svcs, rest[0])
+            if svc is None:
+                rc = _not_a_service(rest[0])
+                return
+            try:
+                ipaddress.IPv4Address(rest[1])
+                mask_to_prefix(rest[2])
+            except ValueError:
+                sys.stdout.write("** Error: The parameters were not valid.\n")
+                rc = 4
+                return
+            svc.update(config="manual", ip=rest[1], mask=rest[2], router=rest[3] if len(rest) > 3 else None)
+            touched.add(port_device(node, svc["port"]) or "")
+        elif lc == "-setdhcp":
+            svc = _find(svcs, rest[0]) if rest else None
+            if svc is None:
+                rc = _not_a_service(rest[0] if rest else "")
+                return
+            svc.update(config="dhcp", ip=None, mask=None, router=None)
+            touched.add(port_device(node, svc["port"]) or "")
+        elif lc == "-createnetworkservice":
+            if len(rest) < 2 or port_device(node, rest[1]) is None:
+                sys.stdout.write(f"{rest[1] if len(rest) > 1 else ''} is not a valid hardware port.\n")
+                rc = 4
+                return
+            if _find(svcs, rest[0]) is not None:
+                sys.stdout.write(f"{rest[0]} already exists.\n** Error: The parameters were not valid.\n")
+                rc = 4
+                return
+            svcs.append({"name": rest[0], "port": rest[1], "enabled": True, "config": "dhcp"})
+            touched.add(port_device(node, rest[1]) or "")
+        elif lc == "-removenetworkservice":
+            svc = _find(svcs, rest[0]) if rest else None
+            if svc is None:
+                rc = _not_a_service(rest[0] if rest else "")
+                return
+            svcs.remove(svc)
+            touched.add(port_device(node, svc["port"]) or "")
+        elif lc == "-renamenetworkservice":
+            svc = _find(svcs, rest[0]) if rest else None
+            if svc is None or len(rest) < 2:
+                rc = _not_a_service(rest[0] if rest else "")
+                return
+            svc["name"] = rest[1]
+        elif lc == "-setnetworkserviceenabled":
+            svc = _find(svcs, rest[0]) if rest else None
+            if svc is None or len(rest) < 2:
+                rc = _not_a_service(rest[0] if rest else "")
+                return
+            svc["enabled"] = rest[1].lower() in ("on", "yes", "1", "true")
+            touched.add(port_device(node, svc["port"]) or "")
+        elif lc == "-ordernetworkservices":
+            order = {name: i for i, name in enumerate(rest)}
+            svcs.sort(key=lambda s: order.get(s["name"], len(order)))
+        elif lc == "-setmtu":
+            if len(rest) < 2 or not rest[1].isdigit():
+                rc = 4
+                return
+            data.setdefault("mtu", {})[rest[0]] = int(rest[1])
+            touched.add(rest[0])
+        else:
+            sys.stdout.write(f"{cmd}: not simulated by the macfleet lab\n** Error: The parameters were not valid.\n")
+            rc = 4
+
+    node.update("persist", mutate)
+    if rc == 0 and touched - {""}:
+        apply(node, touched - {""})
+    return rc
+
+
+# ---------------------------------------------------------------------------------------------
+# ifconfig
+# ---------------------------------------------------------------------------------------------
+
+
+def _names(node: Node, links: Links) -> list[str]:
+    names = ["lo0", "gif0", "stf0"]
+    names += [p["device"] for p in node.ports if links.exists(p["device"])]
+    if links.exists(BRIDGE):
+        names.append(BRIDGE)
+    names += [MGMT_DEV, WIFI_DEV]
+    return names
+
+
+def _linux(name: str) -> str:
+    return "lo" if name == "lo0" else name
+
+
+def _hexmask(prefix: int) -> str:
+    return f"0x{(0xFFFFFFFF << (32 - prefix)) & 0xFFFFFFFF if prefix else 0:08x}"
+
+
+def _block(node: Node, links: Links, name: str, scope: int) -> str:
+    if name == "lo0":
+        return (
+            "lo0: flags=8049<UP,LOOPBACK,RUNNING,MULTICAST> mtu 16384\n"
+            "\toptions=1203<RXCSUM,TXCSUM,TXSTATUS,SW_TIMESTAMP>\n"
+            "\tinet 127.0.0.1 netmask 0xff000000\n"
+            "\tinet6 ::1 prefixlen 128\n"
+            "\tinet6 fe80::1%lo0 prefixlen 64 scopeid 0x1\n"
+            "\tnd6 options=201<PERFORMNUD,DAD>\n"
+        )
+    if name == "gif0":
+        return "gif0: flags=8010<POINTOPOINT,MULTICAST> mtu 1280\n"
+    if name == "stf0":
+        return "stf0: flags=0<> mtu 1280\n"
+    if name == WIFI_DEV:
+        return (
+            f"en1: flags=8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST> mtu 1500\n"
+            f"\toptions=400<CHANNEL_IO>\n\tether {node.info['wifi_mac']}\n"
+            f"\tnd6 options=201<PERFORMNUD,DAD>\n\tmedia: autoselect (<unknown type>)\n\tstatus: inactive\n"
+        )
+    up = links.up(name)
+    member = links.master(name) == BRIDGE
+    if up:
+        flags = "8963<UP,BROADCAST,SMART,RUNNING,PROMISC,SIMPLEX,MULTICAST>" if member else (
+            "8863<UP,BROADCAST,SMART,RUNNING,SIMPLEX,MULTICAST>"
+        )
+    else:
+        flags = "8822<BROADCAST,SMART,SIMPLEX,MULTICAST>"
+    mac = links.mac(name) or "00:00:00:00:00:00"
+    lines = [f"{name}: flags={flags} mtu {links.mtu(name)}"]
+    if name == BRIDGE:
+        lines.append("\toptions=63<RXCSUM,TXCSUM,TSO4,TSO6>")
+    elif name == MGMT_DEV:
+        lines.append("\toptions=50b<RXCSUM,TXCSUM,VLAN_HWTAGGING,AV,CHANNEL_IO>")
+    else:
+        lines.append("\toptions=460<TSO4,TSO6,CHANNEL_IO>")
+    lines.append(f"\tether {mac}")
+    v4 = links.ipv4(name)
+    if up and (v4 or links.carrier(name)) and not member:
+        lines.append(f"\tinet6 {secured_fe80(mac + node.boot.get('boot_id', ''))}%{name} prefixlen 64 secured "
+                     f"scopeid 0x{scope:x}")
+    for ip, prefix in v4:
+        net = ipaddress.IPv4Network(f"{ip}/{prefix}", strict=False)
+        lines.append(f"\tinet {ip} netmask {_hexmask(prefix)} broadcast {net.broadcast_address}")
+    if name == BRIDGE:
+        lines += [
+            "\tConfiguration:",
+            "\t\tid 0:0:0:0:0:0 priority 0 hellotime 0 fwddelay 0",
+            "\t\tmaxage 0 holdcnt 0 proto stp maxaddr 100 timeout 1200",
+            "\t\troot id 0:0:0:0:0:0 priority 0 ifcost 0 port 0",
+            "\t\tipfilter disabled flags 0x0",
+        ]
+        for i, p in enumerate(node.ports):
+            if links.master(p["device"]) == BRIDGE:
+                lines.append(f"\tmember: {p['device']} flags=3<LEARNING,DISCOVER>")
+                lines.append(f"\t        ifmaxaddr 0 port {10 + i} priority 0 path cost 0")
+    lines.append("\tnd6 options=201<PERFORMNUD,DAD>")
+    if name == BRIDGE:
+        lines.append("\tmedia: <unknown type>")
+    elif name == MGMT_DEV:
+        lines.append("\tmedia: autoselect (10GbaseT <full-duplex>)")
+    else:
+        lines.append("\tmedia: autoselect <full-duplex>")
+    active = links.carrier(name) if name != BRIDGE else any(links.carrier(p["device"]) for p in node.ports)
+    lines.append(f"\tstatus: {'active' if active and up else 'inactive'}")
+    return "\n".join(lines) + "\n"
+
+
+def _parse_addr(words: list[str]) -> tuple[str, int | None]:
+    addr = words[0]
+    prefix = None
+    if "/" in addr:
+        addr, p = addr.split("/", 1)
+        prefix = int(p)
+    if "netmask" in words:
+        prefix = mask_to_prefix(words[words.index("netmask") + 1])
+    ipaddress.IPv4Address(addr)
+    return addr, prefix
+
+
+def ifconfig(node: Node, args: list[str]) -> int:
+    links = Links()
+    names = _names(node, links)
+    if args and args[0] == "-l":
+        sys.stdout.write(" ".join(names) + "\n")
+        return 0
+    if not args or args[0] in ("-a", "-u", "-v", "-au"):
+        only_up = bool(args) and "u" in args[0]
+        out = []
+        for i, n in enumerate(names):
+            if only_up and n not in ("lo0",) and not links.up(_linux(n)):
+                continue
+            out.append(_block(node, links, _linux(n) if n != "lo0" else "lo0", i + 1))
+        sys.stdout.write("".join(out))
+        return 0
+    name, rest = args[0], args[1:]
+    if name not in names:
+        err(f"ifconfig: interface {name} does not exist")
+        return 1
+    if not rest:
+        sys.stdout.write(_block(node, links, name, names.index(name) + 1))
+        return 0
+    if name in ("lo0", "gif0", "stf0", WIFI_DEV):
+        err(f"ifconfig: {name}: not simulated by the macfleet lab")
+        return 1
+    if not is_root():
+        err("ifconfig: ioctl (SIOCAIFADDR): Operation not permitted")
+        return 1
+    lines: list[str] = []
+    words = [w for w in rest if w != "inet"]
+    try:
+        if words[0] in ("up", "down"):
+            lines.append(f"link set dev {name} {words[0]}")
+        elif words[0] == "mtu":
+            lines.append(f"link set dev {name} mtu {int(words[1])}")
+        elif words[0] in ("-alias", "delete"):
+            ip, _ = _parse_addr(words[1:])
+            for a, p in links.ipv4(name):
+                if a == ip:
+                    lines.append(f"addr del {a}/{p} dev {name}")
+        else:
+            ip, prefix = _parse_addr(words)
+            if prefix is None:
+                prefix = 8 if ip.startswith("10.") else 16 if ip.startswith(("169.254.", "172.")) else 24
+            if "alias" not in words and "add" not in words:
+                lines += [f"addr del {a}/{p} dev {name}" for a, p in links.ipv4(name)]
+            net = ipaddress.IPv4Network(f"{ip}/{prefix}", strict=False)
+            lines.append(f"addr replace {ip}/{prefix} broadcast {net.broadcast_address} dev {name}")
+            if "down" in words:
+                lines.append(f"link set dev {name} down")
+            elif "up" in words:
+                lines.append(f"link set dev {name} up")
+    except (ValueError, IndexError):
+        err("ifconfig: bad value")
+        return 1
+    ip_batch(lines)
+    return 0
+
+
+def fe80_of(mac: str) -> str:
+    return eui64_fe80(mac)

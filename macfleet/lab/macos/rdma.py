@@ -1,0 +1,175 @@
+"""`ibv_devices`, `ibv_devinfo`, `rdma_ctl` and `nvram` stand-ins.
+
+Shapes: rdma-core's tab layout as in shared/samples/macos__ibv_devices_*, mlx__apple-tn3205_ibv_devinfo_*,
+macos__ibv_devinfo_v_*; research/macos-outputs.md §8. One rdma_enX per Thunderbolt port while RDMA is
+enabled (none while disabled, exit 0). A port is PORT_ACTIVE only when the cable is up, both ends have RDMA
+on, both ports are RDMA-capable and the cable is TB5; GID[1] (IPv4-mapped) appears only when enX has an IPv4.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from .common import Links, Node, err, eui64_fe80, secured_fe80
+
+
+def node_guid(node: Node, receptacle: int) -> str:
+    return f"{0xD0 + receptacle - 1:02x}{node.info['guid_base']}ac05"
+
+
+def port_active(node: Node, port: dict, links: Links) -> bool:
+    if not node.rdma_enabled or not port["rdma_capable"] or not links.carrier(port["device"]):
+        return False
+    hit = node.peer(port["receptacle"])
+    if hit is None:
+        return False
+    cable, peer, far = hit
+    if cable.get("kind", "tb5") != "tb5" or cable.get("hub"):
+        return False
+    far_port = peer.port(far["receptacle"])
+    return bool(
+        peer.rdma_enabled and far_port and far_port["rdma_capable"] and peer.boot.get("power") == "on"
+        and not peer.boot.get("rdma_wedged") and not node.boot.get("rdma_wedged")
+    )
+
+
+def ibv_devices(node: Node, args: list[str]) -> int:
+    out = ["    device          \t   node GUID", "    ------          \t----------------"]
+    if node.rdma_enabled:
+        for p in node.ports:
+            out.append(f"    {'rdma_' + p['device']:<16}\t{node_guid(node, p['receptacle'])}")
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0
+
+
+def _guid_groups(guid: str) -> str:
+    return ":".join(guid[i : i + 4] for i in range(0, 16, 4))
+
+
+def ibv_devinfo(node: Node, args: list[str]) -> int:
+    verbose = "-v" in args or "--verbose" in args
+    want = None
+    for i, a in enumerate(args):
+        if a in ("-d", "--ib-dev") and i + 1 < len(args):
+            want = args[i + 1]
+        elif a.startswith("--ib-dev="):
+            want = a.split("=", 1)[1]
+    if "-l" in args or "--list" in args:
+        devs = [f"rdma_{p['device']}" for p in node.ports] if node.rdma_enabled else []
+        sys.stdout.write(f"{len(devs)} HCA{'s' if len(devs) != 1 else ''} found:\n")
+        sys.stdout.write("".join(f"\t{d}\n" for d in devs))
+        return 0
+    if not node.rdma_enabled:
+        sys.stdout.write("No IB devices found\n")
+        return 255
+    if node.boot.get("rdma_hang"):  # fault hook: ibv_devinfo hangs while the RDMA stack is wedged
+        import time
+
+        time.sleep(3600)
+    links = Links()
+    blocks = []
+    found = False
+    for p in node.ports:
+        dev = p["device"]
+        hca = f"rdma_{dev}"
+        if want and want != hca:
+            continue
+        found = True
+        guid = _guid_groups(node_guid(node, p["receptacle"]))
+        active = port_active(node, p, links)
+        lines = [
+            f"hca_id:\t{hca}",
+            "\ttransport:\t\t\tThunderbolt (100)",
+            f"\tnode_guid:\t\t\t{guid}",
+            f"\tsys_image_guid:\t\t\t{guid}",
+            "\tvendor_id:\t\t\t0x0000",
+            "\tvendor_part_id:\t\t\t0",
+            "\thw_ver:\t\t\t\t0x0",
+            "\tphys_port_cnt:\t\t\t1",
+        ]
+        if verbose:
+            lines += [
+                "\tmax_mr_size:\t\t\t0x100000000",
+                "\tpage_size_cap:\t\t\t0x4000",
+                "\tmax_qp:\t\t\t\t11",
+                "\tmax_qp_wr:\t\t\t8192",
+                "\tmax_sge:\t\t\t1",
+                "\tmax_cq:\t\t\t\t11",
+                "\tmax_cqe:\t\t\t8192",
+                "\tmax_mr:\t\t\t\t100",
+                "\tmax_pd:\t\t\t\t11",
+            ]
+        lines += [
+            "\t\tport:\t1",
+            f"\t\t\tstate:\t\t\t{'PORT_ACTIVE (4)' if active else 'PORT_DOWN (1)'}",
+            "\t\t\tmax_mtu:\t\t4096 (5)",
+            "\t\t\tactive_mtu:\t\t4096 (5)",
+            "\t\t\tsm_lid:\t\t\t0",
+            f"\t\t\tport_lid:\t\t{p['receptacle'] - 1}",
+            "\t\t\tport_lmc:\t\t0x00",
+            "\t\t\tlink_layer:\t\tThunderbolt",
+        ]
+        if verbose:
+            mac = links.mac(dev) or node.mac(p["receptacle"])
+            lines += [
+                "\t\t\tmax_msg_sz:\t\t0x40000000",
+                f"\t\t\tactive_width:\t\t{'4X (2)' if active else '8X (4)'}",
+                "\t\t\tactive_speed:\t\t10.0 Gbps (4)",
+                f"\t\t\tphys_state:\t\t{'LINK_UP (5)' if active else 'DISABLED (3)'}",
+                f"\t\t\tGID[  0]:\t\t{eui64_fe80(mac)}",
+            ]
+            v4 = links.ipv4(dev)
+            n = 1
+            if v4:
+                lines.append(f"\t\t\tGID[  1]:\t\t::ffff:{v4[0][0]}")
+                n = 2
+            if links.carrier(dev):
+                lines.append(f"\t\t\tGID[{n:>3}]:\t\t{secured_fe80(mac + node.boot.get('boot_id', ''))}")
+        blocks.append("\n".join(lines) + "\n")
+    if want and not found:
+        err(f"IB device '{want}' wasn't found")
+        return 255
+    sys.stdout.write("\n".join(blocks) + "\n")
+    return 0
+
+
+RECOVERY_ENV = "MACFLEET_LAB_RECOVERY"
+
+
+def rdma_ctl(node: Node, args: list[str]) -> int:
+    sub = args[0] if args else ""
+    if sub == "status":
+        sys.stdout.write("enabled\n" if node.rdma_enabled else "disabled\n")
+        return 0
+    if sub in ("enable", "disable"):
+        if os.environ.get(RECOVERY_ENV) != "1":
+            # macOS refuses outside Recovery (exact wording not captured; research/macos-outputs.md §11).
+            err(f"rdma_ctl: {sub} is only available from the Recovery OS. Operation not permitted")
+            return 1
+        node.update("persist", lambda d: d.__setitem__("rdma", sub == "enable"))
+        sys.stdout.write(f"RDMA {'enabled' if sub == 'enable' else 'disabled'}. Restart to apply.\n")
+        return 0
+    err("usage: rdma_ctl enable | disable | status")
+    return 64
+
+
+def nvram(node: Node, args: list[str]) -> int:
+    persist = node.persist
+    variables = {"boot-args": ""}
+    if persist.get("rdma"):
+        variables["rdma-enable"] = "1"
+    if not args or args[0] in ("-p", "-xp"):
+        sys.stdout.write("".join(f"{k}\t{v}\n" for k, v in variables.items()))
+        return 0
+    if "=" in args[0] or args[0] == "-d":
+        if os.geteuid() != 0:
+            err(f"nvram: Error setting variable - '{args[0].split('=')[0]}': (iokit/common) not permitted")
+            return 1
+        return 0
+    name = args[0]
+    if name not in variables:
+        err(f"nvram: Error getting variable - '{name}': (iokit/common) data was not found")
+        return 1
+    sys.stdout.write(f"{name}\t{variables[name]}\n")
+    return 0

@@ -1,0 +1,352 @@
+"""Host stand-ins: sw_vers, sysctl, pmset, fdesetup, csrutil, systemsetup, scutil, softwareupdate,
+caffeinate, shutdown/reboot/halt. Shapes: shared/samples/macos__sw_vers_*, macos__sysctl_*, macos__pmset_*,
+macos__fdesetup_*, macos__csrutil_*, macos__systemsetup_*; research/macos-outputs.md §9.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from .common import Node, err, is_root, write_json
+from .profiler import CORES
+
+# ---------------------------------------------------------------------------------------------
+# sw_vers
+# ---------------------------------------------------------------------------------------------
+
+
+def sw_vers(node: Node, args: list[str]) -> int:
+    os_ = node.persist.get("os", {})
+    fields = {
+        "-productName": ("ProductName", "macOS"),
+        "-productVersion": ("ProductVersion", os_.get("version", "26.5.1")),
+        "-buildVersion": ("BuildVersion", os_.get("build", "25F80")),
+    }
+    if args and args[0] in fields:
+        sys.stdout.write(fields[args[0]][1] + "\n")
+        return 0
+    sys.stdout.write("".join(f"{k}:\t\t{v}\n" for k, v in fields.values()))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# sysctl
+# ---------------------------------------------------------------------------------------------
+
+
+def _sysctl_values(node: Node) -> dict[str, str]:
+    total, perf, eff = CORES.get(node.model["chip"], (8, 4, 4))
+    boot = node.boot
+    booted = float(boot.get("booted_at", time.time()))
+    sec, usec = int(booted), int((booted % 1) * 1e6)
+    os_ = node.persist.get("os", {})
+    return {
+        "hw.memsize": str(node.model["memory_bytes"]),
+        "hw.model": node.model["model_identifier"],
+        "hw.ncpu": str(total),
+        "hw.physicalcpu": str(total),
+        "hw.logicalcpu": str(total),
+        "hw.pagesize": "16384",
+        "hw.nperflevels": "2",
+        "hw.perflevel0.name": "Performance",
+        "hw.perflevel0.physicalcpu": str(perf),
+        "hw.perflevel1.name": "Efficiency",
+        "hw.perflevel1.physicalcpu": str(eff),
+        "machdep.cpu.brand_string": node.model["chip"],
+        "kern.hostname": node.persist.get("names", {}).get("HostName") or f"{node.name}.local",
+        "kern.ostype": "Darwin",
+        "kern.osrelease": "25.5.0",
+        "kern.osproductversion": os_.get("version", "26.5.1"),
+        "kern.osversion": os_.get("build", "25F80"),
+        "kern.boottime": f"{{ sec = {sec}, usec = {usec} }} "
+        + time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(sec)),
+        "iogpu.wired_limit_mb": str(boot.get("wired_limit_mb", 0)),
+        "iogpu.dynamic_lwm": "1",
+    }
+
+
+WRITABLE = {"iogpu.wired_limit_mb"}
+
+
+def sysctl(node: Node, args: list[str]) -> int:
+    values = _sysctl_values(node)
+    bare = False
+    names: list[str] = []
+    show_all = False
+    for a in args:
+        if a.startswith("-") and "=" not in a:
+            bare = bare or "n" in a
+            show_all = show_all or "a" in a
+        else:
+            names.append(a)
+    if show_all or not names:
+        names = list(values)
+    rc = 0
+    for name in names:
+        if "=" in name:
+            key, val = name.split("=", 1)
+            if key not in values:
+                err(f"sysctl: unknown oid '{key}'")
+                rc = 1
+                continue
+            if key not in WRITABLE:
+                err(f"sysctl: oid '{key}' is read only")
+                rc = 1
+                continue
+            if not is_root():
+                err(f"sysctl: {key}={val}: Operation not permitted")
+                rc = 1
+                continue
+            try:
+                new = int(val)
+            except ValueError:
+                err(f"sysctl: invalid integer '{val}'")
+                rc = 1
+                continue
+            old = values[key]
+            node.update("boot", lambda d, k=key, v=new: d.__setitem__(k.split(".")[1], v))
+            sys.stdout.write(f"{key}: {old} -> {new}\n")
+            continue
+        matched = [k for k in values if k == name or k.startswith(name + ".")]
+        if not matched:
+            err(f"sysctl: unknown oid '{name}'")
+            rc = 1
+            continue
+        for k in matched:
+            sys.stdout.write(f"{values[k]}\n" if bare else f"{k}: {values[k]}\n")
+    return rc
+
+
+# ---------------------------------------------------------------------------------------------
+# pmset
+# ---------------------------------------------------------------------------------------------
+
+PMSET_FRESH: dict[str, str] = {
+    "Sleep On Power Button": "1",
+    "autorestart": "0",
+    "hibernatefile": "/var/vm/sleepimage",
+    "powernap": "1",
+    "networkoversleep": "0",
+    "disksleep": "10",
+    "sleep": "1",
+    "hibernatemode": "0",
+    "ttyskeepawake": "1",
+    "displaysleep": "10",
+    "tcpkeepalive": "1",
+    "lowpowermode": "0",
+    "womp": "1",
+}
+
+
+def pmset(node: Node, args: list[str]) -> int:
+    settings: dict[str, str] = node.persist.get("pmset") or dict(PMSET_FRESH)
+    if not args or args[0] == "-g":
+        what = args[1] if len(args) > 1 else ""
+        if what in ("", "live", "custom"):
+            out = ["System-wide power settings:", "Currently in use:"] if what != "custom" else ["AC Power:"]
+            for k, v in settings.items():
+                out.append(f" {k:<20} {v}")
+            sys.stdout.write("\n".join(out) + "\n")
+            return 0
+        if what == "assertions":
+            sys.stdout.write("Assertion status system-wide:\n   PreventUserIdleSystemSleep     0\n")
+            return 0
+        sys.stdout.write("\n")
+        return 0
+    if not is_root():
+        err("pmset must be run as root.")
+        return 1
+    words = list(args)
+    if words and words[0] in ("-a", "-b", "-c", "-u"):
+        words = words[1:]
+    if words == ["restoredefaults"]:
+        node.update("persist", lambda d: d.__setitem__("pmset", dict(PMSET_FRESH)))
+        return 0
+    if len(words) % 2:
+        err(f"Usage: pmset <options>; bad argument {words[-1]!r}")
+        return 1
+    pairs = list(zip(words[::2], words[1::2], strict=True))
+
+    def mutate(d: dict) -> None:
+        cur = d.get("pmset") or dict(PMSET_FRESH)
+        for k, v in pairs:
+            cur[k] = v
+        d["pmset"] = cur
+
+    node.update("persist", mutate)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# fdesetup, csrutil, systemsetup, scutil, softwareupdate
+# ---------------------------------------------------------------------------------------------
+
+
+def fdesetup(node: Node, args: list[str]) -> int:
+    on = bool(node.persist.get("filevault"))
+    sub = args[0] if args else ""
+    if sub == "status":
+        sys.stdout.write("FileVault is On.\n" if on else "FileVault is Off.\n")
+        return 0
+    if sub == "isactive":
+        sys.stdout.write("true\n" if on else "false\n")
+        return 0 if on else 1
+    if sub == "supportsauthrestart":
+        sys.stdout.write("true\n")
+        return 0
+    if sub == "authrestart":
+        if not is_root():
+            err("Error: authrestart requires root.")
+            return 1
+        if not on:
+            err("Error: FileVault is Off.")
+            return 1
+        node.update("boot", lambda d: d.__setitem__("authrestart", True))
+        return request(node, "reboot")
+    err(f"fdesetup: {sub or 'no verb'}: not simulated by the macfleet lab")
+    return 1
+
+
+def csrutil(node: Node, args: list[str]) -> int:
+    if args[:1] == ["status"]:
+        sys.stdout.write("System Integrity Protection status: enabled.\n")
+        return 0
+    err("csrutil: This tool needs to be executed from the Recovery OS.")
+    return 1
+
+
+def systemsetup(node: Node, args: list[str]) -> int:
+    if not is_root():
+        sys.stdout.write("You need administrator access to run this tool... exiting!\n")
+        return 0
+    sub = args[0].lower() if args else ""
+    pm = node.persist.get("pmset") or dict(PMSET_FRESH)
+    if sub == "-getremotelogin":
+        sys.stdout.write("Remote Login: On\n")
+    elif sub == "-setremotelogin":
+        pass
+    elif sub == "-getcomputersleep":
+        s = pm.get("sleep", "0")
+        sys.stdout.write("Computer Sleep: Never\n" if s == "0" else f"Computer Sleep: after {s} minutes\n")
+    elif sub == "-setcomputersleep" and len(args) > 1:
+        v = "0" if args[1].lower() in ("never", "off") else args[1]
+        return pmset(node, ["-a", "sleep", v])
+    elif sub == "-getrestartpowerfailure":
+        sys.stdout.write(f"Restart After Power Failure: {'On' if pm.get('autorestart') == '1' else 'Off'}\n")
+    elif sub == "-setrestartpowerfailure" and len(args) > 1:
+        return pmset(node, ["-a", "autorestart", "1" if args[1].lower() == "on" else "0"])
+    elif sub == "-getrestartfreeze":
+        sys.stdout.write("Restart After Freeze: On\n")
+    elif sub == "-setrestartfreeze":
+        pass
+    else:
+        err(f"systemsetup: {sub}: not simulated by the macfleet lab")
+        return 1
+    return 0
+
+
+def scutil(node: Node, args: list[str]) -> int:
+    names = node.persist.get("names", {})
+    if len(args) >= 2 and args[0] == "--get":
+        val = names.get(args[1])
+        if val is None:
+            sys.stdout.write(f"{args[1]}: not set\n")
+            return 1
+        sys.stdout.write(val + "\n")
+        return 0
+    if len(args) >= 3 and args[0] == "--set":
+        if not is_root():
+            err("SCPreferencesCommitChanges() failed: Permission denied")
+            return 1
+        node.update("persist", lambda d: d.setdefault("names", {}).__setitem__(args[1], args[2]))
+        return 0
+    err("usage: scutil --get|--set ComputerName|LocalHostName|HostName [value]")
+    return 1
+
+
+def softwareupdate(node: Node, args: list[str]) -> int:
+    if any(a in ("-l", "--list") for a in args):
+        err("Software Update Tool\n\nFinding available software")
+        sys.stdout.write("No new software available.\n")
+        return 0
+    err("softwareupdate: only --list is simulated by the macfleet lab")
+    return 1
+
+
+def caffeinate(node: Node, args: list[str]) -> int:
+    timeout = None
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        if args[i] in ("-t", "-w") and i + 1 < len(args):
+            if args[i] == "-t":
+                timeout = float(args[i + 1])
+            i += 1
+        i += 1
+    if i < len(args):
+        return subprocess.call(args[i:])
+    try:
+        time.sleep(timeout if timeout is not None else 10**9)
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# shutdown / reboot / halt: ask the lab supervisor to take the node down (it ends every process of
+# the node, SSH included, exactly like a Mac going down).
+# ---------------------------------------------------------------------------------------------
+
+
+def request(node: Node, action: str, at: float | None = None) -> int:
+    write_json(node.dir / "request", {"action": action, "at": at or time.time(), "pid": os.getpid()})
+    return 0
+
+
+def shutdown(node: Node, args: list[str]) -> int:
+    if not is_root():
+        err("shutdown: NOT super-user")
+        return 1
+    action = None
+    when = None
+    for a in args:
+        if a.startswith("-") and len(a) > 1:
+            if "r" in a:
+                action = "reboot"
+            elif "h" in a or "s" in a:
+                action = "halt"
+        elif when is None:
+            when = a
+    if action is None:
+        err("usage: shutdown [-] [-h [-u] | -r | -s | -k] [-o [-n]] time [warning-message ...]")
+        return 1
+    delay = 0.0
+    if when and when.startswith("+"):
+        try:
+            delay = float(when[1:]) * 60
+        except ValueError:
+            delay = 0.0
+    elif when in (None, "now"):
+        delay = 0.0
+    if delay == 0:
+        sys.stdout.write("Shutdown NOW!\n")
+    else:
+        sys.stdout.write(f"Shutdown at {time.ctime(time.time() + delay)}.\n")
+    sys.stdout.flush()
+    return request(node, action, time.time() + delay)
+
+
+def reboot(node: Node, args: list[str]) -> int:
+    if not is_root():
+        err("reboot: Operation not permitted")
+        return 1
+    return request(node, "reboot")
+
+
+def halt(node: Node, args: list[str]) -> int:
+    if not is_root():
+        err("halt: Operation not permitted")
+        return 1
+    return request(node, "halt")

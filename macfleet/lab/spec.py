@@ -1,0 +1,190 @@
+"""The lab plan as data: nodes, meshes, cables and addresses (written to `<state>/lab.json`).
+
+A cable is two ends, each (node, receptacle), plus its kind ("tb5" / "tb4") and an optional hub; faults are
+edits of this list (plus the matching veth change), so the stand-ins, which compute everything from it,
+follow. Nothing here touches the system.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import random
+import re
+import uuid
+
+from macfleet.errors import UsageError
+from macfleet.inventory.model import MAC_MODELS, MacModelSpec
+
+NAME_RE = re.compile(r"^[a-z][a-z0-9-]*$")
+RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$")
+SHORT = {"mac-studio-m3-ultra": "studio", "mac-studio-m4-max": "studio", "mac-mini-m4-pro": "mini"}
+MODEL_NUMBERS = {"mac-studio-m3-ultra": "MU973LL/A", "mac-studio-m4-max": "MU963LL/A", "mac-mini-m4-pro": "MCX44LL/A"}
+ADMIN_USER = "macadmin"
+TB_POOL = ipaddress.IPv4Network("10.213.0.0/16")  # same pool and per-mesh stride as inventory IpPlanSettings
+SUBNETS_PER_MESH = 32
+DEFAULT_TB_RATE = "1gbit"  # Thunderbolt 5 is 80 Gb/s, 10 GbE management: keep that 8:1 ratio, scaled down
+DEFAULT_MGMT_RATE = "125mbit"
+
+
+def rate_bits(rate: str) -> int:
+    m = RATE_RE.match(rate.strip().lower())
+    if not m:
+        raise UsageError(f"bad rate {rate!r}", hint="use tc units, e.g. 1gbit, 500mbit, 100kbit")
+    mult = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9}[m.group(2)]
+    bits = int(float(m.group(1)) * mult)
+    if bits < 8000:
+        raise UsageError(f"rate {rate!r} is too small", hint="at least 8kbit")
+    return bits
+
+
+def parse_pods(pods: str) -> tuple[int, int]:
+    m = re.match(r"^(\d+)x(\d+)$", pods.strip())
+    if not m:
+        raise UsageError(f"bad --pods {pods!r}", hint="PODSxNODES, e.g. 8x4")
+    return int(m.group(1)), int(m.group(2))
+
+
+def model_dict(m: MacModelSpec) -> dict:
+    return {
+        "slug": m.slug,
+        "model_identifier": m.model_identifier,
+        "marketing_name": m.marketing_name,
+        "chip": m.chip,
+        "memory_bytes": m.memory_bytes,
+        "ports": [
+            {"receptacle": p.receptacle, "device": p.device, "max_speed_gbps": p.max_speed_gbps,
+             "rdma_capable": p.rdma_capable}
+            for p in m.thunderbolt_ports
+        ],
+    }
+
+
+def _hex(seed: str, n: int) -> str:
+    return hashlib.sha256(seed.encode()).hexdigest()[:n]
+
+
+def _mac(seed: str, first: int = 0x36) -> str:
+    h = hashlib.sha256(seed.encode()).digest()
+    return ":".join(f"{b:02x}" for b in (first, h[0], h[1], h[2], h[3]))
+
+
+def plan(
+    name: str,
+    *,
+    index: int,
+    nodes: int | None,
+    pods: str | None,
+    model: str,
+    fresh: bool,
+    tb_rate: str,
+    mgmt_rate: str,
+    boot_seconds: float,
+    inventory_dir: str,
+    exo: bool,
+) -> dict:
+    if not NAME_RE.match(name):
+        raise UsageError(f"bad lab name {name!r}", hint="lowercase letters, digits and '-', starting with a letter")
+    spec = MAC_MODELS.get(model)
+    if spec is None:
+        raise UsageError(f"unknown model {model!r}", hint="one of: " + ", ".join(MAC_MODELS))
+    if pods and nodes is not None:
+        raise UsageError("give --nodes or --pods, not both")
+    n_pods, per_pod = parse_pods(pods) if pods else (1, 4 if nodes is None else nodes)
+    if per_pod < 1 or n_pods < 1:
+        raise UsageError("a lab needs at least one node")
+    if per_pod > spec.max_full_mesh_nodes:
+        raise UsageError(
+            f"{per_pod} {spec.slug} nodes cannot be a full mesh",
+            hint=f"{spec.slug} has {len(spec.rdma_ports)} RDMA-capable Thunderbolt ports: at most "
+            f"{spec.max_full_mesh_nodes} nodes per mesh",
+        )
+    if n_pods * per_pod > 200:
+        raise UsageError("at most 200 nodes per lab")
+    rate_bits(tb_rate)
+    rate_bits(mgmt_rate)
+    if boot_seconds < 0:
+        raise UsageError("--boot-seconds must be >= 0")
+    short = SHORT[spec.slug]
+    net = ipaddress.IPv4Network(f"198.18.{index}.0/24")
+    controller = str(net.network_address + 1)
+    rng = random.Random(f"{name}-{index}")
+    out_nodes: dict[str, dict] = {}
+    cables: list[dict] = []
+    addresses: dict[str, dict[int, tuple[str, int]]] = {}
+    meshes: list[dict] = []
+    gi = 0
+    for p in range(n_pods):
+        mesh = f"mesh{p + 1}"
+        names = [
+            f"{short}-{i + 1}" if n_pods == 1 else f"p{p + 1}-{short}-{i + 1}" for i in range(per_pod)
+        ]
+        meshes.append({"name": mesh, "nodes": names})
+        for node in names:
+            seed = f"{name}/{node}"
+            out_nodes[node] = {
+                "name": node,
+                "mesh": mesh,
+                "index": gi,
+                "model": spec.slug,
+                "address": str(net.network_address + 10 + gi),
+                "ns": f"mfl-{name}-{node}",
+                "host_veth": f"mf{index}n{gi}",
+                "mac_base": _mac(seed),
+                "mgmt_mac": _mac(seed + "/en0", 0x1C) + ":" + _hex(seed + "e", 2),
+                "wifi_mac": _mac(seed + "/en1", 0x1C) + ":" + _hex(seed + "w", 2),
+                "uid_base": _hex(seed + "/uid", 11).upper(),
+                "guid_base": _hex(seed + "/guid", 10),
+                "serial": "".join(rng.choice("ABCDEFGHJKLMNPQRSTUVWXYZ0123456789") for _ in range(10)),
+                "platform_uuid": str(uuid.UUID(int=rng.getrandbits(128), version=4)).upper(),
+                "provisioning_udid": f"00006032-{_hex(seed + '/udid', 16).upper()}",
+                "model_number": MODEL_NUMBERS[spec.slug],
+            }
+            addresses[node] = {}
+            gi += 1
+        rdma_ports = [pt.receptacle for pt in spec.rdma_ports]
+        # Full mesh: node i's k-th RDMA-capable port goes to its k-th peer (in inventory order).
+        link = 0
+        for j in range(per_pod):
+            for i in range(j):
+                a, b = names[i], names[j]
+                ra = rdma_ports[j - 1]  # j's slot among i's peers (j > i)
+                rb = rdma_ports[i]  # i's slot among j's peers (i < j)
+                cables.append({"a": {"node": a, "receptacle": ra}, "b": {"node": b, "receptacle": rb},
+                               "kind": "tb5", "hub": None})
+                subnet = ipaddress.IPv4Network((int(TB_POOL.network_address) + (p * SUBNETS_PER_MESH + link) * 4, 30))
+                addresses[a][ra] = (str(subnet.network_address + 1), 30)
+                addresses[b][rb] = (str(subnet.network_address + 2), 30)
+                link += 1
+    return {
+        "name": name,
+        "index": index,
+        "subnet": str(net),
+        "controller_address": controller,
+        "bridge": f"mfb{index}",
+        "user": ADMIN_USER,
+        "fresh": fresh,
+        "exo": exo,
+        "tb_rate": tb_rate,
+        "mgmt_rate": mgmt_rate,
+        "boot_seconds": boot_seconds,
+        "inventory_dir": inventory_dir,
+        "models": {spec.slug: model_dict(spec)},
+        "meshes": meshes,
+        "nodes": out_nodes,
+        "cables": cables,
+        "addresses": {n: {str(r): list(v) for r, v in a.items()} for n, a in addresses.items()},
+    }
+
+
+def tb_devices(lab: dict, node: str) -> list[str]:
+    model = lab["models"][lab["nodes"][node]["model"]]
+    return [p["device"] for p in model["ports"]]
+
+
+def device_of(lab: dict, node: str, receptacle: int) -> str:
+    model = lab["models"][lab["nodes"][node]["model"]]
+    for p in model["ports"]:
+        if p["receptacle"] == receptacle:
+            return p["device"]
+    raise KeyError((node, receptacle))
