@@ -745,6 +745,8 @@ def test_launchd_plist(tmp_path: Path):
                                                        args=["--api-port", "52415"], env={"EXO_OFFLINE": "true"}))
     assert daemon["UserName"] == "admin" and daemon["ProgramArguments"][1:] == ["--api-port", "52415"]
     assert daemon["EnvironmentVariables"]["EXO_OFFLINE"] == "true"
+    hook = plistlib.loads(build.launchd_plist("/opt/homebrew/exo", user="macadmin", home="/Users/macadmin"))
+    assert hook["ProgramArguments"] == ["/opt/homebrew/exo/bin/exo"] and hook["UserName"] == "macadmin"
     assert build.plist_path(Path("/Users/admin")) == Path("/Users/admin/Library/LaunchAgents/org.macfleet.exo.plist")
     assert build.plist_path(Path("/Users/admin"), daemon=True) == Path("/Library/LaunchDaemons/org.macfleet.exo.plist")
 

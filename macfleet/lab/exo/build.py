@@ -19,8 +19,10 @@ A `--broken` build starts, listens and answers `/node_id` and `/models`, but nev
 joins peers (its `/state` shows only itself, with no connections), peers do not see it, and its runner stays
 `RunnerConnecting` - what a health checker sees of a real exo whose runner never comes up.
 
-`render_launchd_plist(program, home=...)` renders the job that runs it (label `org.macfleet.exo`, KeepAlive,
-logs in `~/.exo/exo_log/`); `plist_path(home)` says where a LaunchAgent goes. Command line:
+`render_launchd_plist(program, home=...)` renders the job that runs it (label `org.macfleet.exo`, RunAtLoad,
+KeepAlive, stdout/stderr in `~/.exo/exo_log/launchd.std{out,err}.log` - that directory must exist before the
+job starts, launchd does not create it); `launchd_plist(build_dir, user=, home=)` is the same for a build
+directory; `plist_path(home)` says where a LaunchAgent goes. Command line:
 `python -m macfleet.lab.exo.build --version V [--broken] --out DIR`.
 """
 
@@ -36,6 +38,7 @@ from pathlib import Path
 
 LABEL = "org.macfleet.exo"
 ENTRY = "bin/exo"
+DEFAULT_VERSION = "1.0.71"  # what `lab up` installs; exo's last tag at the time of exo.md
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin:/opt/homebrew/bin"
 _SOURCE = Path(__file__).with_name("standin.py")
 _VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._+-]{0,63}$")
@@ -113,7 +116,6 @@ def render_launchd_plist(
         "ProgramArguments": [str(program), *(args or [])],
         "RunAtLoad": True,
         "KeepAlive": True,
-        "WorkingDirectory": str(home / ".exo"),
         "EnvironmentVariables": environment,
         "StandardOutPath": str(log_dir / "launchd.stdout.log"),
         "StandardErrorPath": str(log_dir / "launchd.stderr.log"),
@@ -123,6 +125,12 @@ def render_launchd_plist(
     if user:
         job["UserName"] = user
     return plistlib.dumps(job, fmt=plistlib.FMT_XML, sort_keys=False)
+
+
+def launchd_plist(build_dir: str | Path, *, user: str | None = None, home: str | Path) -> bytes:
+    """The plist for the build at `build_dir` as seen on the node (the hook `lab up` calls): runs
+    `<build_dir>/bin/exo`; same keys as render_launchd_plist."""
+    return render_launchd_plist(Path(build_dir) / ENTRY, home=home, user=user)
 
 
 def main(argv: list[str] | None = None) -> int:
