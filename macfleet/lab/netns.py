@@ -80,6 +80,10 @@ def create(lab: dict) -> None:
     for cable in lab["cables"]:
         root.append(cable_add_line(lab, cable))
     batch(root)
+    for n in nodes:  # unplugged ports still exist on a Mac, with no carrier: a veth whose peer stays down
+        cabled = cabled_devices(lab, n["name"])
+        batch([dangling_add_line(lab, n["name"], d) for d in specmod.tb_devices(lab, n["name"]) if d not in cabled],
+              ns=n["ns"])
     with open(f"/proc/sys/net/ipv6/conf/{br}/disable_ipv6", "w") as f:
         f.write("1")
     batch([tbf(n["host_veth"], lab["mgmt_rate"]) for n in nodes], tool=TC)
@@ -95,6 +99,62 @@ def _end_is(cable: dict, node: str, dev: str, lab: dict) -> bool:
         if end["node"] == node and specmod.device_of(lab, node, end["receptacle"]) == dev:
             return True
     return False
+
+
+def cabled_devices(lab: dict, node: str) -> set[str]:
+    out = set()
+    for c in lab["cables"]:
+        for end in (c["a"], c["b"]):
+            if end["node"] == node:
+                out.add(specmod.device_of(lab, node, end["receptacle"]))
+    return out
+
+
+def dangling_add_line(lab: dict, node: str, dev: str) -> str:
+    """An empty Thunderbolt port: enX paired with `tbp-enX` (always down) in the same namespace."""
+    n = lab["nodes"][node]
+    model = lab["models"][n["model"]]
+    r = next(p["receptacle"] for p in model["ports"] if p["device"] == dev)
+    return f"link add name {dev} address {n['mac_base']}:{0x80 + (r - 1) * 4:02x} type veth peer name tbp-{dev}"
+
+
+def plug(lab: dict, cable: dict) -> None:
+    """Plug a cable (for faults): both ports lose their dangling veth and get the real pair, shaped and up
+    when the node is on. The caller updates lab["cables"] (lab.json) itself."""
+    lines_a = []
+    for end in (cable["a"], cable["b"]):
+        n = lab["nodes"][end["node"]]
+        dev = specmod.device_of(lab, end["node"], end["receptacle"])
+        if dev in _ns_links(n["ns"]):
+            batch([f"link del {dev}"], ns=n["ns"], check=False)
+    batch([cable_add_line(lab, cable)])
+    for end in (cable["a"], cable["b"]):
+        n = lab["nodes"][end["node"]]
+        dev = specmod.device_of(lab, end["node"], end["receptacle"])
+        lines_a = [f"link set {dev} up"] if _node_on(lab, end["node"]) else []
+        batch([tbf(dev, lab["tb_rate"])], ns=n["ns"], tool=TC)
+        batch(lines_a, ns=n["ns"])
+
+
+def unplug(lab: dict, cable: dict) -> None:
+    """Pull a cable out (for faults): the pair goes, each port gets a dangling veth again (no carrier)."""
+    for end in (cable["a"], cable["b"]):
+        n = lab["nodes"][end["node"]]
+        dev = specmod.device_of(lab, end["node"], end["receptacle"])
+        batch([f"link del {dev}"], ns=n["ns"], check=False)
+        lines = [dangling_add_line(lab, end["node"], dev)]
+        if _node_on(lab, end["node"]):
+            lines.append(f"link set {dev} up")
+        batch(lines, ns=n["ns"])
+
+
+def _node_on(lab: dict, node: str) -> bool:
+    import os
+
+    from .macos.common import read_json
+
+    state = os.environ.get("MACFLEET_LAB_STATE", "/run/macfleet-lab")
+    return read_json(f"{state}/{lab['name']}/nodes/{node}/boot.json", {}).get("power") in ("on", "booting")
 
 
 def cable_add_line(lab: dict, cable: dict) -> str:

@@ -28,7 +28,7 @@ def write_json(path: Path, data: object) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
+            json.dump(data, f, indent=1)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
