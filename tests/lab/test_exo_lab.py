@@ -4,7 +4,7 @@ connection for each of the 12 ordered pairs; `unplug A B` removes the two A-B en
 Needs the lab (root, Linux) and its `lab4` fixture (tests/lab/conftest.py): a 4-node lab started with exo. The
 fixture is expected to offer `.name` and `.nodes` (node names, inventory order) and, if it has them,
 `.ssh(node, command) -> CompletedProcess`, `.unplug(a, b)` and `.replug(a, b)`; otherwise the CLI is used
-(`macfleet lab ssh --name NAME NODE -- CMD`, `macfleet lab unplug --name NAME A B`, `... replug ...`).
+(`macfleet lab ssh --name NAME NODE CMD`, `macfleet lab unplug --name NAME A B`, `... replug ...`).
 Without the fixture these tests skip. Traffic stays inside the lab's namespaces (each node asks its own exo).
 """
 
@@ -45,10 +45,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def _ssh(lab, node: str, command: str) -> str:
-    if hasattr(lab, "ssh"):
-        proc = lab.ssh(node, command)
-    else:
-        proc = _cli("lab", "ssh", "--name", lab.name, node, "--", command)
+    proc = lab.ssh(node, command) if hasattr(lab, "ssh") else _cli("lab", "ssh", "--name", lab.name, node, command)
     assert proc.returncode == 0, f"{node}: {command}: rc={proc.returncode} {proc.stderr}"
     return proc.stdout
 

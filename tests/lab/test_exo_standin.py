@@ -306,7 +306,8 @@ class Mesh:
         return run
 
 
-FAST = {"refresh_s": 0.2, "probe_timeout_s": 0.5, "link_ttl_s": 0.7, "node_ttl_s": 1.5, "ibv_timeout_s": 0.2}
+FAST = {"refresh_s": 0.2, "probe_timeout_s": 0.5, "link_ttl_s": 0.7, "node_ttl_s": 1.5, "ibv_timeout_s": 0.2,
+        "links_s": 0.4, "config_s": 1.0, "identity_s": 5.0, "models_s": 0.5}
 
 
 def _get(port: int, path: str, timeout: float = 5.0):
@@ -475,6 +476,18 @@ def test_models_completeness_rule(start_mesh, tmp_path: Path):
             for e in downloads}
     assert tags == {"mlx-community/Qwen3-0.6B-8bit": "DownloadCompleted", "acme/single": "DownloadCompleted",
                     "acme/half-model": "DownloadPending", "acme/partial": "DownloadPending"}
+
+
+def test_commands_run_at_their_cadence(start_mesh):
+    """The probe loop runs every refresh; node commands (processes on the node) only at their cadence."""
+    mesh, _apps = start_mesh(1)
+    time.sleep(2.1)
+    counts: dict[str, int] = {}
+    for _node, cmd in mesh.calls:
+        counts[cmd] = counts.get(cmd, 0) + 1
+    assert 4 <= counts["ibv_devinfo"] <= 7  # every 0.4 s
+    assert 2 <= counts["rdma_ctl status"] <= 3  # every 1 s
+    assert counts["sw_vers"] == 1  # every 5 s
 
 
 def test_thunderbolt_bridge_reported():

@@ -281,6 +281,10 @@ class Config:
         link_ttl_s: float = 2.5,
         node_ttl_s: float = 5.0,
         ibv_timeout_s: float = 2.0,
+        links_s: float = 2.0,
+        config_s: float = 10.0,
+        identity_s: float = 30.0,
+        models_s: float = 5.0,
         env: dict | None = None,
     ) -> None:
         env = dict(os.environ if env is None else env)
@@ -294,6 +298,10 @@ class Config:
         self.link_ttl_s = link_ttl_s
         self.node_ttl_s = node_ttl_s
         self.ibv_timeout_s = ibv_timeout_s
+        self.links_s = links_s
+        self.config_s = config_s
+        self.identity_s = identity_s
+        self.models_s = models_s
         user_home = Path(home) if home is not None else Path(env.get("HOME") or Path.home())
         # exo: EXO_HOME is relative to $HOME, default ~/.exo (exo.md §1.5)
         self.exo_home = user_home / env.get("EXO_HOME", ".exo")
@@ -374,7 +382,8 @@ class ExoStandin:
         self._threads: list = []
         self._tick = 0
         self._event_idx = 0
-        self._slow: dict = {}
+        self._gathered_at: dict = {}
+        self._overlay_wedge = False
         self._facts: dict = {}
         self._links: dict = {}  # (iface, addr) -> {"peer": id, "seen": monotonic}
         self._records: dict = {}  # node id -> (record, monotonic time its seq last grew)
@@ -502,66 +511,83 @@ class ExoStandin:
                 for line in lines:
                     fh.write(str(line).rstrip("\n") + "\n")
 
+    def _due(self, name: str, period_s: float) -> bool:
+        """True (and restarts the clock) when the facts called `name` are older than period_s."""
+        now = time.monotonic()
+        last = self._gathered_at.get(name)
+        if last is not None and now - last < period_s:
+            return False
+        self._gathered_at[name] = now
+        return True
+
     def _gather(self) -> dict:
-        facts: dict = {}
-        if self._tick % 10 == 0 or not self._slow:
+        """The node's facts. Cadences follow exo's (exo.md §2.3) but quicker for links, which decide edges:
+        links (`ifconfig`, `system_profiler SPThunderboltDataType -json`, `ibv_devinfo`) every links_s, config
+        (`networksetup`, `rdma_ctl`) every config_s, identity every identity_s. Each command is a process on
+        the node, so this, not the 1 s probe loop, is what a lab of many nodes pays for."""
+        c = self.cfg
+        f = dict(self._facts)
+        if self._due("identity", c.identity_s):
             sw = self._cmd(["sw_vers"])
             hw = self._cmd(["system_profiler", "SPHardwareDataType"], 10.0)
             name = self._cmd(["scutil", "--get", "ComputerName"])
-            self._slow = {
+            f["identity"] = {
                 **(parse_sw_vers(sw) if sw else {"osVersion": "Unknown", "osBuildVersion": "Unknown"}),
                 **(parse_hardware(hw) if hw else {"modelId": "Unknown Model", "chipId": "Unknown Chip"}),
                 "friendlyName": (name or "").strip() or os.uname().nodename,
             }
-        facts["identity"] = dict(self._slow)
+        config_due = self._due("config", c.config_s)
+        if config_due:
+            hw_ports_text = self._cmd(["networksetup", "-listallhardwareports"])
+            if hw_ports_text is None:
+                self._warn_once("hwports", "exo.utils.info_gatherer.info_gatherer:_gather_iface_map:56",
+                                "networksetup -listallhardwareports failed with code 1")
+            f["hwPorts"] = parse_hardware_ports(hw_ports_text or "")
+            rdma = self._cmd(["rdma_ctl", "status"])
+            f["rdmaCtl"] = parse_rdma_ctl(rdma) if rdma is not None else None
+        hw_ports = f["hwPorts"]
 
-        hw_ports_text = self._cmd(["networksetup", "-listallhardwareports"])
-        if hw_ports_text is None:
-            self._warn_once("hwports", "exo.utils.info_gatherer.info_gatherer:_gather_iface_map:56",
-                            "networksetup -listallhardwareports failed with code 1")
-        hw_ports = parse_hardware_ports(hw_ports_text or "")
-        facts["hwPorts"] = hw_ports
-        ifaces = parse_ifconfig(self._cmd(["ifconfig"]) or "")
-        facts["ifaces"] = ifaces
-
-        tb_text = self._cmd(["system_profiler", "SPThunderboltDataType", "-json"])
-        buses: list = []
-        if tb_text:
-            try:
-                buses = parse_thunderbolt(tb_text)
-            except (ValueError, AttributeError):
-                self._warn_once("tbdata", "exo.utils.info_gatherer.info_gatherer:_monitor_tb:508",
-                                "Error gathering Thunderbolt data")
-        for bus in buses:
-            dev = hw_ports.get(f"Thunderbolt {bus['receptacle']}")
-            bus["iface"] = dev
-            bus["rdmaInterface"] = f"rdma_{dev}" if dev else None
-        facts["buses"] = buses
-
-        rdma = self._cmd(["rdma_ctl", "status"])
-        facts["rdmaCtl"] = parse_rdma_ctl(rdma) if rdma is not None else None
-
-        wedged = bool(self._faults.get("rdmaWedge"))
-        ports: dict | None = None
-        if not wedged:
-            try:
-                rc, out = self.run(["ibv_devinfo"], self.cfg.ibv_timeout_s)
-                ports = parse_ibv_devinfo(out) if rc in (0, 255) or out else {}
-            except CommandTimeout:
-                wedged = True
-        facts["rdmaPorts"] = None if wedged else ports
-        self._set_wedged(wedged)
-
-        tb_devices = {dev for port, dev in hw_ports.items() if port.lower().startswith("thunderbolt ")}
-        facts["tbAddrs"] = {dev: ifaces.get(dev, {}).get("inet", []) for dev in sorted(tb_devices)}
-        facts["network"] = self._network(hw_ports, ifaces)
-        facts["tbBridge"] = self._tb_bridge(hw_ports, ifaces)
-        if self._tick % 5 == 0 or "models" not in self._facts:
-            facts["models"] = self._scan_models()
+        overlay_wedge = bool(self._faults.get("rdmaWedge"))
+        if self._due("links", c.links_s) or overlay_wedge != self._overlay_wedge:
+            self._overlay_wedge = overlay_wedge
+            f["ifaces"] = parse_ifconfig(self._cmd(["ifconfig"]) or "")
+            tb_text = self._cmd(["system_profiler", "SPThunderboltDataType", "-json"])
+            buses: list = []
+            if tb_text:
+                try:
+                    buses = parse_thunderbolt(tb_text)
+                except (ValueError, AttributeError):
+                    self._warn_once("tbdata", "exo.utils.info_gatherer.info_gatherer:_monitor_tb:508",
+                                    "Error gathering Thunderbolt data")
+            f["buses"] = buses
+            wedged = overlay_wedge
+            ports: dict | None = None
+            if not wedged:
+                try:
+                    _rc, out = self.run(["ibv_devinfo"], c.ibv_timeout_s)
+                    ports = parse_ibv_devinfo(out)
+                except CommandTimeout:
+                    wedged = True
+            f["rdmaPorts"] = None if wedged else ports
+            self._set_wedged(wedged)
+            links_due = True
         else:
-            facts["models"] = self._facts["models"]
-        facts["disk"] = self._disk()
-        return facts
+            links_due = False
+        if config_due:
+            f["tbBridge"] = self._tb_bridge(hw_ports, f["ifaces"])
+        if config_due or links_due:
+            ifaces = f["ifaces"]
+            for bus in f["buses"]:
+                dev = hw_ports.get(f"Thunderbolt {bus['receptacle']}")
+                bus["iface"] = dev
+                bus["rdmaInterface"] = f"rdma_{dev}" if dev else None
+            tb_devices = {dev for port, dev in hw_ports.items() if port.lower().startswith("thunderbolt ")}
+            f["tbAddrs"] = {dev: ifaces.get(dev, {}).get("inet", []) for dev in sorted(tb_devices)}
+            f["network"] = self._network(hw_ports, ifaces)
+        if self._due("models", c.models_s):
+            f["models"] = self._scan_models()
+            f["disk"] = self._disk()
+        return f
 
     def _set_wedged(self, wedged: bool) -> None:
         now = time.monotonic()
