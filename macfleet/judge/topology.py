@@ -199,16 +199,23 @@ def plan_cabling(nodes: Sequence[tuple[str, MacModelSpec]], labels: Mapping[str,
     if len(set(names)) != len(names):
         problems.append("node names repeat: " + ", ".join(sorted({n for n in names if names.count(n) > 1})))
     n = len(nodes)
+    by_model: dict[str, list[str]] = {}
+    specs = {spec.slug: spec for _, spec in nodes}
     for name, spec in nodes:
+        by_model.setdefault(spec.slug, []).append(name)
+    for slug, members in by_model.items():
+        spec = specs[slug]
         have = len(spec.rdma_ports)
         if n - 1 > have:
-            not_rdma = [p for p in spec.thunderbolt_ports if not p.rdma_capable]
             excluded = "".join(
-                f"; port {p.receptacle} ({p.where}) cannot do RDMA" for p in not_rdma
+                f"; port {p.receptacle} ({p.where}) cannot do RDMA" for p in spec.thunderbolt_ports
+                if not p.rdma_capable
             )
+            who = members[0] if len(members) == 1 else f"{', '.join(members[:-1])} and {members[-1]}"
+            has = "has" if len(members) == 1 else "have"
             problems.append(
                 f"a full mesh of {n} Macs needs {n - 1} RDMA-capable Thunderbolt ports on each; "
-                f"{name} ({spec.marketing_name} {spec.chip}) has {have}{excluded}: "
+                f"{who} ({spec.marketing_name} {spec.chip}) {has} {have}{excluded}: "
                 f"at most {spec.max_full_mesh_nodes} such Macs in one mesh"
             )
     if problems:
@@ -541,3 +548,54 @@ def judge_exit_code(report: TopologyReport) -> int:
     if report.unreachable:
         return 3
     return 1 if report.findings else 0
+
+
+# ---------------------------------------------------------------------------------------------- watching
+
+
+class WatchEvent(_Model):
+    sign: Literal["+", "-", "!"]  # cable plugged, cable gone, something to act on
+    text: str
+
+
+def _cable_key(lk: TopologyLink) -> tuple[str, int, str, int]:
+    return (lk.a.node, lk.a.receptacle, lk.b.node, lk.b.receptacle)
+
+
+def _cable_text(lk: TopologyLink) -> str:
+    return f"{lk.a.node} port {lk.a.receptacle} ↔ {lk.b.node} port {lk.b.receptacle}"
+
+
+def diff_reports(old: TopologyReport | None, new: TopologyReport) -> list[WatchEvent]:
+    """What changed between two checks, as an operator cabling the mesh wants to hear it."""
+    before = {_cable_key(lk): lk for lk in (old.links if old else [])}
+    after = {_cable_key(lk): lk for lk in new.links}
+    events: list[WatchEvent] = []
+    for key in sorted(before.keys() - after.keys()):
+        events.append(WatchEvent(sign="-", text=_cable_text(before[key])))
+    for key in sorted(after.keys() - before.keys()):
+        lk = after[key]
+        speed = f"{lk.speed_gbps:g} Gb/s" if lk.speed_gbps is not None else "speed unknown"
+        events.append(WatchEvent(sign="+", text=f"{_cable_text(lk)}, {speed}"))
+    old_findings = {(f.code, f.message) for f in (old.findings if old else [])}
+    for f in new.findings:
+        if f.code == "missing-pair" or (f.code, f.message) in old_findings:
+            continue
+        if f.code == "slow-link":
+            lk = next((x for x in new.links if "slow-link" in x.problems and x.a.node in f.nodes
+                       and x.b.node in f.nodes), None)
+            if lk is not None and lk.speed_gbps is not None:
+                events.append(WatchEvent(sign="!", text=f"{lk.speed_gbps:g} Gb/s {_cable_text(lk)}: {f.fix}"))
+                continue
+        events.append(WatchEvent(sign="!", text=f"{f.message}: {f.fix}"))
+    return events
+
+
+def still_missing(report: TopologyReport) -> list[str]:
+    """The pairs still to cable, each with the ports the check suggests."""
+    out = []
+    for m in report.missing:
+        a = f"{m.a} port {m.a_receptacle}" if m.a_receptacle is not None else m.a
+        b = f"{m.b} port {m.b_receptacle}" if m.b_receptacle is not None else m.b
+        out.append(f"{a} ↔ {b}")
+    return out
