@@ -1,11 +1,10 @@
 """exo stand-in inside the lab (issue 5): on a healthy 4-node lab every node's /state shows 4 nodes and an RDMA
 connection for each of the 12 ordered pairs; `unplug A B` removes the two A-B entries within a few seconds.
 
-Needs the lab (root, Linux) and its `lab4` fixture (tests/lab/conftest.py): a 4-node lab started with exo. The
-fixture is expected to offer `.name` and `.nodes` (node names, inventory order) and, if it has them,
-`.ssh(node, command) -> CompletedProcess`, `.unplug(a, b)` and `.replug(a, b)`; otherwise the CLI is used
-(`macfleet lab ssh --name NAME NODE CMD`, `macfleet lab unplug --name NAME A B`, `... replug ...`).
-Without the fixture these tests skip. Traffic stays inside the lab's namespaces (each node asks its own exo).
+Uses the `lab4` fixture (tests/lab/conftest.py: `.name`, `.nodes`, `.ssh(node, command)`). Unplug/replug go
+through `lab4.unplug(a, b)` / `lab4.replug(a, b)` when the fixture has them, else through the lab's own helpers
+(lab.json loses the cable and `netns.unplug` swaps the veth pair for dangling ports; replug restores both), and
+the cable is always put back. Traffic stays inside the lab's namespaces (each node asks its own exo).
 """
 
 from __future__ import annotations
@@ -20,9 +19,31 @@ import pytest
 
 pytestmark = pytest.mark.lab
 
-# run on the node, by the node's python3: GET its own exo API
-_GET = ("import sys, urllib.request; "
-        "sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:52415' + sys.argv[1], timeout=5).read().decode())")
+# run on the node by its python3: GET each path from its own exo, print one JSON list
+_GET = ("import json, sys, urllib.request; print(json.dumps([json.load(urllib.request.urlopen("
+        "'http://127.0.0.1:52415' + p, timeout=5)) for p in sys.argv[1:]]))")
+# run on the node: say "ready" once its own /state has A->B and B->A, then poll until neither has an entry
+# and print the wall time of that first poll
+_WATCH = """
+import json, sys, time, urllib.request
+a, b, deadline = sys.argv[1], sys.argv[2], time.time() + float(sys.argv[3])
+ready = False
+while time.time() < deadline:
+    try:
+        c = json.load(urllib.request.urlopen("http://127.0.0.1:52415/state", timeout=2))["topology"]["connections"]
+    except OSError:
+        time.sleep(0.1)
+        continue
+    present = bool(c.get(a, {}).get(b)) or bool(c.get(b, {}).get(a))
+    if present and not ready:
+        ready = True
+        print("ready", flush=True)
+    elif ready and not present:
+        print(json.dumps({"gone_at": time.time()}), flush=True)
+        sys.exit(0)
+    time.sleep(0.1)
+sys.exit(1)
+"""
 
 
 @pytest.fixture
@@ -34,32 +55,63 @@ def lab(request):
 
 
 def _nodes(lab) -> list[str]:
-    nodes = getattr(lab, "nodes", None)
-    if isinstance(nodes, dict):
-        return list(nodes)
-    return list(nodes)
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "macfleet", *args], capture_output=True, text=True, timeout=60)
+    return list(lab.nodes)
 
 
 def _ssh(lab, node: str, command: str) -> str:
-    proc = lab.ssh(node, command) if hasattr(lab, "ssh") else _cli("lab", "ssh", "--name", lab.name, node, command)
+    proc = lab.ssh(node, command)
     assert proc.returncode == 0, f"{node}: {command}: rc={proc.returncode} {proc.stderr}"
     return proc.stdout
 
 
-def _api(lab, node: str, path: str):
-    return json.loads(_ssh(lab, node, f"python3 -c {shlex.quote(_GET)} {shlex.quote(path)}"))
+def _api(lab, node: str, *paths: str) -> list:
+    return json.loads(_ssh(lab, node, f"python3 -c {shlex.quote(_GET)} " + " ".join(map(shlex.quote, paths))))
 
 
-def _cable(lab, action: str, a: str, b: str) -> None:
-    if hasattr(lab, action):
-        getattr(lab, action)(a, b)
+def _ends(truth: dict, cable: dict) -> list[tuple[str, str]]:
+    from macfleet.lab import spec
+
+    return [(truth["nodes"][e["node"]]["ns"], spec.device_of(truth, e["node"], e["receptacle"]))
+            for e in (cable["a"], cable["b"])]
+
+
+def _unplug(lab, a: str, b: str) -> dict:
+    """Pull the A-B cable; returns what _replug needs."""
+    if hasattr(lab, "unplug"):
+        return {"fixture": lab.unplug(a, b)}
+    from macfleet.lab import control, netns
+    from macfleet.lab.macos import common
+
+    path = control.lab_dir(lab.name) / "lab.json"
+    truth = common.read_json(path)
+    cable = next(c for c in truth["cables"] if {c["a"]["node"], c["b"]["node"]} == {a, b})
+    addrs = {}
+    for ns, dev in _ends(truth, cable):
+        info = json.loads(subprocess.run(["ip", "-j", "-n", ns, "-4", "addr", "show", "dev", dev], check=True,
+                                         capture_output=True, text=True).stdout or "[]")
+        addrs[(ns, dev)] = [f"{x['local']}/{x['prefixlen']}" for i in info for x in i.get("addr_info", [])]
+    truth["cables"].remove(cable)
+    common.write_json(path, truth)
+    netns.unplug(truth, cable)
+    return {"cable": cable, "addrs": addrs}
+
+
+def _replug(lab, a: str, b: str, pulled: dict) -> None:
+    if hasattr(lab, "replug"):
+        lab.replug(a, b)
         return
-    proc = _cli("lab", action, "--name", lab.name, a, b)
-    assert proc.returncode == 0, proc.stderr
+    from macfleet.lab import control, netns
+    from macfleet.lab.macos import common
+
+    path = control.lab_dir(lab.name) / "lab.json"
+    truth = common.read_json(path)
+    truth["cables"].append(pulled["cable"])
+    common.write_json(path, truth)
+    netns.plug(truth, pulled["cable"])
+    # a Mac re-applies the port's network service when the link comes back; the new veth has no address yet
+    for (ns, dev), addrs in pulled["addrs"].items():
+        for addr in addrs:
+            subprocess.run(["ip", "-n", ns, "addr", "replace", addr, "dev", dev], check=True)
 
 
 def _pairs(state: dict, kind: str) -> set[tuple[str, str]]:
@@ -82,21 +134,19 @@ def _wait(pred, timeout: float, every: float = 0.5):
     raise AssertionError(f"not within {timeout}s; last: {last!r}")
 
 
-def _ids(lab) -> dict[str, str]:
-    return {node: _wait(lambda node=node: _api(lab, node, "/node_id"), 60) for node in _nodes(lab)}
-
-
 def _full_mesh(lab, node: str):
-    state = _api(lab, node, "/state")
-    return len(state["topology"]["nodes"]) == 4 and len(_pairs(state, "sourceRdmaIface")) == 12 and state
+    """(node id, state) once this node's exo shows 4 nodes and 12 RDMA connections."""
+    node_id, state = _api(lab, node, "/node_id", "/state")
+    ok = len(state["topology"]["nodes"]) == 4 and len(_pairs(state, "sourceRdmaIface")) == 12
+    return ok and (node_id, state)
 
 
 def test_every_node_sees_four_nodes_and_twelve_rdma_connections(lab):
-    ids = _ids(lab)
-    for node in _nodes(lab):
-        state = _wait(lambda node=node: _full_mesh(lab, node), 60)
-        assert set(state["topology"]["nodes"]) == set(ids.values())
-        expected = {(a, b) for a in ids.values() for b in ids.values() if a != b}
+    seen = {node: _wait(lambda node=node: _full_mesh(lab, node), 90) for node in _nodes(lab)}
+    ids = {node_id for node_id, _state in seen.values()}
+    expected = {(a, b) for a in ids for b in ids if a != b}
+    for _node_id, state in seen.values():
+        assert set(state["topology"]["nodes"]) == ids
         assert _pairs(state, "sourceRdmaIface") == expected
         assert _pairs(state, "sinkMultiaddr") == expected
         for rdma in (c for sinks in state["topology"]["connections"].values() for cs in sinks.values() for c in cs
@@ -110,28 +160,44 @@ def test_every_node_sees_four_nodes_and_twelve_rdma_connections(lab):
 
 
 def test_unplug_removes_the_pair_within_seconds(lab):
-    ids = _ids(lab)
+    seen = {node: _wait(lambda node=node: _full_mesh(lab, node), 90) for node in _nodes(lab)}
     a, b = _nodes(lab)[:2]
-    for node in _nodes(lab):
-        _wait(lambda node=node: _full_mesh(lab, node), 60)
-    gone = {(ids[a], ids[b]), (ids[b], ids[a])}
-    _cable(lab, "unplug", a, b)
+    id_a, id_b = seen[a][0], seen[b][0]
+    # every node watches its own exo (ssh start-up does not count): wait for all to be ready, then pull
+    watchers = {node: subprocess.Popen(
+        [sys.executable, "-m", "macfleet", "lab", "ssh", "--name", lab.name, node,
+         f"python3 -c {shlex.quote(_WATCH)} {id_a} {id_b} 120"],
+        cwd=getattr(lab, "workdir", None), stdout=subprocess.PIPE, text=True) for node in seen}
     try:
-        t0 = time.monotonic()
-        for node in _nodes(lab):
-            state = _wait(lambda node=node: (s := _api(lab, node, "/state"))
-                          and not (_pairs(s, "sourceRdmaIface") | _pairs(s, "sinkMultiaddr")) & gone and s, 10)
+        for node, proc in watchers.items():
+            assert proc.stdout.readline().strip() == "ready", node
+        pulled = _unplug(lab, a, b)
+    except BaseException:
+        for proc in watchers.values():
+            proc.kill()
+        raise
+    t0 = time.time()
+    try:
+        took = {}
+        for node, proc in watchers.items():
+            out, _ = proc.communicate(timeout=60)
+            took[node] = json.loads(out)["gone_at"] - t0
+        assert max(took.values()) < 8, took  # typically 1-3 s after the cable is out
+        for node in seen:
+            _node_id, state = _api(lab, node, "/node_id", "/state")
+            assert len(state["topology"]["nodes"]) == 4  # A and B still hear of each other through C and D
             assert len(_pairs(state, "sourceRdmaIface")) == 10
-        assert time.monotonic() - t0 < 10
+            assert not (_pairs(state, "sourceRdmaIface") | _pairs(state, "sinkMultiaddr")) & {(id_a, id_b),
+                                                                                               (id_b, id_a)}
     finally:
-        _cable(lab, "replug", a, b)
-    for node in _nodes(lab):
-        _wait(lambda node=node: _full_mesh(lab, node), 30)
+        _replug(lab, a, b, pulled)
+    for node in seen:
+        _wait(lambda node=node: _full_mesh(lab, node), 60)
 
 
 def test_node_id_is_kept_and_log_is_where_exo_writes_it(lab):
-    ids = _ids(lab)
-    for node, node_id in ids.items():
+    for node in _nodes(lab):
+        [node_id] = _wait(lambda node=node: _api(lab, node, "/node_id"), 60)
         assert _ssh(lab, node, "cat ~/.exo/node_zid").strip() == node_id
         log = _ssh(lab, node, "cat ~/.exo/exo_log/exo.log")
         assert f"Node ID: {node_id}" in log

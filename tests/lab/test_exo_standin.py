@@ -393,6 +393,13 @@ def test_parsers_read_the_real_captures():
     assert buses["1"]["peerUuid"] is None and buses["1"]["linkSpeed"] == "Up to 120 Gb/s"
 
 
+def test_run_command_times_out_and_tolerates_missing_commands():
+    with pytest.raises(exo.CommandTimeout):
+        exo.run_command(["sleep", "5"], 0.2)
+    assert exo.run_command(["no-such-command-here"], 1.0) == (127, "")
+    assert exo.run_command(["echo", "hi"], 5.0) == (0, "hi\n")
+
+
 def test_point_to_point_peers():
     assert exo.p2p_peers("10.99.0.1", 30) == ["10.99.0.2"]
     assert exo.p2p_peers("10.99.0.2", 30) == ["10.99.0.1"]
