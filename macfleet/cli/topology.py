@@ -33,6 +33,7 @@ from macfleet.judge.ipplan import (
     refuse_on_collision,
     with_drift,
 )
+from macfleet.judge.model import Change
 from macfleet.judge.topology import (
     NodeTopologyFacts,
     TopologyReport,
@@ -363,10 +364,9 @@ def apply_cmd(
     nodes = [n for m in meshes for n in m.node_names]
     for n in nodes:
         write_generated_hostvars(fleet, n, network_vars(plan, n, facts[n]), by="topology apply")
-    if check:
-        for n in nodes:
-            for c in diff_ip(plan, n, facts[n]):
-                verbose(f"{n}: {getattr(c, 'what', None) or getattr(c, 'reason', '')}")
+    # The judge's own per-node diff, shown with the playbook's check-mode count (they should agree).
+    diffs = {n: [c.what if isinstance(c, Change) else f"nothing to do: {c.reason}" for c in diff_ip(plan, n, facts[n])]
+             for n in nodes}
 
     def progress(e: ProgressEvent) -> None:
         if e.status in ("changed", "failed", "unreachable") or output.mode.verbose:
@@ -380,7 +380,7 @@ def apply_cmd(
         "nodes": {n: {"changed": result.hosts.get(n, HostStats()).changed,
                       "failed": bool(result.hosts.get(n, HostStats()).failed)} for n in nodes},
     }
-    human = {**summary, "changes": result.changes}
+    human = {**summary, "changes": diffs if check else result.changes}
     if result.unreachable or result.failed_tasks or result.status != "successful":
         if not output.mode.json:
             console.print(render_apply(human, check))
