@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import importlib
 import sys
-from pathlib import Path
 
-from .common import Lab
+from .common import Lab, Path
 
 COMMANDS = {
     "system_profiler": "profiler:main",

@@ -7,7 +7,6 @@ Shapes: shared/samples/macos__networksetup_*, macos__ifconfig_*; research/macos-
 
 from __future__ import annotations
 
-import ipaddress
 import sys
 
 from .common import Links, Node, err, eui64_fe80, ip_batch, is_root, mask_to_prefix, prefix_to_mask, secured_fe80
@@ -226,6 +225,8 @@ def networksetup(node: Node, args: list[str]) -> int:
             if svc is None:
                 rc = _not_a_service(rest[0])
                 return
+            import ipaddress
+
             try:
                 ipaddress.IPv4Address(rest[1])
                 mask_to_prefix(rest[2])
@@ -355,6 +356,8 @@ def _block(node: Node, links: Links, name: str, scope: int) -> str:
     if up and (v4 or links.carrier(name)) and not member:
         lines.append(f"\tinet6 {secured_fe80(mac + node.boot.get('boot_id', ''))}%{name} prefixlen 64 secured "
                      f"scopeid 0x{scope:x}")
+    import ipaddress
+
     for ip, prefix in v4:
         net = ipaddress.IPv4Network(f"{ip}/{prefix}", strict=False)
         lines.append(f"\tinet {ip} netmask {_hexmask(prefix)} broadcast {net.broadcast_address}")
@@ -383,6 +386,8 @@ def _block(node: Node, links: Links, name: str, scope: int) -> str:
 
 
 def _parse_addr(words: list[str]) -> tuple[str, int | None]:
+    import ipaddress
+
     addr = words[0]
     prefix = None
     if "/" in addr:
@@ -440,6 +445,8 @@ def ifconfig(node: Node, args: list[str]) -> int:
                 prefix = 8 if ip.startswith("10.") else 16 if ip.startswith(("169.254.", "172.")) else 24
             if "alias" not in words and "add" not in words:
                 lines += [f"addr del {a}/{p} dev {name}" for a, p in links.ipv4(name)]
+            import ipaddress
+
             net = ipaddress.IPv4Network(f"{ip}/{prefix}", strict=False)
             lines.append(f"addr replace {ip}/{prefix} broadcast {net.broadcast_address} dev {name}")
             if "down" in words:

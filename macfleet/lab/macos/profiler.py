@@ -7,9 +7,7 @@ string / switch UID, the RDMA service (64087) only when the PEER has RDMA on, sp
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import plistlib
 import sys
 
 from .common import Links, Node
@@ -156,6 +154,9 @@ def _json(data_type: str, items: list[dict]) -> str:
 
 
 def _xml(data_type: str, items: list[dict], reporter: str) -> bytes:
+    import datetime as dt
+    import plistlib
+
     doc = [
         {
             "_SPCommandLineArguments": [

@@ -6,7 +6,6 @@ macos__fdesetup_*, macos__csrutil_*, macos__systemsetup_*; research/macos-output
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 
@@ -286,6 +285,8 @@ def caffeinate(node: Node, args: list[str]) -> int:
             i += 1
         i += 1
     if i < len(args):
+        import subprocess
+
         return subprocess.call(args[i:])
     try:
         time.sleep(timeout if timeout is not None else 10**9)
@@ -309,19 +310,30 @@ def shutdown(node: Node, args: list[str]) -> int:
     if not is_root():
         err("shutdown: NOT super-user")
         return 1
+    usage = "usage: shutdown [-] [-h [-u] | -r | -s | -k] [-o [-n]] time [warning-message ...]"
     action = None
     when = None
     for a in args:
-        if a.startswith("-") and len(a) > 1:
-            if "r" in a:
+        if a.startswith("-") and len(a) > 1 and when is None:
+            letters = a[1:]
+            bad = [c for c in letters if c not in "hrskuon"]
+            if bad:
+                err(f"shutdown: illegal option -- {bad[0]}")
+                err(usage)
+                return 1
+            if "r" in letters:
                 action = "reboot"
-            elif "h" in a or "s" in a:
+            elif "h" in letters or "s" in letters:
                 action = "halt"
+            elif "k" in letters:
+                action = "kick"
         elif when is None:
             when = a
-    if action is None:
-        err("usage: shutdown [-] [-h [-u] | -r | -s | -k] [-o [-n]] time [warning-message ...]")
+    if action is None or when is None:
+        err(usage)
         return 1
+    if action == "kick":
+        return 0
     delay = 0.0
     if when and when.startswith("+"):
         try:

@@ -1,0 +1,176 @@
+"""Lab fixtures (marker `lab`; Linux + root only, skipped cleanly elsewhere).
+
+Fixtures other engineers' lab tests can reuse:
+
+  lab4   session-scoped 4-node Mac Studio M3 Ultra full mesh (default start state, exo included when the
+         exo stand-in exists). Do not break it: restore anything you change; use `lab_small` to reboot.
+  lab_small  module-scoped 2-node lab (boot 1 s, Thunderbolt shaped to 80 mbit, no exo) for destructive tests.
+  make_lab   factory: make_lab(name, *up_args) -> Lab, torn down (and checked clean) at the end of the test.
+
+A `Lab` gives:
+  .name, .inventory (Path of inventories/NAME), .nodes (names), .workdir
+  .macfleet(*args, check=True, timeout=120) -> CompletedProcess  (`python -m macfleet ...`, in .workdir)
+  .ssh(node, command, check=True, timeout=60) -> CompletedProcess  (`macfleet lab ssh --name NAME node command`)
+  .status() -> {node: {"name", "mesh", "state", "address"}}
+  .wait(lambda: cond, timeout, what)   poll with a deadline (never sleep)
+  .wait_state(node, {"up"}, timeout)
+  .truth() -> lab.json (the plan: nodes, cables, addresses), read from the lab's state directory
+Teardown runs `macfleet lab down` and asserts no namespace, link, process, state or inventory is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+STATE_ROOT = Path("/run/macfleet-lab")
+PY = sys.executable
+
+
+def _lab_capable() -> str | None:
+    if platform.system() != "Linux":
+        return "the lab needs Linux"
+    if os.geteuid() != 0:
+        return "the lab needs root"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = _lab_capable()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=reason)
+    for item in items:
+        if "lab" in item.keywords:
+            item.add_marker(skip)
+
+
+def run_macfleet(args: list[str], *, cwd: Path, check: bool = True, timeout: float = 180,
+                 ) -> subprocess.CompletedProcess:
+    p = subprocess.run([PY, "-m", "macfleet", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(f"macfleet {' '.join(args)} -> {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")
+    return p
+
+
+@dataclass
+class Lab:
+    name: str
+    workdir: Path
+    nodes: list[str] = field(default_factory=list)
+
+    @property
+    def inventory(self) -> Path:
+        return self.workdir / "inventories" / self.name
+
+    def macfleet(self, *args: str, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess:
+        return run_macfleet(list(args), cwd=self.workdir, check=check, timeout=timeout)
+
+    def ssh(self, node: str, command: str, *, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+        """What `macfleet lab ssh` runs (the same ssh argv, strict host keys), without paying for the CLI's
+        start-up on every call; test_lab_mesh.py checks `macfleet lab ssh` itself."""
+        from macfleet.lab import control
+
+        p = subprocess.run(control.ssh_argv(self.name, node, command), capture_output=True, text=True,
+                           timeout=timeout)
+        if check and p.returncode != 0:
+            raise AssertionError(f"{node}: {command!r} -> {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")
+        return p
+
+    def status(self) -> dict[str, dict]:
+        p = self.macfleet("lab", "status", "--name", self.name, "--json")
+        return {n["name"]: n for n in json.loads(p.stdout)["nodes"]}
+
+    def truth(self) -> dict:
+        return json.loads((STATE_ROOT / self.name / "lab.json").read_text())
+
+    def node_state(self, node: str, which: str = "boot") -> dict:
+        return json.loads((STATE_ROOT / self.name / "nodes" / node / f"{which}.json").read_text())
+
+    @staticmethod
+    def wait(cond: Callable[[], object], timeout: float, what: str, every: float = 0.1):
+        deadline = time.monotonic() + timeout
+        while True:
+            value = cond()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            time.sleep(every)
+
+    def wait_state(self, node: str, states: set[str], timeout: float = 60) -> str:
+        return self.wait(lambda: self.status()[node]["state"] in states and self.status()[node]["state"],
+                         timeout, f"{node} in {states}")
+
+    def wait_ssh(self, node: str, timeout: float = 60) -> None:
+        self.wait(lambda: self.ssh(node, "true", check=False, timeout=15).returncode == 0, timeout,
+                  f"ssh to {node}", every=0.3)
+
+
+def assert_nothing_left(name: str, workdir: Path) -> None:
+    ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert f"mfl-{name}-" not in ns, f"namespaces left: {ns}"
+    assert not (STATE_ROOT / name).exists(), "state directory left"
+    assert not (workdir / "inventories" / name).exists(), "inventory left"
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert f"/run/macfleet-lab/{name}/" not in ps, "node processes left"
+    assert f"macfleet.lab.supervisor {name}\n" not in ps, "supervisor left"
+
+
+def _up(name: str, workdir: Path, *args: str) -> Lab:
+    workdir.mkdir(parents=True, exist_ok=True)
+    run_macfleet(["lab", "down", "--name", name], cwd=workdir, check=False)
+    run_macfleet(["lab", "up", "--name", name, *args], cwd=workdir)
+    lab = Lab(name, workdir)
+    lab.nodes = list(lab.status())
+    return lab
+
+
+def _down(lab: Lab) -> None:
+    t0 = time.monotonic()
+    run_macfleet(["lab", "down", "--name", lab.name], cwd=lab.workdir)
+    took = time.monotonic() - t0
+    assert_nothing_left(lab.name, lab.workdir)
+    assert took < 10, f"lab down took {took:.1f}s"
+
+
+@pytest.fixture(scope="session")
+def lab4(tmp_path_factory) -> Iterator[Lab]:
+    if _lab_capable():
+        pytest.skip(_lab_capable())
+    lab = _up("t4", tmp_path_factory.mktemp("lab4"), "--nodes", "4")
+    yield lab
+    _down(lab)
+
+
+@pytest.fixture(scope="module")
+def lab_small(tmp_path_factory) -> Iterator[Lab]:
+    if _lab_capable():
+        pytest.skip(_lab_capable())
+    lab = _up("t2", tmp_path_factory.mktemp("lab2"), "--nodes", "2", "--boot-seconds", "1", "--tb-rate", "80mbit",
+              "--no-exo")
+    yield lab
+    _down(lab)
+
+
+@pytest.fixture
+def make_lab(tmp_path) -> Iterator[Callable[..., Lab]]:
+    made: list[Lab] = []
+
+    def make(name: str, *args: str) -> Lab:
+        lab = _up(name, tmp_path / name, *args)
+        made.append(lab)
+        return lab
+
+    yield make
+    for lab in made:
+        _down(lab)
