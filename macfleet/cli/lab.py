@@ -150,6 +150,8 @@ def recovery_cmd(
 
     from macfleet.lab import control
 
+    if argv and argv[0] == "--":
+        argv = argv[1:]
     p = control.recovery(name, node, argv)
     sys.stdout.write(p.stdout)
     sys.stderr.write(p.stderr)

@@ -234,6 +234,11 @@ def _prepare_node(lab: dict, d: Path, node: str, run_py: Path, pubkey: str, uid:
     os.chmod(sudoers, 0o440)
     os.chmod(nd / "fs/sudoers.d", 0o755)
     (nd / "sshd/sshd_config").write_text(SSHD_CONFIG.format(node=node, lab=lab["name"], dir=nd, user=user))
+    (nd / "run").mkdir(exist_ok=True)
+    (nd / "run" / "lock").touch()
+    ncommon.write_json(nd / "run" / "jobs.json", {})
+    for p in (nd / "run", nd / "run" / "lock", nd / "run" / "jobs.json"):
+        os.chown(p, uid, gid)
     ncommon.write_json(nd / "persist.json", _persist_initial(lab, node, lab["fresh"]))
     ncommon.write_json(nd / "boot.json", {"power": "off"})
 
@@ -290,7 +295,6 @@ def new_boot_state() -> dict:
         "domain_uuids": {str(r): str(uuid.uuid4()).upper() for r in range(1, 9)},
         "service_uuids": {"ip": str(uuid.uuid4()).upper(), "rdma": str(uuid.uuid4()).upper()},
         "wired_limit_mb": 0,
-        "jobs": {},
     }
 
 
@@ -305,7 +309,9 @@ def boot_node(lab: dict, node: str) -> subprocess.Popen:
         data.clear()
         data.update(new_boot_state(), **keep)
 
-    ncommon.Node(ncommon.Lab(d), node).update("boot", reset)
+    nn = ncommon.Node(ncommon.Lab(d), node)
+    nn.update("boot", reset)
+    nn.update("jobs", lambda j: j.clear())
     netns.links_up(lab, node)
     log = open(nd / "init.log", "a")  # noqa: SIM115
     run_py = d / "userland" / "run.py"
@@ -344,7 +350,8 @@ def halt_node(lab: dict, node: str) -> None:
     nn.update("boot", lambda data: data.__setitem__("power", "shutting-down"))
     kill_node_processes(lab["nodes"][node]["ns"])
     netns.links_down(lab, node)
-    nn.update("boot", lambda data: data.update(power="off", jobs={}))
+    nn.update("jobs", lambda j: j.clear())
+    nn.update("boot", lambda data: data.__setitem__("power", "off"))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -111,9 +111,14 @@ class Node:
     def boot(self) -> dict:
         return read_json(self.dir / "boot.json", {})
 
+    @property
+    def jobs(self) -> dict:
+        """launchd jobs loaded this boot (in run/, which the admin user owns: gui/<uid> jobs are theirs)."""
+        return read_json(self.dir / "run" / "jobs.json", {})
+
     @contextlib.contextmanager
-    def locked(self):
-        with open(self.dir / "lock", "a") as f:
+    def locked(self, lock: str = "lock"):
+        with open(self.dir / lock, "a") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
                 yield
@@ -121,9 +126,10 @@ class Node:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
     def update(self, which: str, fn) -> dict:
-        """Read-modify-write persist.json or boot.json under the node lock; fn mutates the dict."""
-        with self.locked():
-            path = self.dir / f"{which}.json"
+        """Read-modify-write persist.json, boot.json or jobs (run/jobs.json) under a lock; fn mutates it."""
+        lock, path = ("run/lock", self.dir / "run" / "jobs.json") if which == "jobs" else (
+            "lock", self.dir / f"{which}.json")
+        with self.locked(lock):
             data = read_json(path, {})
             fn(data)
             write_json(path, data)

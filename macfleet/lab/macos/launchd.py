@@ -1,7 +1,7 @@
 """A launchd stand-in: `launchctl bootstrap/bootout/kickstart/print/list/load/unload` over real plists in
 the node's /Library/LaunchDaemons and ~/Library/LaunchAgents, running real processes in the node.
 
-Loaded jobs live in boot.json ("jobs": label -> {domain, plist, pid, keep_alive, last_exit}); a reboot forgets
+Loaded jobs live in run/jobs.json (label -> {domain, plist, pid, keep_alive, last_exit}); a reboot forgets
 them, and the node's boot (init.py) loads every plist in those folders and starts the RunAtLoad ones.
 Messages follow launchctl's ("Bootstrap failed: 5: Input/output error" for an already loaded job,
 "Boot-out failed: 3: No such process", "Could not find service ... in domain for ...", exit 113).
@@ -104,7 +104,7 @@ def load_job(node: Node, domain: str, path: str, *, start: bool | None = None) -
         label = job["Label"]
     except (OSError, plistlib.InvalidFileException, KeyError, ValueError):
         return 5, "Bootstrap failed: 5: Input/output error"
-    jobs = node.boot.get("jobs", {})
+    jobs = node.jobs
     if label in jobs:
         return 5, "Bootstrap failed: 5: Input/output error"
     run_now = job.get("RunAtLoad", False) or job.get("KeepAlive", False) if start is None else start
@@ -118,7 +118,7 @@ def load_job(node: Node, domain: str, path: str, *, start: bool | None = None) -
         "started": time.time() if pid else None,
         "runs": 1 if pid else 0,
     }
-    node.update("boot", lambda d: d.setdefault("jobs", {}).__setitem__(label, entry))
+    node.update("jobs", lambda d: d.__setitem__(label, entry))
     return 0, ""
 
 
@@ -163,7 +163,7 @@ def launchctl(node: Node, args: list[str]) -> int:
         err("Usage: launchctl <subcommand> ... | help [subcommand]")
         return 64
     sub, rest = args[0], args[1:]
-    jobs: dict = node.boot.get("jobs", {})
+    jobs: dict = node.jobs
     if sub in ("bootstrap", "load"):
         if sub == "load":
             paths = [a for a in rest if not a.startswith("-")]
@@ -207,7 +207,7 @@ def launchctl(node: Node, args: list[str]) -> int:
                 err("Boot-out failed: 1: Operation not permitted")
                 return 1
             stop(entry.get("pid"))
-            node.update("boot", lambda d, lb=label: d.setdefault("jobs", {}).pop(lb, None))
+            node.update("jobs", lambda d, lb=label: d.pop(lb, None))
         return rc
     if sub in ("kickstart", "start", "stop", "kill"):
         kill = "-k" in rest
@@ -231,11 +231,11 @@ def launchctl(node: Node, args: list[str]) -> int:
         pid = spawn(job, entry["domain"])
 
         def mutate(d: dict) -> None:
-            e = d.setdefault("jobs", {}).get(label)
+            e = d.get(label)
             if e is not None:
                 e.update(pid=pid, started=time.time(), runs=e.get("runs", 0) + 1)
 
-        node.update("boot", mutate)
+        node.update("jobs", mutate)
         if "-p" in rest:
             sys.stdout.write(f"{pid}\n")
         return 0
@@ -319,7 +319,7 @@ def boot_jobs(node: Node, user: str) -> None:
 
 def keep_alive_tick(node: Node) -> None:
     """Restart KeepAlive jobs whose process ended (run by the node's init every second)."""
-    for label, e in node.boot.get("jobs", {}).items():
+    for label, e in node.jobs.items():
         if e.get("keep_alive") and e.get("pid") and not alive(e["pid"]):
             try:
                 pid = spawn(load_plist(e["plist"]), e["domain"])
@@ -327,8 +327,8 @@ def keep_alive_tick(node: Node) -> None:
                 continue
 
             def mutate(d: dict, lb: str = label, p: int = pid) -> None:
-                x = d.setdefault("jobs", {}).get(lb)
+                x = d.get(lb)
                 if x is not None:
                     x.update(pid=p, started=time.time(), runs=x.get("runs", 0) + 1)
 
-            node.update("boot", mutate)
+            node.update("jobs", mutate)
