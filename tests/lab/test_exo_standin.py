@@ -543,9 +543,9 @@ def test_unplug_removes_both_directions_within_seconds(start_mesh):
     t0 = time.monotonic()
     gone = {(ids[0], ids[1]), (ids[1], ids[0])}
     for app in apps:
-        state = _wait(lambda app=app: (s := _get(app.port, "/state")[2])
-                      and not (_rdma_pairs(s) | _socket_pairs(s)) & gone and s, 5)
-        assert len(_rdma_pairs(state)) == len(_socket_pairs(state)) == 10
+        _wait(lambda app=app: not (_rdma_pairs(s := _get(app.port, "/state")[2]) | _socket_pairs(s)) & gone, 5)
+        state = _wait(lambda app=app: (s := _get(app.port, "/state")[2]) and len(_rdma_pairs(s)) == 10 and s, 5)
+        assert len(_socket_pairs(state)) == 10 and not (_rdma_pairs(state) | _socket_pairs(state)) & gone
         assert len(state["topology"]["nodes"]) == 4  # A and B still reach each other's records through C and D
     assert time.monotonic() - t0 < 5
 
@@ -554,11 +554,12 @@ def test_link_that_does_not_pass_traffic_is_not_a_connection(start_mesh):
     """Cable and ports look fine, but the peer does not answer over it: exo sees no peer there."""
     mesh, apps = start_mesh(3)
     ids = [_get(a.port, "/node_id")[2] for a in apps]
-    _wait(lambda: len(_rdma_pairs(_get(apps[2].port, "/state")[2])) == 6)
+    _wait(lambda: all(len(_rdma_pairs(_get(a.port, "/state")[2])) == 6 for a in apps))
     mesh.blocked.add(frozenset((0, 2)))
+    gone = {(ids[0], ids[2]), (ids[2], ids[0])}
+    _wait(lambda: not (_rdma_pairs(s := _get(apps[1].port, "/state")[2]) | _socket_pairs(s)) & gone, 5)
     state = _wait(lambda: (s := _get(apps[1].port, "/state")[2]) and len(_rdma_pairs(s)) == 4 and s, 5)
-    assert (ids[0], ids[2]) not in _rdma_pairs(state) | _socket_pairs(state)
-    assert (ids[2], ids[0]) not in _rdma_pairs(state) | _socket_pairs(state)
+    assert not (_rdma_pairs(state) | _socket_pairs(state)) & gone
 
 
 def test_port_down_keeps_socket_but_drops_rdma(start_mesh):
@@ -566,8 +567,8 @@ def test_port_down_keeps_socket_but_drops_rdma(start_mesh):
     ids = [_get(a.port, "/node_id")[2] for a in apps]
     _wait(lambda: len(_rdma_pairs(_get(apps[0].port, "/state")[2])) == 2)
     mesh.port_down.add((1, "rdma_en2"))
-    state = _wait(lambda: (s := _get(apps[0].port, "/state")[2]) and not _rdma_pairs(s) and s, 5)
-    assert _socket_pairs(state) == {(ids[0], ids[1]), (ids[1], ids[0])}
+    both = {(ids[0], ids[1]), (ids[1], ids[0])}
+    _wait(lambda: (s := _get(apps[0].port, "/state")[2]) and not _rdma_pairs(s) and _socket_pairs(s) == both, 5)
 
 
 def test_peers_of_another_version_are_not_seen(start_mesh):
@@ -600,8 +601,9 @@ def test_rdma_wedge_logs_jaccl_signature_and_fails_runner(start_mesh):
     ids = [_get(a.port, "/node_id")[2] for a in apps]
     _wait(lambda: len(_rdma_pairs(_get(apps[0].port, "/state")[2])) == 2)
     mesh.wedged.add(0)  # ibv_devinfo hangs on node 0
-    state = _wait(lambda: (s := _get(apps[1].port, "/state")[2]) and not _rdma_pairs(s) and s, 5)
-    assert _socket_pairs(state) == {(ids[0], ids[1]), (ids[1], ids[0])}
+    both = {(ids[0], ids[1]), (ids[1], ids[0])}
+    state = _wait(lambda: (s := _get(apps[1].port, "/state")[2]) and not _rdma_pairs(s)
+                  and _socket_pairs(s) == both and s, 5)
     failed = {rid: r for rid, r in state["runners"].items() if "RunnerFailed" in r}
     assert [r["RunnerFailed"]["errorMessage"] for r in failed.values()] == [exo.RTR_ERRNO_22]
     log = apps[0].cfg.log_file.read_text()
