@@ -38,9 +38,7 @@ def _median_s(fn, repeat: int) -> float:
 
 
 def bench_size(size: str, repeat: int, workdir: Path) -> dict:
-    from macfleet.cli.topology import _check  # the CLI's own flow: collect once, judge per mesh
-    from macfleet.collect.commands import TOPOLOGY_SPECS
-    from macfleet.collect.gather import gather
+    from macfleet.flow.topology import check_topology  # the CLI's own flow: collect once, judge per mesh
     from macfleet.inventory.load import load_inventory
     from macfleet.lab import control
 
@@ -60,8 +58,7 @@ def bench_size(size: str, repeat: int, workdir: Path) -> dict:
         findings: list[int] = []
 
         def in_process() -> None:
-            g = gather(fleet, fleet.nodes, TOPOLOGY_SPECS)
-            reports = _check(fleet, list(fleet.meshes), g)
+            reports, _ = check_topology(fleet, list(fleet.meshes))
             findings.append(sum(len(r.findings) for r in reports))
 
         check_in = _median_s(in_process, repeat)

@@ -18,6 +18,14 @@ ALLOWED: dict[str, set[str]] = {
     "macfleet.lab": {"macfleet.inventory.model", "macfleet.errors"},
     "macfleet.collect": {"macfleet.errors", "macfleet.facts", "macfleet.inventory"},
     "macfleet.act": {"macfleet.errors", "macfleet.facts", "macfleet.inventory", "macfleet.judge", "macfleet.collect"},
+    "macfleet.flow": {
+        "macfleet.errors",
+        "macfleet.facts",
+        "macfleet.inventory",
+        "macfleet.judge",
+        "macfleet.collect",
+        "macfleet.act",
+    },
     "macfleet.render": {"macfleet.errors", "macfleet.facts", "macfleet.inventory", "macfleet.judge", "macfleet"},
 }
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import macfleet.cli.topology as topo
+import macfleet.flow.topology as flow_topology
 from macfleet.act.ansible import HostStats, PlaybookResult
 from macfleet.collect.gather import Gathered
 from macfleet.collect.ssh import Raw
@@ -50,7 +51,7 @@ def fake_gather(rig: Rig, unreachable: dict[str, str] | None = None, lan: str = 
 
 
 def test_check_clean_mesh_exits_0_with_exact_json(cli, example_inventory: Path, monkeypatch) -> None:
-    monkeypatch.setattr(topo, "gather", fake_gather(healthy(NAMES)))
+    monkeypatch.setattr(flow_topology, "gather", fake_gather(healthy(NAMES)))
     r = cli("topology", "check", "-i", str(example_inventory), "--json")
     assert r.exit_code == 0, r.output
     data = cli.json(r)
@@ -63,7 +64,7 @@ def test_check_clean_mesh_exits_0_with_exact_json(cli, example_inventory: Path, 
 def test_check_unplugged_exits_1_and_unreachable_exits_3(cli, example_inventory: Path, monkeypatch) -> None:
     rig = healthy(NAMES)
     del rig.items[("studio-1", 4)], rig.items[("studio-4", 2)]
-    monkeypatch.setattr(topo, "gather", fake_gather(rig))
+    monkeypatch.setattr(flow_topology, "gather", fake_gather(rig))
     r = cli("topology", "check", "-i", str(example_inventory), "--json")
     assert r.exit_code == 1
     assert cli.json(r)["findings"] == [{
@@ -71,7 +72,7 @@ def test_check_unplugged_exits_1_and_unreachable_exits_3(cli, example_inventory:
         "message": "studio-1 and studio-4 have no cable between them",
         "fix": "plug a Thunderbolt 5 cable from studio-1 port 4 into studio-4 port 2",
     }]
-    monkeypatch.setattr(topo, "gather", fake_gather(healthy(NAMES), {"studio-3": "connection refused"}))
+    monkeypatch.setattr(flow_topology, "gather", fake_gather(healthy(NAMES), {"studio-3": "connection refused"}))
     r = cli("topology", "check", "-i", str(example_inventory), "--json")
     assert r.exit_code == 3
     assert [f["code"] for f in cli.json(r)["findings"]] == ["unreachable"]
@@ -83,7 +84,7 @@ def test_show_draws_the_live_mesh(cli, example_inventory: Path, monkeypatch, tmp
     rig = healthy(NAMES)
     del rig.items[("studio-1", 4)], rig.items[("studio-4", 2)]
     rig.speeds[("studio-2", 3)] = rig.speeds[("studio-3", 3)] = "40 Gb/s"
-    monkeypatch.setattr(topo, "gather", fake_gather(rig))
+    monkeypatch.setattr(flow_topology, "gather", fake_gather(rig))
     out = tmp_path / "live.svg"
     r = cli("topology", "show", "-i", str(example_inventory), "--svg", str(out))
     assert r.exit_code == 1
@@ -117,7 +118,7 @@ def test_plan_from_inventory_uses_labels(cli, example_inventory: Path) -> None:
 
 
 def test_ipplan_json(cli, example_inventory: Path, monkeypatch) -> None:
-    monkeypatch.setattr(topo, "gather", fake_gather(healthy(NAMES)))
+    monkeypatch.setattr(flow_topology, "gather", fake_gather(healthy(NAMES)))
     r = cli("topology", "ipplan", "-i", str(example_inventory), "--json")
     assert r.exit_code == 0
     data = cli.json(r)
@@ -140,7 +141,7 @@ class Recorder:
 
 
 def test_apply_writes_hostvars_and_runs_the_network_playbook(cli, example_inventory: Path, monkeypatch) -> None:
-    monkeypatch.setattr(topo, "gather", fake_gather(healthy(NAMES)))
+    monkeypatch.setattr(flow_topology, "gather", fake_gather(healthy(NAMES)))
     rec = Recorder()
     monkeypatch.setattr(topo, "run_playbook", rec)
     r = cli("topology", "apply", "-i", str(example_inventory), "--check", "--json")
@@ -153,7 +154,7 @@ def test_apply_writes_hostvars_and_runs_the_network_playbook(cli, example_invent
 
 
 def test_apply_refuses_a_pool_collision_before_any_change(cli, example_inventory: Path, monkeypatch) -> None:
-    monkeypatch.setattr(topo, "gather", fake_gather(healthy(NAMES), lan="10.213.0.9"))
+    monkeypatch.setattr(flow_topology, "gather", fake_gather(healthy(NAMES), lan="10.213.0.9"))
     rec = Recorder()
     monkeypatch.setattr(topo, "run_playbook", rec)
     r = cli("topology", "apply", "-i", str(example_inventory), "--json")

@@ -13,32 +13,18 @@ from macfleet.act.ansible import HostStats, PlaybookRun, ProgressEvent, raise_fo
 from macfleet.act.hostvars import write_generated_hostvars
 from macfleet.cli.facts import read_capture
 from macfleet.cli.options import CheckOpt, InventoryOpt, JsonOpt, MeshOpt, inventory_path
-from macfleet.collect.commands import NETWORK_SPECS, TOPOLOGY_SPECS, CommandSpec
-from macfleet.collect.gather import Gathered, gather
 from macfleet.errors import FactsParseError, Refused, UnreachableError, UsageError
 from macfleet.facts.links import match_links
 from macfleet.facts.network import HardwarePortsFacts, parse_hardware_ports
-from macfleet.facts.registry import parse as parse_kind
 from macfleet.facts.thunderbolt import ThunderboltFacts, parse_thunderbolt
+from macfleet.flow.topology import check_topology, plan_live
 from macfleet.inventory.load import load_inventory
 from macfleet.inventory.model import MAC_MODELS, Fleet, MacModelSpec, Mesh, model_spec
-from macfleet.judge.ipplan import (
-    IpPlan,
-    NodeNetworkFacts,
-    bind_ports,
-    diff_ip,
-    find_collisions,
-    network_vars,
-    plan_ip,
-    refuse_on_collision,
-    with_drift,
-)
+from macfleet.judge.ipplan import diff_ip, find_collisions, network_vars, refuse_on_collision
 from macfleet.judge.model import Change
 from macfleet.judge.topology import (
-    NodeTopologyFacts,
     TopologyReport,
     WatchEvent,
-    check_cabling,
     diff_reports,
     judge_exit_code,
     plan_cabling,
@@ -123,63 +109,6 @@ def _one_mesh(fleet: Fleet, mesh: str | None) -> Mesh:
     return meshes[0]
 
 
-def _parsed(gathered: Gathered, node: str, kind: str, problems: list[str]) -> Any:
-    """One command's output as facts, or None with the reason added to `problems`."""
-    if kind in gathered.failed.get(node, {}):
-        problems.append(f"{kind}: {gathered.failed[node][kind]}")
-        return None
-    raw = gathered.outputs.get(node, {}).get(kind)
-    if raw is None:
-        return None
-    if raw.rc != 0 and not raw.stdout.strip():
-        problems.append(f"{kind}: exit {raw.rc}: {raw.stderr.strip()[-200:] or 'no output'}")
-        return None
-    try:
-        return parse_kind(kind, raw.stdout)
-    except FactsParseError as e:
-        problems.append(f"{kind}: {e.message}")
-        return None
-
-
-def _topology_facts(gathered: Gathered, node: str) -> NodeTopologyFacts:
-    problems: list[str] = []
-    return NodeTopologyFacts(
-        thunderbolt=_parsed(gathered, node, "thunderbolt", problems),
-        hardware_ports=_parsed(gathered, node, "hardware-ports", problems),
-        ibv_devices=_parsed(gathered, node, "ibv-devices", problems),
-        ibv_devinfo=_parsed(gathered, node, "ibv-devinfo", problems),
-        ifconfig=_parsed(gathered, node, "ifconfig", problems),
-        problems=problems,
-    )
-
-
-def _network_facts(gathered: Gathered, node: str) -> NodeNetworkFacts:
-    problems: list[str] = []
-    return NodeNetworkFacts(
-        hardware_ports=_parsed(gathered, node, "hardware-ports", problems),
-        service_order=_parsed(gathered, node, "service-order", problems),
-        ifconfig=_parsed(gathered, node, "ifconfig", problems),
-    )
-
-
-def _collect(fleet: Fleet, meshes: list[Mesh], specs: tuple[CommandSpec, ...], *, quiet: bool = False) -> Gathered:
-    nodes = [n for m in meshes for n in m.nodes]
-    if not quiet:
-        info(f"collecting from {len(nodes)} node(s) in one pass…")
-    gathered = gather(fleet, nodes, specs)
-    if not quiet:
-        verbose(f"collected in {gathered.took_s:.2f} s")
-    return gathered
-
-
-def _check(fleet: Fleet, meshes: list[Mesh], gathered: Gathered) -> list[TopologyReport]:
-    return [
-        check_cabling(m, {n: _topology_facts(gathered, n) for n in m.node_names if n not in gathered.unreachable},
-                      {n: why for n, why in gathered.unreachable.items() if n in m.node_names})
-        for m in meshes
-    ]
-
-
 def _merged_payload(reports: list[TopologyReport]) -> dict[str, Any]:
     if len(reports) == 1:
         return reports[0].json_payload()
@@ -202,7 +131,9 @@ def check_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, json_output:
     Exit 0 clean, 1 findings, 3 a node could not be reached (the others are still judged)."""
     fleet = load_inventory(inventory_path(inventory))
     meshes = _meshes(fleet, mesh)
-    reports = _check(fleet, meshes, _collect(fleet, meshes, TOPOLOGY_SPECS))
+    info(f"collecting from {sum(len(m.nodes) for m in meshes)} node(s) in one pass…")
+    reports, gathered = check_topology(fleet, meshes)
+    verbose(f"collected in {gathered.took_s:.2f} s")
     emit(_merged_payload(reports), human=lambda _: Group(*(render_check(r) for r in reports)),
          exit_code=_exit_code(reports))
 
@@ -268,7 +199,7 @@ def show_cmd(
     """Draw the live mesh from a check: cables coloured by state, missing cables dashed."""
     fleet = load_inventory(inventory_path(inventory))
     m = _one_mesh(fleet, mesh)
-    report = _check(fleet, [m], _collect(fleet, [m], TOPOLOGY_SPECS))[0]
+    report = check_topology(fleet, [m])[0][0]
     spec_ports = {n.name: [p.receptacle for p in n.model_spec.thunderbolt_ports] for n in m.nodes if n.model_spec}
     _write_svg(svg, svg_from_report(report, spec_ports))
     emit(report.json_payload(), human=render_check, exit_code=judge_exit_code(report))
@@ -292,7 +223,7 @@ def watch_cmd(
     last_missing: list[str] | None = None
     while True:
         t0 = time.monotonic()
-        report = _check(fleet, [m], _collect(fleet, [m], TOPOLOGY_SPECS, quiet=True))[0]
+        report = check_topology(fleet, [m])[0][0]
         for event in diff_reports(previous, report):
             console.print(format_event(event))
         for node, why in report.unreachable.items():
@@ -311,26 +242,14 @@ def watch_cmd(
         time.sleep(max(0.0, interval - (time.monotonic() - t0)))
 
 
-def _plan_live(fleet: Fleet, meshes: list[Mesh]) -> tuple[IpPlan, dict[str, NodeNetworkFacts], Gathered,
-                                                          list[TopologyReport]]:
-    gathered = _collect(fleet, meshes, NETWORK_SPECS)
-    reports = _check(fleet, meshes, gathered)
-    facts = {n: _network_facts(gathered, n) for m in meshes for n in m.node_names if n not in gathered.unreachable}
-    plan = IpPlan(links=[], mtu={})
-    for m in meshes:
-        p = plan_ip(fleet, m.name)
-        plan = plan.model_copy(update={"links": plan.links + p.links, "mtu": {**plan.mtu, **p.mtu}})
-    plan = with_drift(bind_ports(plan, {r.mesh: r for r in reports}), facts)
-    return plan, facts, gathered, reports
-
-
 @app.command("ipplan")
 def ipplan_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, json_output: JsonOpt = False) -> None:
     """The IP plan: one subnet per cable keyed by the pair of Macs, on the port the live cable uses,
     and the drift between it and the nodes' live addresses."""
     fleet = load_inventory(inventory_path(inventory))
     meshes = _meshes(fleet, mesh)
-    plan, facts, gathered, _ = _plan_live(fleet, meshes)
+    live = plan_live(fleet, meshes)
+    plan, facts, gathered = live.plan, live.facts, live.gathered
     for f in find_collisions(plan, facts, {n.name: n.address for m in meshes for n in m.nodes}):
         info(f"[red]collision:[/red] {f.message}")
     emit(plan.json_payload(), human=lambda _: render_ipplan(plan), exit_code=3 if gathered.unreachable else 0)
@@ -348,7 +267,8 @@ def apply_cmd(
     inv = inventory_path(inventory)
     fleet = load_inventory(inv)
     meshes = _meshes(fleet, mesh)
-    plan, facts, gathered, reports = _plan_live(fleet, meshes)
+    live = plan_live(fleet, meshes)
+    plan, facts, gathered, reports = live.plan, live.facts, live.gathered, live.reports
     if gathered.unreachable:
         raise UnreachableError(gathered.unreachable, hint="nothing was changed; the plan is checked on every node "
                                "before any change")

@@ -8,8 +8,9 @@ The same strings name the CLI argument (`macfleet facts parse KIND FILE`), the f
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -136,3 +137,31 @@ def parse_auto(text: str) -> tuple[str, BaseModel]:
         first = next((t.strip() for t in text.split("\n") if t.strip()), "")
         raise FactsParseError("auto", "the output of one of: " + ", ".join(KIND_NAMES), line=1, found=first[:120])
     return kind, parse(kind, text)
+
+
+def facts_from_outputs(
+    outputs: Mapping[str, Any], failed: Mapping[str, str], kinds: Iterable[str]
+) -> tuple[dict[str, BaseModel | None], list[str]]:
+    """One node's collected outputs (objects with .stdout/.stderr/.rc, keyed by KIND) as facts.
+
+    A kind that timed out, exited non-zero with nothing on stdout, or did not parse maps to None,
+    and the reason is added to the returned problems: "could not read" never looks like "nothing there".
+    """
+    facts: dict[str, BaseModel | None] = {}
+    problems: list[str] = []
+    for kind in kinds:
+        facts[kind] = None
+        if kind in failed:
+            problems.append(f"{kind}: {failed[kind]}")
+            continue
+        raw = outputs.get(kind)
+        if raw is None:
+            continue
+        if raw.rc != 0 and not raw.stdout.strip():
+            problems.append(f"{kind}: exit {raw.rc}: {raw.stderr.strip()[-200:] or 'no output'}")
+            continue
+        try:
+            facts[kind] = parse(kind, raw.stdout)
+        except FactsParseError as e:
+            problems.append(f"{kind}: {e.message}")
+    return facts, problems

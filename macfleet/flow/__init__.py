@@ -1,0 +1,5 @@
+"""Flows: collect → facts → judge, composed once so the CLI, the watcher and the benchmarks share them.
+
+A flow does I/O only through `collect` (and `act` where it changes nodes) and decides nothing itself;
+it never renders. The CLI modules stay thin: options in, a flow, a renderer out.
+"""
