@@ -37,6 +37,8 @@ STATE_WORDS = {
 }
 
 BOX_W, BOX_H, PORT = 190, 86, 22
+# On a cabling sheet colours only tell cables apart (dark enough for white port numbers on them).
+CABLE_PALETTE = ("#1565c0", "#2e7d32", "#c62828", "#6a1b9a", "#ef6c00", "#00838f", "#ad1457", "#4e342e")
 
 
 @dataclass
@@ -69,24 +71,62 @@ class SvgLine:
 def _layout(n: int) -> tuple[list[tuple[float, float]], float, float]:
     """Box centres on a circle (a row for two), and the canvas size."""
     if n <= 2:
-        centres = [(160 + i * 420, 230) for i in range(n)]
-        return centres, 160 * 2 + 420 * max(n - 1, 0), 420
-    r = max(210.0, n * 70.0)
-    cx, cy = r + 150, r + 130
+        centres = [(170 + i * 460, 240) for i in range(n)]
+        return centres, 170 * 2 + 460 * max(n - 1, 0), 440
+    r = max(230.0, n * 72.0)
+    cx, cy = r + 170, r + 150
     centres = [(cx + r * math.sin(2 * math.pi * i / n), cy - r * math.cos(2 * math.pi * i / n)) for i in range(n)]
-    return centres, 2 * cx, 2 * cy + 90
+    return centres, 2 * cx, 2 * cy + 60
 
 
-def _port_xy(box: tuple[float, float], ports: list[SvgPort], receptacle: int | None) -> tuple[float, float]:
-    x, y = box
-    if receptacle is None or not ports:
-        return x, y
-    idx = next((i for i, p in enumerate(ports) if p.receptacle == receptacle), None)
-    if idx is None:
-        return x, y
-    span = len(ports) * (PORT + 6) - 6
-    px = x - span / 2 + idx * (PORT + 6) + PORT / 2
-    return px, y + BOX_H / 2 - PORT / 2 - 8
+@dataclass
+class _Box:
+    """Where a Mac's box sits and on which edge its ports are: the edge facing the middle of the
+    picture, so every cable visibly ends in the numbered port it belongs in."""
+
+    x: float
+    y: float
+    w: float
+    h: float
+    edge: str  # top | bottom | left | right
+    ports: list[SvgPort]
+
+    def port_centre(self, receptacle: int | None) -> tuple[float, float] | None:
+        idx = next((i for i, p in enumerate(self.ports) if p.receptacle == receptacle), None)
+        if idx is None:
+            return None
+        step = PORT + 6
+        offset = -(len(self.ports) * step - 6) / 2 + idx * step + PORT / 2
+        if self.edge in ("top", "bottom"):
+            return self.x + offset, self.y + (self.h / 2 if self.edge == "bottom" else -self.h / 2)
+        return self.x + (self.w / 2 if self.edge == "right" else -self.w / 2), self.y + offset
+
+    def anchor(self, receptacle: int | None) -> tuple[float, float]:
+        """The outer side of the port, where its cable starts; the box's edge midpoint if unknown."""
+        centre = self.port_centre(receptacle)
+        nx, ny = {"top": (0, -1), "bottom": (0, 1), "left": (-1, 0), "right": (1, 0)}[self.edge]
+        if centre is None:
+            centre = (self.x + nx * self.w / 2, self.y + ny * self.h / 2)
+        return centre[0] + nx * PORT / 2, centre[1] + ny * PORT / 2
+
+
+def _box(centre: tuple[float, float], middle: tuple[float, float], ports: list[SvgPort]) -> _Box:
+    x, y = centre
+    dx, dy = middle[0] - x, middle[1] - y
+    span = len(ports) * (PORT + 6) + 24
+    if abs(dy) >= 0.6 * abs(dx):
+        return _Box(x, y, max(BOX_W, span), BOX_H, "bottom" if dy > 0 else "top", ports)
+    return _Box(x, y, BOX_W, max(BOX_H, span), "right" if dx > 0 else "left", ports)
+
+
+def _label(x: float, y: float, text: str, colour: str) -> list[str]:
+    w = 7 * len(text) + 12
+    return [
+        f'<rect x="{x - w / 2:.1f}" y="{y - 11:.1f}" width="{w}" height="19" rx="9" fill="white" '
+        f'stroke="{colour}" stroke-width="1.5"/>',
+        f'<text x="{x:.1f}" y="{y + 3.5:.1f}" font-size="12" font-weight="bold" text-anchor="middle" '
+        f'fill="{colour}">{escape(text)}</text>',
+    ]
 
 
 def render_svg(title: str, nodes: list[SvgNode], lines: list[SvgLine], legend: list[tuple[str, str, bool]],
@@ -94,48 +134,56 @@ def render_svg(title: str, nodes: list[SvgNode], lines: list[SvgLine], legend: l
     centres, width, height = _layout(len(nodes))
     notes = notes or []
     height += 22 * (len(legend) + len(notes))
-    where = {n.name: (c, n) for n, c in zip(nodes, centres, strict=True)}
+    n = max(len(centres), 1)
+    middle = (sum(c[0] for c in centres) / n, sum(c[1] for c in centres) / n)
+    boxes = {n.name: (_box(c, middle, n.ports), n) for n, c in zip(nodes, centres, strict=True)}
+    used: dict[tuple[str, int], str] = {}  # (node, receptacle) -> colour of the cable in it
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
         f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="Helvetica, Arial, sans-serif">',
         f'<rect width="{width:.0f}" height="{height:.0f}" fill="white"/>',
         f'<text x="20" y="32" font-size="20" font-weight="bold">{escape(title)}</text>',
     ]
+    labels: list[str] = []
     # cables first, so boxes and port numbers stay readable on top of them
     for ln in lines:
-        if ln.a not in where or ln.b not in where:
+        if ln.a not in boxes or ln.b not in boxes:
             continue
-        (ca, na), (cb, nb) = where[ln.a], where[ln.b]
-        x1, y1 = _port_xy(ca, na.ports, ln.a_port)
-        x2, y2 = _port_xy(cb, nb.ports, ln.b_port)
+        (ba, _), (bb, _) = boxes[ln.a], boxes[ln.b]
+        x1, y1 = ba.anchor(ln.a_port)
+        x2, y2 = bb.anchor(ln.b_port)
         dash = ' stroke-dasharray="10 7"' if ln.dashed else ""
         out.append(f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="{ln.colour}" '
                    f'stroke-width="3"{dash} stroke-linecap="round"/>')
+        for node, port in ((ln.a, ln.a_port), (ln.b, ln.b_port)):
+            if port is not None:
+                used[(node, port)] = ln.colour
         if ln.label:
-            mx, my = (x1 + x2) / 2, (y1 + y2) / 2
-            w = 7 * len(ln.label) + 10
-            out.append(f'<rect x="{mx - w / 2:.1f}" y="{my - 11:.1f}" width="{w}" height="18" rx="4" fill="white" '
-                       f'stroke="{ln.colour}" stroke-width="1"/>')
-            out.append(f'<text x="{mx:.1f}" y="{my + 3:.1f}" font-size="12" text-anchor="middle" '
-                       f'fill="{ln.colour}">{escape(ln.label)}</text>')
-    for (x, y), n in zip(centres, nodes, strict=True):
+            # 40 % of the way from the first end: labels of crossing diagonals do not land on one spot
+            labels += _label(x1 + 0.4 * (x2 - x1), y1 + 0.4 * (y2 - y1), ln.label, ln.colour)
+    for box, n in boxes.values():
         fill, stroke = ("#eeeeee", "#9e9e9e") if n.dim else ("#fafafa", "#212121")
-        out.append(f'<rect x="{x - BOX_W / 2:.1f}" y="{y - BOX_H / 2:.1f}" width="{BOX_W}" height="{BOX_H}" rx="10" '
-                   f'fill="{fill}" stroke="{stroke}" stroke-width="2"/>')
-        out.append(f'<text x="{x:.1f}" y="{y - BOX_H / 2 + 22:.1f}" font-size="16" font-weight="bold" '
+        out.append(f'<rect x="{box.x - box.w / 2:.1f}" y="{box.y - box.h / 2:.1f}" width="{box.w:.0f}" '
+                   f'height="{box.h:.0f}" rx="10" fill="{fill}" stroke="{stroke}" stroke-width="2"/>')
+        # the name sits away from the port edge
+        ty = box.y + (14 if box.edge == "top" else -6 if box.edge == "bottom" else 0)
+        out.append(f'<text x="{box.x:.1f}" y="{ty:.1f}" font-size="16" font-weight="bold" '
                    f'text-anchor="middle">{escape(n.name)}</text>')
         sub = n.note or n.subtitle
         if sub:
-            out.append(f'<text x="{x:.1f}" y="{y - BOX_H / 2 + 40:.1f}" font-size="11" text-anchor="middle" '
+            out.append(f'<text x="{box.x:.1f}" y="{ty + 17:.1f}" font-size="11" text-anchor="middle" '
                        f'fill="#616161">{escape(sub)}</text>')
         for p in n.ports:
-            px, py = _port_xy((x, y), n.ports, p.receptacle)
-            pfill = "#ffffff" if p.rdma else "#bdbdbd"
+            px, py = box.port_centre(p.receptacle) or (box.x, box.y)
+            colour = used.get((n.name, p.receptacle))
+            pfill = "#bdbdbd" if not p.rdma else (colour or "#ffffff")
+            tcolour = "#ffffff" if colour and p.rdma else "#212121"
             tip = f"port {p.receptacle}" + ("" if p.rdma else " (cannot do RDMA)") + (f": {p.label}" if p.label else "")
             out.append(f'<g><title>{escape(tip)}</title><rect x="{px - PORT / 2:.1f}" y="{py - PORT / 2:.1f}" '
                        f'width="{PORT}" height="{PORT}" rx="3" fill="{pfill}" stroke="#424242"/>'
-                       f'<text x="{px:.1f}" y="{py + 5:.1f}" font-size="13" text-anchor="middle">{p.receptacle}'
-                       f'</text></g>')
+                       f'<text x="{px:.1f}" y="{py + 5:.1f}" font-size="13" font-weight="bold" '
+                       f'text-anchor="middle" fill="{tcolour}">{p.receptacle}</text></g>')
+    out += labels
     y = height - 22 * (len(legend) + len(notes)) - 6
     for colour, words, dashed in legend:
         dash = ' stroke-dasharray="10 7"' if dashed else ""
@@ -159,13 +207,16 @@ def svg_from_plan(plan: CablingPlan, title: str = "Thunderbolt 5 cabling plan") 
         for n in plan.nodes
     ]
     lines = [
-        SvgLine(c.a.node, c.a.receptacle, c.b.node, c.b.receptacle, STATE_COLOURS["plan"],
-                label=f"{c.a.receptacle} ↔ {c.b.receptacle}")
-        for c in plan.cables
+        SvgLine(c.a.node, c.a.receptacle, c.b.node, c.b.receptacle, CABLE_PALETTE[(i - 1) % len(CABLE_PALETTE)],
+                label=f"cable {i}")
+        for i, c in enumerate(plan.cables, 1)
     ]
-    notes = ["Grey ports cannot do RDMA: leave them empty. Labels read: port on the first Mac ↔ port on the other.",
+    notes = ["Each cable ends in the numbered port it goes into. Grey ports cannot do RDMA: leave them empty.",
+             *(f"cable {i}: {c.a.node} port {c.a.receptacle} → {c.b.node} port {c.b.receptacle}"
+               for i, c in enumerate(plan.cables, 1)),
              *plan.problems]
-    return render_svg(title, nodes, lines, [(STATE_COLOURS["plan"], "Thunderbolt 5 cable (80 Gb/s)", False)], notes)
+    legend = [(STATE_COLOURS["plan"], "Thunderbolt 5 cable (80 Gb/s), Mac to Mac; colours tell cables apart", False)]
+    return render_svg(title, nodes, lines, legend, notes)
 
 
 def svg_from_report(report: TopologyReport, port_counts: dict[str, list[int]] | None = None) -> str:

@@ -109,7 +109,7 @@ def render_plan(plan: CablingPlan) -> RenderableType:
 def render_ipplan(plan: IpPlan) -> RenderableType:
     t = Table(title="IP plan: one subnet per cable, keyed by the pair of Macs")
     for col in ("subnet", "node", "port", "address", "node", "port", "address"):
-        t.add_column(col)
+        t.add_column(col, no_wrap=True)  # addresses are copied by hand: never cut one
     for lk in plan.links:
         t.add_row(lk.subnet, lk.a.node, lk.a.port or Text("no cable", style="dim"), lk.a.address,
                   lk.b.node, lk.b.port or Text("no cable", style="dim"), lk.b.address)
