@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,9 +19,19 @@ from typing import Any
 
 from macfleet.errors import PlaybookFailed, UnreachableError, UsageError
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
-PLAYBOOKS_DIR = Path(os.environ.get("MACFLEET_PLAYBOOKS", PROJECT_ROOT / "playbooks"))
-ANSIBLE_CFG = PROJECT_ROOT / "ansible.cfg"
+
+def _shipped_root() -> Path:
+    """A checkout (editable install) has playbooks/ beside the package; a wheel puts them in
+    <prefix>/share/macfleet (pyproject's data-files)."""
+    checkout = Path(__file__).resolve().parent.parent.parent
+    if (checkout / "playbooks").is_dir():
+        return checkout
+    return Path(sys.prefix) / "share" / "macfleet"
+
+
+SHIPPED_ROOT = _shipped_root()
+PLAYBOOKS_DIR = Path(os.environ.get("MACFLEET_PLAYBOOKS", SHIPPED_ROOT / "playbooks"))
+ANSIBLE_CFG = SHIPPED_ROOT / "ansible.cfg"
 PLAYBOOK_NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
 KEEP_ARTIFACTS = 20
 
