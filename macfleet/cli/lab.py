@@ -29,6 +29,7 @@ class LabNode(BaseModel):
     mesh: str
     state: str
     address: str
+    faults: list[str] = []
 
 
 class LabStatus(BaseModel):
@@ -51,11 +52,11 @@ def _table(nodes: list[LabNode]) -> None:
     from rich.table import Table
 
     t = Table(box=None)
-    for col in ("node", "mesh", "state", "address"):
+    for col in ("node", "mesh", "state", "address", "faults"):
         t.add_column(col)
     for n in nodes:
         style = {"up": "green", "off": "red"}.get(n.state, "yellow")
-        t.add_row(n.name, n.mesh, f"[{style}]{n.state}[/{style}]", n.address)
+        t.add_row(n.name, n.mesh, f"[{style}]{n.state}[/{style}]", n.address, ", ".join(n.faults))
     console.print(t)
 
 
@@ -156,3 +157,65 @@ def recovery_cmd(
     sys.stdout.write(p.stdout)
     sys.stderr.write(p.stderr)
     raise typer.Exit(p.returncode)
+
+
+class LabFault(BaseModel):
+    kind: str
+    args: list[str]
+    nodes: list[str]
+    cleared: bool
+
+
+class LabFaultKind(BaseModel):
+    usage: str
+    description: str
+
+
+class LabFaultKinds(BaseModel):
+    faults: list[LabFaultKind]
+
+
+@app.command("fault")
+def fault_cmd(
+    fault: Annotated[str, typer.Argument(help="Fault name (`macfleet lab faults` lists them).")],
+    args: Annotated[list[str] | None, typer.Argument(help="Its arguments: nodes, seconds, version. A negative "
+                                                          "number goes after `--`.")] = None,
+    clear: Annotated[bool, typer.Option("--clear", help="Undo exactly what the fault did.")] = False,
+    name: NameOpt = "lab",
+    json_output: JsonOpt = False,
+) -> None:
+    """Turn a fault on (or off with --clear): cabling, network, RDMA, host or exo (docs/lab-faults.md)."""
+    from macfleet.lab import faults
+
+    rec = faults.fault(name, fault, list(args or []), clear=clear)
+    result = LabFault(kind=rec["kind"], args=rec["args"], nodes=rec["nodes"], cleared=clear)
+    emit(result, json_mode=json_output,
+         human=lambda r: console.print(f"{' '.join([r.kind, *r.args])}: {'cleared' if r.cleared else 'on'}"))
+
+
+@app.command("faults")
+def faults_cmd(json_output: JsonOpt = False) -> None:
+    """The faults `lab fault` can inject, one line each."""
+    from macfleet.lab import faults
+
+    result = LabFaultKinds(faults=[LabFaultKind(usage=u, description=d) for u, d in faults.describe()])
+
+    def human(r: LabFaultKinds) -> None:
+        width = max(len(f.usage) for f in r.faults)
+        for f in r.faults:
+            console.print(f"{f.usage:<{width}}  {f.description}", highlight=False, markup=False, soft_wrap=True)
+
+    emit(result, json_mode=json_output, human=human)
+
+
+@app.command("exo-build")
+def exo_build_cmd(
+    version: Annotated[str, typer.Option("--version", help="exo version the build reports, e.g. 1.0.71.")],
+    out: Annotated[Path, typer.Option("--out", help="Directory to write the build into.")],
+    broken: Annotated[bool, typer.Option("--broken", help="A build whose runner never comes up.")] = False,
+) -> None:
+    """Write an exo stand-in build usable as `macfleet rollout exo --source DIR` (docs/lab-exo.md)."""
+    from macfleet.lab.exo import build
+
+    build.write_build(out, version, broken=broken)
+    console.print(f"exo stand-in {version}{' (broken)' if broken else ''} written to {out}")

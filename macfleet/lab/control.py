@@ -312,6 +312,9 @@ def boot_node(lab: dict, node: str) -> subprocess.Popen:
     nn = ncommon.Node(ncommon.Lab(d), node)
     nn.update("boot", reset)
     nn.update("jobs", lambda j: j.clear())
+    from . import faults
+
+    faults.on_boot(lab, node)
     netns.links_up(lab, node)
     log = open(nd / "init.log", "a")  # noqa: SIM115
     run_py = d / "userland" / "run.py"
@@ -563,19 +566,23 @@ def _stop_supervisor(name: str) -> None:
 # status / power / recovery / ssh
 # ---------------------------------------------------------------------------------------------
 
-STATE_NAMES = {"on": "up", "off": "off", "booting": "booting", "shutting-down": "shutting-down"}
+STATE_NAMES = {"on": "up", "off": "off", "booting": "booting", "shutting-down": "shutting-down", "locked": "locked"}
 
 
 def status(name: str = "lab") -> list[dict]:
     lab = load(name)
     present = set(netns.netns_list())
+    from . import faults
+
+    active = faults.active_by_node(name)
     out = []
     for node, n in lab["nodes"].items():
         boot = ncommon.read_json(node_dir(name, node) / "boot.json", {})
         state = STATE_NAMES.get(boot.get("power", "off"), boot.get("power", "unknown"))
         if n["ns"] not in present:
             state = "missing"
-        out.append({"name": node, "mesh": n["mesh"], "state": state, "address": n["address"]})
+        out.append({"name": node, "mesh": n["mesh"], "state": state, "address": n["address"],
+                    "faults": active.get(node, [])})
     return out
 
 
@@ -611,7 +618,7 @@ def power(name: str, node: str, action: str) -> str:
     _request(name, node, action)
     if action == "off":
         return STATE_NAMES[_wait_state(name, node, {"off"}, 30)]
-    return STATE_NAMES[_wait_state(name, node, {"booting", "on"}, 30)]
+    return STATE_NAMES[_wait_state(name, node, {"booting", "on", "locked"}, 30)]
 
 
 RECOVERY_COMMANDS = {"rdma_ctl", "csrutil", "nvram"}

@@ -134,6 +134,19 @@ def plug(lab: dict, cable: dict) -> None:
         lines_a = [f"link set {dev} up"] if _node_on(lab, end["node"]) else []
         batch([tbf(dev, lab["tb_rate"])], ns=n["ns"], tool=TC)
         batch(lines_a, ns=n["ns"])
+        if lines_a:  # as on a Mac: the port's persisted network service re-applies its address on link-up
+            reapply_services(lab, end["node"], [dev])
+
+
+def reapply_services(lab: dict, node: str, devices: list[str] | None = None) -> None:
+    """Run the node's own network-service apply (macos/network.apply) in its namespace, for `devices` or all
+    Thunderbolt ports and the bridge, as configd does when a link comes back."""
+    import os
+
+    state = os.environ.get("MACFLEET_LAB_STATE", "/run/macfleet-lab")
+    d = f"{state}/{lab['name']}"
+    run([IP, "netns", "exec", lab["nodes"][node]["ns"], "/usr/bin/python3", "-S", "-E", f"{d}/userland/run.py",
+         f"{d}/nodes/{node}", "__netapply__", *(devices or [])])
 
 
 def unplug(lab: dict, cable: dict) -> None:

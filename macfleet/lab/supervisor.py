@@ -19,6 +19,7 @@ import threading
 import time
 import traceback
 
+from . import faults
 from .control import boot_node, halt_node, lab_dir
 from .macos.common import read_json
 
@@ -33,16 +34,25 @@ def main(name: str) -> int:
     def handle(lab: dict, node: str, action: str) -> None:
         try:
             boot = read_json(d / "nodes" / node / "boot.json", {})
+            if action != "reboot" and boot.get("authrestart"):  # authrestart covers a software restart only
+                from .macos.common import Lab
+
+                Lab(d).node(node).update("boot", lambda b: b.pop("authrestart", None))
             if action in ("reboot", "cycle", "halt", "off") and boot.get("power") != "off":
                 halt_node(lab, node)
             if action in ("reboot", "cycle", "on"):
-                delay = float(lab.get("boot_seconds", 0))
+                delay = faults.boot_seconds(lab, node, float(lab.get("boot_seconds", 0)))
                 if delay:
                     from .macos.common import Lab
 
                     Lab(d).node(node).update("boot", lambda b: b.__setitem__("power", "booting"))
                     if stop.wait(delay):
                         return
+                if faults.locked_at_boot(lab, node):  # FileVault: waits at the unlock screen
+                    from .macos.common import Lab
+
+                    Lab(d).node(node).update("boot", lambda b: b.update(power="locked", locked_at=time.time()))
+                    return
                 children.append(boot_node(lab, node))
         except Exception:
             traceback.print_exc()

@@ -28,6 +28,11 @@ COMMANDS = {
     "reboot": "system:reboot",
     "halt": "system:halt",
     "launchctl": "launchd:launchctl",
+    "date": "tools:date",
+    "df": "tools:df",
+    "plutil": "tools:plutil",
+    "route": "tools:route",
+    "netstat": "tools:netstat",
 }
 STANDINS = (*COMMANDS, "ping")
 
@@ -46,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
         from . import init
 
         return init.main(node)
+    if cmd == "__netapply__":  # the lab applying persisted services after a replug or a fault (as configd)
+        from . import network
+
+        network.apply(node, set(args) or None)
+        return 0
     target = COMMANDS.get(cmd)
     if target is None:
         sys.stderr.write(f"{cmd}: command not found\n")

@@ -62,23 +62,40 @@ def bridge_address(node: Node) -> str:
     return f"169.254.{(n * 37) % 254 + 1}.{(n * 11) % 250 + 2}"
 
 
+def apipa_address(node: Node, device: str) -> str:
+    """A self-assigned 169.254/16 address (what macOS picks for a DHCP service with no server)."""
+    import hashlib
+
+    h = hashlib.sha256(f"{node.info['mac_base']}/{device}".encode()).digest()
+    return f"169.254.{h[0] % 254 + 1}.{h[1] % 253 + 1}"
+
+
 def apply(node: Node, devices: set[str] | None = None) -> None:
-    """Make the namespace match the persisted services (for `devices`, or all Thunderbolt ones)."""
+    """Make the namespace match the persisted services (for `devices`, or all Thunderbolt ones).
+
+    With the Thunderbolt Bridge on, every Thunderbolt port is a member of bridge0 and has no IPv4 of its own
+    (the bridge has the 169.254 address); turning the bridge on or off re-applies every port. With the
+    lab fault `apipa` (persist "apipa"), a DHCP service on a port with carrier self-assigns 169.254/16."""
     persist = node.persist
     links = Links()
     tb_devs = [p["device"] for p in node.ports]
-    scope = set(tb_devs) | {BRIDGE} if devices is None else set(devices)
     services = persist.get("services", [])
+    bridge_on = any(port_device(node, s["port"]) == BRIDGE and s.get("enabled") for s in services)
+    whole = devices is None or bridge_on != links.exists(BRIDGE)
+    scope = set(tb_devs) | {BRIDGE} if whole else set(devices)
     want: dict[str, list[tuple[str, int]]] = {d: [] for d in tb_devs}
-    bridge_on = False
     for svc in services:
         dev = port_device(node, svc["port"])
-        if dev == BRIDGE and svc.get("enabled"):
-            bridge_on = True
-        if dev in want and svc.get("enabled") and svc.get("config") == "manual" and svc.get("ip"):
+        if dev not in want or not svc.get("enabled") or bridge_on:
+            continue
+        if svc.get("config") == "manual" and svc.get("ip"):
             want[dev].append((svc["ip"], mask_to_prefix(svc["mask"])))
+        elif persist.get("apipa") and links.carrier(dev):
+            want[dev].append((apipa_address(node, dev), 16))
     lines: list[str] = []
     mtus = persist.get("mtu", {})
+    if BRIDGE in scope and not bridge_on and links.exists(BRIDGE):
+        lines.append(f"link del {BRIDGE}")
     for dev in tb_devs:
         if dev not in scope or not links.exists(dev):
             continue
@@ -90,14 +107,13 @@ def apply(node: Node, devices: set[str] | None = None) -> None:
             lines.append(f"addr add {ip}/{prefix} dev {dev}")
         if str(links.mtu(dev)) != str(mtus.get(dev, 1500)):
             lines.append(f"link set dev {dev} mtu {mtus.get(dev, 1500)}")
-    if BRIDGE in scope:
-        if bridge_on and not links.exists(BRIDGE):
-            lines.append(f"link add {BRIDGE} type bridge stp_state 1 forward_delay 200")
-            lines += [f"link set dev {d} master {BRIDGE}" for d in tb_devs if links.exists(d)]
-            lines.append(f"addr add {bridge_address(node)}/16 dev {BRIDGE}")
-            lines.append(f"link set dev {BRIDGE} up")
-        elif not bridge_on and links.exists(BRIDGE):
-            lines.append(f"link del {BRIDGE}")
+        if bridge_on and links.exists(BRIDGE) and links.master(dev) != BRIDGE:
+            lines.append(f"link set dev {dev} master {BRIDGE}")
+    if BRIDGE in scope and bridge_on and not links.exists(BRIDGE):
+        lines.append(f"link add {BRIDGE} type bridge stp_state 1 forward_delay 200")
+        lines += [f"link set dev {d} master {BRIDGE}" for d in tb_devs if links.exists(d)]
+        lines.append(f"addr add {bridge_address(node)}/16 dev {BRIDGE}")
+        lines.append(f"link set dev {BRIDGE} up")
     ip_batch(lines)
 
 
@@ -440,10 +456,12 @@ def ifconfig(node: Node, args: list[str]) -> int:
                 if a == ip:
                     lines.append(f"addr del {a}/{p} dev {name}")
         else:
+            alias = "alias" in words or "add" in words
+            words = [w for w in words if w not in ("alias", "add")]  # BSD takes `alias` anywhere
             ip, prefix = _parse_addr(words)
             if prefix is None:
                 prefix = 8 if ip.startswith("10.") else 16 if ip.startswith(("169.254.", "172.")) else 24
-            if "alias" not in words and "add" not in words:
+            if not alias:
                 lines += [f"addr del {a}/{p} dev {name}" for a, p in links.ipv4(name)]
             import ipaddress
 

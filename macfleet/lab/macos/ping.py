@@ -26,11 +26,32 @@ def _checksum(data: bytes) -> int:
     return ~s & 0xFFFF
 
 
+def _split_attached(args: list[str]) -> list[str]:
+    """BSD getopt: `-c1` is `-c 1`, `-qc1` is `-q -c 1`."""
+    out: list[str] = []
+    for a in args:
+        if a.startswith("-") and len(a) > 2 and not a[1].isdigit():
+            j = 1
+            while j < len(a):
+                c = a[j]
+                if c in "citWsS":
+                    out.append("-" + c)
+                    if j + 1 < len(a):
+                        out.append(a[j + 1:])
+                    break
+                out.append("-" + c)
+                j += 1
+        else:
+            out.append(a)
+    return out
+
+
 def ping(args: list[str]) -> int:
     count, interval, timeout, wait_ms, quiet, size, src, once = None, 1.0, None, 10000, False, 56, None, False
     host = None
     i = 0
     try:
+        args = _split_attached(args)
         while i < len(args):
             a = args[i]
             if a == "-c":

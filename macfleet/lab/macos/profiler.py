@@ -55,6 +55,51 @@ def _peer_item(node: Node, receptacle: int, links: Links) -> dict | None:
     }
 
 
+def _foreign_item(foreign: dict) -> dict:
+    """A Mac that is not part of the lab (lab fault `unknown-mac`): its bus domain UUID matches no node."""
+    return {
+        "_name": foreign["marketing_name"],
+        "device_id_key": "0xA",
+        "device_name_key": foreign["model_identifier"],
+        "domain_uuid_key": foreign["domain_uuid"],
+        "services_title": [
+            {"_name": "service_ip", "protocol_id_key": 1, "protocol_revision_key": 1, "protocol_version_key": 1,
+             "service_uuid_key": foreign["ip_uuid"]},
+            {"_name": "unknown_xd_service", "protocol_id_key": 64087, "protocol_revision_key": 0,
+             "protocol_version_key": 1, "service_key_key": SERVICE_KEY_RDMA, "service_uuid_key": foreign["rdma_uuid"]},
+        ],
+        "vendor_id_key": "0x0A27",
+        "vendor_name_key": "Apple Inc.",
+    }
+
+
+def _dock_item(hub: dict, inner: dict | None) -> dict:
+    """A dock between two Macs (lab fault `via-hub`), shaped as macos__sp_thunderbolt_json_mbp_tb5_dock_1."""
+    item: dict = {}
+    if inner is not None:
+        item["_items"] = [inner]
+    free = {"current_speed_key": "Up to 40 Gb/s", "link_status_key": "0x7", "micro_version_key": "0.88.0",
+            "receptacle_status_key": "receptacle_no_devices_connected"}
+    item.update({
+        "_name": hub["name"],
+        "device_id_key": hub.get("device_id", "0x708"),
+        "device_name_key": hub["name"],
+        "device_revision_key": "0x3",
+        "mode_key": "usb_four",
+        "receptacle_2_tag": dict(free),
+        "receptacle_3_tag": dict(free),
+        "receptacle_upstream_ambiguous_tag": {"current_speed_key": hub.get("speed", "40 Gb/s"),
+                                              "link_status_key": "0x2", "micro_version_key": "0.88.0",
+                                              "receptacle_status_key": "receptacle_connected"},
+        "route_string_key": "1",
+        "switch_uid_key": hub["switch_uid"],
+        "switch_version_key": "41.1",
+        "vendor_id_key": "0x2B89",
+        "vendor_name_key": hub["vendor"],
+    })
+    return item
+
+
 def thunderbolt_items(node: Node) -> list[dict]:
     links = Links()
     boot = node.boot
@@ -62,10 +107,17 @@ def thunderbolt_items(node: Node) -> list[dict]:
     for port in sorted(node.ports, key=lambda p: p["receptacle"], reverse=True):
         r = port["receptacle"]
         dev = port["device"]
-        hit = node.peer(r)
+        hit = node.lab.cable_at(node.name, r)
         connected = hit is not None and links.carrier(dev)
         bus: dict = {}
-        item = _peer_item(node, r, links) if connected else None
+        item = None
+        if connected and hit[0].get("foreign"):
+            item = _foreign_item(hit[0]["foreign"])
+        elif connected and hit[0].get("hub"):
+            hub = hit[0]["hub"]
+            item = _dock_item(hub, _peer_item(node, r, links) if hub.get("sees") == node.name else None)
+        elif connected:
+            item = _peer_item(node, r, links)
         if item is not None:
             bus["_items"] = [item]
         bus["_name"] = f"thunderboltusb4_bus_{r - 1}"
@@ -74,6 +126,8 @@ def thunderbolt_items(node: Node) -> list[dict]:
         if connected:
             kind = hit[0].get("kind", "tb5")
             speed = SPEED_BY_KIND.get(kind, "40 Gb/s")
+            if hit[0].get("hub"):
+                speed = hit[0]["hub"].get("speed", "40 Gb/s")
             if port["max_speed_gbps"] < 120:
                 speed = "40 Gb/s"
             tag = {
@@ -122,29 +176,38 @@ def _text(items: list[dict]) -> str:
             "",
         ]
         for item in bus.get("_items", []):
-            out += [
-                f"        {item['_name']}:",
-                "",
-                f"          Vendor Name: {item['vendor_name_key']}",
-                f"          Device Name: {item['device_name_key']}",
-                f"          Device ID: {item['device_id_key']}",
-                f"          Vendor ID: {item['vendor_id_key']}",
-                f"          Domain UUID: {item['domain_uuid_key']}",
-                "          Services:",
-            ]
-            for svc in item["services_title"]:
-                title = "Internet Protocol" if svc["_name"] == "service_ip" else "Service: Unknown"
-                out += [
-                    f"            {title}:",
-                    f"              Protocol ID: {svc['protocol_id_key']}",
-                    f"              Protocol Version: {svc['protocol_version_key']}",
-                    f"              Protocol Revision: {svc['protocol_revision_key']}",
-                ]
-                if "service_key_key" in svc:
-                    out.append(f"              Service Key: {svc['service_key_key']}")
-                out.append(f"              Service UUID: {svc['service_uuid_key']}")
-            out.append("")
+            out += _item_text(item, 8)
     return "\n".join(out) + "\n"
+
+
+def _item_text(item: dict, indent: int) -> list[str]:
+    pad = " " * indent
+    out = [f"{pad}{item['_name']}:", "", f"{pad}  Vendor Name: {item['vendor_name_key']}",
+           f"{pad}  Device Name: {item['device_name_key']}"]
+    if "mode_key" in item:  # a dock / device: route string and UID, no domain UUID
+        up = item.get("receptacle_upstream_ambiguous_tag", {})
+        out += [f"{pad}  Mode: USB4", f"{pad}  Device ID: {item['device_id_key']}",
+                f"{pad}  Vendor ID: {item['vendor_id_key']}", f"{pad}  UID: {item['switch_uid_key']}",
+                f"{pad}  Route String: {item['route_string_key']}", f"{pad}  Port (Upstream):",
+                f"{pad}      Status: Device connected", f"{pad}      Speed: {up.get('current_speed_key', '')}", ""]
+        for inner in item.get("_items", []):
+            out += _item_text(inner, indent + 4)
+        return out
+    out += [f"{pad}  Device ID: {item['device_id_key']}", f"{pad}  Vendor ID: {item['vendor_id_key']}",
+            f"{pad}  Domain UUID: {item['domain_uuid_key']}", f"{pad}  Services:"]
+    for svc in item["services_title"]:
+        title = "Internet Protocol" if svc["_name"] == "service_ip" else "Service: Unknown"
+        out += [
+            f"{pad}    {title}:",
+            f"{pad}      Protocol ID: {svc['protocol_id_key']}",
+            f"{pad}      Protocol Version: {svc['protocol_version_key']}",
+            f"{pad}      Protocol Revision: {svc['protocol_revision_key']}",
+        ]
+        if "service_key_key" in svc:
+            out.append(f"{pad}      Service Key: {svc['service_key_key']}")
+        out.append(f"{pad}      Service UUID: {svc['service_uuid_key']}")
+    out.append("")
+    return out
 
 
 def _json(data_type: str, items: list[dict]) -> str:

@@ -1,0 +1,861 @@
+"""Lab faults: every failure a real Thunderbolt mesh shows, on demand (`macfleet lab fault`, docs/lab-faults.md).
+
+A fault is a small change of the lab's state — the plan (`lab.json` cables), a node's `persist.json` /
+`boot.json`, the exo stand-in's overlay `~/.exo/lab_faults.json` — plus the matching namespace change (veth
+moved or down, tc rate, addresses), so the macOS stand-ins and the exo stand-in show it where a Mac would,
+and nowhere else. Active faults are recorded in `<state>/faults.json` with what `--clear` needs to undo
+exactly what was done. Reboots keep or clear them as a Mac would (`on_boot`, called by every boot):
+
+  kept    cabling, bridge-on, apipa, ip-drift saved, rdma-off, slow-boot, os-mismatch, filevault-on,
+          disk-full, sleep-on, clock-skew, exo-version      (settings, disk, hardware: until --clear)
+  cleared ip-drift live, hang, qp-exhausted, wired-limit-lost, exo-down, exo-runner-failed (at the node's boot)
+  rdma-wedge  only once every node of its mesh has booted within WEDGE_WINDOW_S of each other, after the
+              fault; rebooting the wedged node alone leaves it wedged.
+
+Every argument is checked before anything changes (UsageError, exit 2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import ipaddress
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from macfleet.errors import LabError, UsageError
+
+from . import netns
+from . import spec as specmod
+from .macos import common as ncommon
+
+WEDGE_WINDOW_S = 600.0  # rdma-wedge clears when all nodes of the mesh booted within 10 minutes of each other
+OTHER_BUILD = {"version": "26.4.1", "build": "25E253"}  # a build seen in the field (mlx.md §4)
+OTHER_BUILD_2 = {"version": "26.2", "build": "25C56"}
+QP_EBUSY = "[jaccl] Creating the queue pair failed with errno 16"
+DOCK = {"name": "Thunderbolt 4 Docking Station (8-in-1)", "vendor": "Ugreen Group Limited", "device_id": "0x708",
+        "speed": "40 Gb/s"}  # shape of shared/samples/macos__sp_thunderbolt_json_mbp_tb5_dock_1.json
+EXO_LABEL = "org.macfleet.exo"
+
+
+# ---------------------------------------------------------------------------------------------
+# State: lab dir, records, node files
+# ---------------------------------------------------------------------------------------------
+
+
+class Ctx:
+    """One fault operation on one lab: the plan, paths, node helpers."""
+
+    def __init__(self, name: str):
+        from . import control
+
+        self.control = control
+        self.name = name
+        self.dir = control.lab_dir(name)
+        self.lab = control.load(name)
+
+    def reload(self) -> None:
+        self.lab = self.control.load(self.name)
+
+    def save_plan(self) -> None:
+        ncommon.write_json(self.dir / "lab.json", self.lab)
+
+    def node(self, node: str) -> ncommon.Node:
+        return ncommon.Node(ncommon.Lab(self.dir), node)
+
+    def ns(self, node: str) -> str:
+        return self.lab["nodes"][node]["ns"]
+
+    def power(self, node: str) -> str:
+        return ncommon.read_json(self.dir / "nodes" / node / "boot.json", {}).get("power", "off")
+
+    def on(self, node: str) -> bool:
+        return self.power(node) == "on"
+
+    def exo_overlay(self, node: str) -> str:
+        return os.path.join(self.dir, "nodes", node, "fs", "Users", self.lab["user"], ".exo", "lab_faults.json")
+
+    def set_overlay(self, node: str, key: str, value: object) -> None:
+        path = self.exo_overlay(node)
+        data = ncommon.read_json(path, {}) or {}
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+        if data:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            ncommon.write_json(path, data)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+    def netapply(self, node: str, devices: list[str] | None = None) -> None:
+        """Re-apply the node's persisted network services in its namespace (as configd does)."""
+        if self.power(node) in ("on", "booting"):
+            netns.reapply_services(self.lab, node, devices)
+
+    def ssh(self, node: str, command: str) -> subprocess.CompletedProcess:
+        argv = self.control.ssh_argv(self.name, node, command)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30)
+
+
+@contextlib.contextmanager
+def _locked(d):
+    with open(os.path.join(d, "faults.lock"), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def records(d) -> list[dict]:
+    return ncommon.read_json(os.path.join(d, "faults.json"), []) or []
+
+
+def _save_records(d, recs: list[dict]) -> None:
+    ncommon.write_json(os.path.join(d, "faults.json"), recs)
+
+
+def active_by_node(name: str) -> dict[str, list[str]]:
+    """{node: ["kind arg…", …]} for `lab status` (a pair fault shows on both nodes)."""
+    from . import control
+
+    out: dict[str, list[str]] = {}
+    for r in records(control.lab_dir(name)):
+        text = " ".join([r["kind"], *r["args"]])
+        for node in r.get("nodes", []):
+            out.setdefault(node, []).append(text)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Cabling helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def _ends(cable: dict) -> set[str]:
+    return {cable["a"]["node"], cable["b"]["node"]}
+
+
+def _cable_between(lab: dict, a: str, b: str) -> dict:
+    for c in lab["cables"]:
+        if _ends(c) == {a, b} and not c.get("hub") and not c.get("foreign"):
+            return c
+    raise UsageError(f"no cable between {a} and {b}", hint="see the plan: `macfleet lab status`; "
+                     "cabling faults need an existing direct cable")
+
+
+def _used(lab: dict, node: str) -> set[int]:
+    return {e["receptacle"] for c in lab["cables"] for e in (c["a"], c["b"]) if e["node"] == node}
+
+
+def _free_rdma_port(lab: dict, node: str) -> int:
+    model = lab["models"][lab["nodes"][node]["model"]]
+    used = _used(lab, node)
+    for p in model["ports"]:
+        if p["rdma_capable"] and p["receptacle"] not in used:
+            return p["receptacle"]
+    raise UsageError(f"{node} has no free RDMA-capable Thunderbolt port")
+
+
+def _same(c1: dict, c2: dict) -> bool:
+    return c1["a"] == c2["a"] and c1["b"] == c2["b"]
+
+
+def _find_cable(lab: dict, cable: dict) -> dict:
+    for c in lab["cables"]:
+        if _same(c, cable):
+            return c
+    raise LabError("the faulted cable is no longer in lab.json", hint="lab.json was edited by hand?")
+
+
+def _tb_rate_half(lab: dict) -> str:
+    bits = specmod.rate_bits(lab["tb_rate"]) // 2
+    return f"{max(bits // 1000, 8)}kbit"
+
+
+def _shape(ctx: Ctx, cable: dict, rate: str) -> None:
+    for end in (cable["a"], cable["b"]):
+        dev = specmod.device_of(ctx.lab, end["node"], end["receptacle"])
+        netns.batch([netns.tbf(dev, rate)], ns=ctx.ns(end["node"]), tool=netns.TC, check=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# The faults
+# ---------------------------------------------------------------------------------------------
+
+
+def unplug_apply(ctx: Ctx, a: str, b: str) -> dict:
+    cable = _cable_between(ctx.lab, a, b)
+    ctx.lab["cables"].remove(cable)
+    ctx.save_plan()
+    netns.unplug(ctx.lab, cable)
+    return {"cable": cable}
+
+
+def unplug_clear(ctx: Ctx, data: dict, a: str, b: str) -> None:
+    ctx.lab["cables"].append(data["cable"])
+    ctx.save_plan()
+    netns.plug(ctx.lab, data["cable"])
+
+
+def slow_apply(ctx: Ctx, a: str, b: str) -> dict:
+    cable = _cable_between(ctx.lab, a, b)
+    if cable.get("kind", "tb5") != "tb5":
+        raise UsageError(f"the cable between {a} and {b} is already a {cable['kind']} cable")
+    cable["kind"] = "tb4"
+    ctx.save_plan()
+    _shape(ctx, cable, _tb_rate_half(ctx.lab))
+    return {"cable": {"a": cable["a"], "b": cable["b"]}}
+
+
+def slow_clear(ctx: Ctx, data: dict, a: str, b: str) -> None:
+    cable = _find_cable(ctx.lab, data["cable"])
+    cable["kind"] = "tb5"
+    ctx.save_plan()
+    _shape(ctx, cable, ctx.lab["tb_rate"])
+
+
+def wrong_port_apply(ctx: Ctx, a: str, b: str) -> dict:
+    cable = _cable_between(ctx.lab, a, b)
+    model = ctx.lab["models"][ctx.lab["nodes"][a]["model"]]
+    bad = [p["receptacle"] for p in model["ports"] if not p["rdma_capable"]]
+    if not bad:
+        raise UsageError(f"every Thunderbolt port of {a} ({model['slug']}) can do RDMA: there is no wrong port")
+    if bad[0] in _used(ctx.lab, a):
+        raise UsageError(f"{a} port {bad[0]} is already cabled")
+    end = "a" if cable["a"]["node"] == a else "b"
+    before = {"a": dict(cable["a"]), "b": dict(cable["b"])}
+    ctx.lab["cables"].remove(cable)
+    ctx.save_plan()
+    netns.unplug(ctx.lab, cable)
+    moved = {**cable, end: {"node": a, "receptacle": bad[0]}}
+    ctx.lab["cables"].append(moved)
+    ctx.save_plan()
+    netns.plug(ctx.lab, moved)
+    return {"before": before, "after": {"a": moved["a"], "b": moved["b"]}}
+
+
+def wrong_port_clear(ctx: Ctx, data: dict, a: str, b: str) -> None:
+    moved = _find_cable(ctx.lab, data["after"])
+    ctx.lab["cables"].remove(moved)
+    ctx.save_plan()
+    netns.unplug(ctx.lab, moved)
+    back = {**moved, **data["before"]}
+    ctx.lab["cables"].append(back)
+    ctx.save_plan()
+    netns.plug(ctx.lab, back)
+
+
+def double_apply(ctx: Ctx, a: str, b: str) -> dict:
+    _cable_between(ctx.lab, a, b)
+    ra, rb = _free_rdma_port(ctx.lab, a), _free_rdma_port(ctx.lab, b)
+    cable = {"a": {"node": a, "receptacle": ra}, "b": {"node": b, "receptacle": rb}, "kind": "tb5", "hub": None}
+    ctx.lab["cables"].append(cable)
+    ctx.save_plan()
+    netns.plug(ctx.lab, cable)
+    return {"cable": cable}
+
+
+def double_clear(ctx: Ctx, data: dict, a: str, b: str) -> None:
+    cable = _find_cable(ctx.lab, data["cable"])
+    ctx.lab["cables"].remove(cable)
+    ctx.save_plan()
+    netns.unplug(ctx.lab, cable)
+
+
+def hub_apply(ctx: Ctx, a: str, b: str) -> dict:
+    cable = _cable_between(ctx.lab, a, b)
+    uid = hashlib.sha256(f"{ctx.name}/{a}/{b}/dock".encode()).hexdigest()[:16].upper()
+    cable["hub"] = {**DOCK, "switch_uid": f"0x{uid}", "sees": a}
+    ctx.save_plan()
+    return {"cable": {"a": cable["a"], "b": cable["b"]}}
+
+
+def hub_clear(ctx: Ctx, data: dict, a: str, b: str) -> None:
+    _find_cable(ctx.lab, data["cable"])["hub"] = None
+    ctx.save_plan()
+
+
+def unknown_apply(ctx: Ctx, a: str) -> dict:
+    r = _free_rdma_port(ctx.lab, a)
+    stranger = f"unknown-mac-{a}"
+    model = ctx.lab["models"][ctx.lab["nodes"][a]["model"]]
+    cable = {"a": {"node": a, "receptacle": r}, "b": {"node": stranger, "receptacle": 2}, "kind": "tb5",
+             "hub": None,
+             "foreign": {"marketing_name": model["marketing_name"], "model_identifier": model["model_identifier"],
+                         "domain_uuid": str(uuid.uuid4()).upper(), "ip_uuid": str(uuid.uuid4()).upper(),
+                         "rdma_uuid": str(uuid.uuid4()).upper()}}
+    ctx.lab["cables"].append(cable)
+    ctx.save_plan()
+    dev = specmod.device_of(ctx.lab, a, r)
+    # the dangling peer of enX comes up: carrier, as if another Mac were at the far end
+    netns.batch([f"link set tbp-{dev} up"], ns=ctx.ns(a))
+    return {"cable": {"a": cable["a"], "b": cable["b"]}, "device": dev}
+
+
+def unknown_clear(ctx: Ctx, data: dict, a: str) -> None:
+    cable = _find_cable(ctx.lab, data["cable"])
+    ctx.lab["cables"].remove(cable)
+    ctx.save_plan()
+    netns.batch([f"link set tbp-{data['device']} down"], ns=ctx.ns(a), check=False)
+
+
+def _update_services(ctx: Ctx, node: str, fn: Callable[[dict], None]) -> dict:
+    return ctx.node(node).update("persist", fn)
+
+
+def bridge_apply(ctx: Ctx, node: str) -> dict:
+    prev = {}
+
+    def mutate(p: dict) -> None:
+        for s in p.get("services", []):
+            if s["port"] == "Thunderbolt Bridge":
+                prev["enabled"] = s.get("enabled", False)
+                s["enabled"] = True
+        if "enabled" not in prev:
+            prev["enabled"] = None
+            p.setdefault("services", []).insert(1, {"name": "Thunderbolt Bridge", "port": "Thunderbolt Bridge",
+                                                    "enabled": True, "config": "dhcp"})
+
+    if any(s["port"] == "Thunderbolt Bridge" and s.get("enabled") for s in ctx.node(node).persist.get("services", [])):
+        raise UsageError(f"the Thunderbolt Bridge of {node} is already on")
+    _update_services(ctx, node, mutate)
+    ctx.netapply(node)
+    return prev
+
+
+def bridge_clear(ctx: Ctx, data: dict, node: str) -> None:
+    def mutate(p: dict) -> None:
+        svcs = p.get("services", [])
+        for s in list(svcs):
+            if s["port"] == "Thunderbolt Bridge":
+                if data.get("enabled") is None:
+                    svcs.remove(s)
+                else:
+                    s["enabled"] = data["enabled"]
+
+    _update_services(ctx, node, mutate)
+    ctx.netapply(node)
+
+
+def _first_addressed_port(ctx: Ctx, node: str) -> tuple[str, str, int]:
+    import json
+
+    lab = ctx.lab
+    for r in sorted(_used(lab, node)):
+        dev = specmod.device_of(lab, node, r)
+        out = netns.run(["ip", "-n", ctx.ns(node), "-j", "-4", "addr", "show", "dev", dev], check=False).stdout
+        for link in json.loads(out or "[]"):
+            for a in link.get("addr_info", []):
+                return dev, a["local"], a["prefixlen"]
+    raise UsageError(f"no Thunderbolt port of {node} has an IPv4 address to drift")
+
+
+def drift_apply(ctx: Ctx, node: str, mode: str = "live") -> dict:
+    if mode not in ("live", "saved"):
+        raise UsageError(f"bad ip-drift mode {mode!r}", hint="live (ifconfig: lost at reboot) or saved "
+                         "(networksetup: kept)")
+    dev, ip, prefix = _first_addressed_port(ctx, node)
+    idx = ctx.lab["nodes"][node]["index"]
+    new = str(ipaddress.IPv4Address("10.213.254.0") + (idx % 64) * 4 + 1)
+    if mode == "live":
+        netns.batch([f"addr del {ip}/{prefix} dev {dev}", f"addr add {new}/30 dev {dev}"], ns=ctx.ns(node))
+        return {"dev": dev, "old": [ip, prefix], "new": [new, 30], "boot_id": ctx.node(node).boot.get("boot_id")}
+    port = next(p["receptacle"] for p in ctx.lab["models"][ctx.lab["nodes"][node]["model"]]["ports"]
+                if p["device"] == dev)
+    old_svc: dict = {}
+
+    def mutate(p: dict) -> None:
+        for s in p.get("services", []):
+            if s["port"] == f"Thunderbolt {port}" and s.get("ip") == ip:
+                old_svc.update(s)
+                s["ip"], s["mask"] = new, "255.255.255.252"
+
+    _update_services(ctx, node, mutate)
+    if not old_svc:
+        raise UsageError(f"{node} {dev} has no saved manual service to change", hint="use `ip-drift NODE live`")
+    ctx.netapply(node, [dev])
+    return {"dev": dev, "service": old_svc}
+
+
+def drift_clear(ctx: Ctx, data: dict, node: str, mode: str = "live") -> None:
+    dev = data["dev"]
+    if "service" in data:
+        old = data["service"]
+
+        def mutate(p: dict) -> None:
+            for s in p.get("services", []):
+                if s["name"] == old["name"]:
+                    s.clear()
+                    s.update(old)
+
+        _update_services(ctx, node, mutate)
+        ctx.netapply(node, [dev])
+        return
+    (ip, prefix), (new, nprefix) = data["old"], data["new"]
+    netns.batch([f"addr del {new}/{nprefix} dev {dev}"], ns=ctx.ns(node), check=False)
+    netns.batch([f"addr replace {ip}/{prefix} dev {dev}"], ns=ctx.ns(node), check=False)
+
+
+def apipa_apply(ctx: Ctx, node: str) -> dict:
+    saved: list[dict] = []
+
+    def mutate(p: dict) -> None:
+        for s in p.get("services", []):
+            if s["port"].startswith("Thunderbolt ") and s["port"] != "Thunderbolt Bridge" \
+                    and s.get("config") == "manual":
+                saved.append(dict(s))
+                s.update(config="dhcp", ip=None, mask=None, router=None)
+        p["apipa"] = True
+
+    _update_services(ctx, node, mutate)
+    ctx.netapply(node)
+    return {"services": saved}
+
+
+def apipa_clear(ctx: Ctx, data: dict, node: str) -> None:
+    by_name = {s["name"]: s for s in data["services"]}
+
+    def mutate(p: dict) -> None:
+        p.pop("apipa", None)
+        for s in p.get("services", []):
+            if s["name"] in by_name:
+                s.clear()
+                s.update(by_name[s["name"]])
+
+    _update_services(ctx, node, mutate)
+    ctx.netapply(node)
+
+
+def _persist_set(key: str, value_of: Callable[[Ctx, list[str]], object]):
+    """A fault that sets persist[key]; clear puts back what was there (or removes it)."""
+
+    def apply(ctx: Ctx, node: str, *rest: str) -> dict:
+        prev = {}
+        value = value_of(ctx, [node, *rest])
+
+        def mutate(p: dict) -> None:
+            prev["had"] = key in p
+            prev["value"] = p.get(key)
+            p[key] = value
+
+        ctx.node(node).update("persist", mutate)
+        return prev
+
+    def clear(ctx: Ctx, data: dict, node: str, *rest: str) -> None:
+        def mutate(p: dict) -> None:
+            if data.get("had"):
+                p[key] = data.get("value")
+            else:
+                p.pop(key, None)
+
+        ctx.node(node).update("persist", mutate)
+
+    return apply, clear
+
+
+def _other_build(ctx: Ctx, args: list[str]) -> dict:
+    cur = ctx.node(args[0]).persist.get("os", {})
+    return dict(OTHER_BUILD_2 if cur.get("build") == OTHER_BUILD["build"] else OTHER_BUILD)
+
+
+def _secs(text: str, *, signed: bool = False, hi: float = 3600) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise UsageError(f"bad number of seconds {text!r}") from None
+    if (v < 0 and not signed) or abs(v) > (hi if not signed else 10 * 365 * 86400):
+        raise UsageError(f"seconds out of range: {text}")
+    return v
+
+
+rdma_off_apply, rdma_off_clear = _persist_set("rdma", lambda ctx, a: False)
+slow_boot_apply, slow_boot_clear = _persist_set("lab_boot_seconds", lambda ctx, a: _secs(a[1], hi=600))
+os_apply, os_clear = _persist_set("os", _other_build)
+fv_apply_base, fv_clear_base = _persist_set("filevault", lambda ctx, a: True)
+disk_apply, disk_clear = _persist_set("disk_full", lambda ctx, a: True)
+skew_apply, skew_clear = _persist_set("clock_skew", lambda ctx, a: _secs(a[1], signed=True))
+
+
+def rdma_off_check(ctx: Ctx, node: str) -> None:
+    if not ctx.node(node).persist.get("rdma"):
+        raise UsageError(f"RDMA is already off on {node}")
+
+
+def fv_check(ctx: Ctx, node: str) -> None:
+    if ctx.node(node).persist.get("filevault"):
+        raise UsageError(f"FileVault is already on on {node}")
+
+
+def fv_clear(ctx: Ctx, data: dict, node: str) -> None:
+    """The operator types the password at the unlock screen and turns FileVault off."""
+    fv_clear_base(ctx, data, node)
+    if ctx.power(node) == "locked":
+        ctx.control._request(ctx.name, node, "on")
+
+
+def sleep_apply(ctx: Ctx, node: str) -> dict:
+    from .macos.system import PMSET_FRESH
+
+    prev = {}
+
+    def mutate(p: dict) -> None:
+        cur = p.get("pmset") or dict(PMSET_FRESH)
+        prev["sleep"] = cur.get("sleep")
+        cur["sleep"] = "10"
+        p["pmset"] = cur
+
+    ctx.node(node).update("persist", mutate)
+    return prev
+
+
+def sleep_clear(ctx: Ctx, data: dict, node: str) -> None:
+    def mutate(p: dict) -> None:
+        cur = p.get("pmset") or {}
+        if data.get("sleep") is None:
+            cur.pop("sleep", None)
+        else:
+            cur["sleep"] = data["sleep"]
+        p["pmset"] = cur
+
+    ctx.node(node).update("persist", mutate)
+
+
+def sleep_check(ctx: Ctx, node: str) -> None:
+    if (ctx.node(node).persist.get("pmset") or {}).get("sleep") not in (None, "0"):
+        raise UsageError(f"{node} already sleeps (pmset sleep is not 0)")
+
+
+def _boot_flags(ctx: Ctx, node: str, **flags) -> dict:
+    prev = {}
+
+    def mutate(b: dict) -> None:
+        for k, v in flags.items():
+            prev[k] = b.get(k)
+            if v is None:
+                b.pop(k, None)
+            else:
+                b[k] = v
+
+    ctx.node(node).update("boot", mutate)
+    return prev
+
+
+def wedge_apply(ctx: Ctx, node: str) -> dict:
+    _boot_flags(ctx, node, rdma_hang=True, rdma_wedged=True)
+    mesh = ctx.lab["nodes"][node]["mesh"]
+    return {"mesh_nodes": next(m["nodes"] for m in ctx.lab["meshes"] if m["name"] == mesh), "boots": {},
+            "since": time.time()}
+
+
+def wedge_clear(ctx: Ctx, data: dict, node: str) -> None:
+    _boot_flags(ctx, node, rdma_hang=None, rdma_wedged=None)
+
+
+def qp_apply(ctx: Ctx, node: str) -> dict:
+    ctx.set_overlay(node, "runnerFailed", QP_EBUSY)
+    return {}
+
+
+def qp_clear(ctx: Ctx, data: dict, node: str) -> None:
+    ctx.set_overlay(node, "runnerFailed", None)
+
+
+def hang_apply(ctx: Ctx, node: str) -> dict:
+    if not ctx.on(node):
+        raise UsageError(f"{node} is {ctx.power(node)}: only a running Mac can hang")
+    for pid in netns.netns_pids(ctx.ns(node)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+    devs = ["en0", *specmod.tb_devices(ctx.lab, node)]
+    netns.batch([f"link set {d} down" for d in devs], ns=ctx.ns(node), check=False)
+    _boot_flags(ctx, node, hung=True)
+    return {}
+
+
+def hang_clear(ctx: Ctx, data: dict, node: str) -> None:
+    """Only a power cycle brings a hung Mac back: --clear presses the button (as `lab power NODE cycle`)."""
+    ctx.control.power(ctx.name, node, "cycle")
+
+
+def wired_apply(ctx: Ctx, node: str) -> dict:
+    prev = _boot_flags(ctx, node, wired_limit_mb=0)
+    return {"value": prev.get("wired_limit_mb") or 0, "boot_id": ctx.node(node).boot.get("boot_id")}
+
+
+def wired_clear(ctx: Ctx, data: dict, node: str) -> None:
+    if ctx.node(node).boot.get("boot_id") == data.get("boot_id"):
+        _boot_flags(ctx, node, wired_limit_mb=data.get("value", 0))
+
+
+def _exo_check(ctx: Ctx, node: str) -> None:
+    if not ctx.lab.get("exo"):
+        raise UsageError(f"lab {ctx.name!r} has no exo (it was brought up with --no-exo or --fresh)")
+
+
+def exo_down_apply(ctx: Ctx, node: str) -> dict:
+    if not ctx.on(node):
+        raise UsageError(f"{node} is {ctx.power(node)}")
+    p = ctx.ssh(node, f"launchctl bootout gui/$(id -u)/{EXO_LABEL}")
+    if p.returncode != 0:
+        raise LabError(f"{node}: launchctl bootout failed: {p.stderr.strip() or p.stdout.strip()}")
+    return {}
+
+
+def exo_down_clear(ctx: Ctx, data: dict, node: str) -> None:
+    if not ctx.on(node):
+        return
+    p = ctx.ssh(node, f"launchctl bootstrap gui/$(id -u) ~/Library/LaunchAgents/{EXO_LABEL}.plist")
+    if p.returncode != 0:
+        raise LabError(f"{node}: launchctl bootstrap failed: {p.stderr.strip() or p.stdout.strip()}")
+
+
+def exo_version_apply(ctx: Ctx, node: str, version: str) -> dict:
+    if not version or any(c.isspace() for c in version) or len(version) > 40:
+        raise UsageError(f"bad exo version {version!r}")
+    ctx.set_overlay(node, "version", version)
+    return {}
+
+
+def exo_version_clear(ctx: Ctx, data: dict, node: str, version: str) -> None:
+    ctx.set_overlay(node, "version", None)
+
+
+def runner_apply(ctx: Ctx, node: str) -> dict:
+    ctx.set_overlay(node, "runnerFailed", True)
+    return {}
+
+
+def runner_clear(ctx: Ctx, data: dict, node: str) -> None:
+    ctx.set_overlay(node, "runnerFailed", None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Registry
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    params: tuple[str, ...]  # "A"/"B"/"NODE" are nodes; "[X]" is optional
+    group: str
+    description: str
+    apply: Callable
+    clear: Callable
+    reboot: str = "kept"  # kept | cleared | mesh (rdma-wedge)
+    pair: bool = False  # A B order does not matter for --clear
+    check: Callable | None = None  # extra precondition, run before apply
+    exo: bool = False
+
+    @property
+    def usage(self) -> str:
+        return " ".join([self.name, *self.params])
+
+    def nodes_of(self, args: list[str]) -> list[str]:
+        return [a for p, a in zip(self.params, args, strict=False) if p in ("A", "B", "NODE")]
+
+
+FAULTS: dict[str, Fault] = {f.name: f for f in (
+    Fault("unplug", ("A", "B"), "cabling", "pull the A-B cable (--clear plugs it back, addresses re-applied)",
+          unplug_apply, unplug_clear, pair=True),
+    Fault("slow-cable", ("A", "B"), "cabling", "the A-B cable is a TB4 one: trains at 40 Gb/s, no RDMA",
+          slow_apply, slow_clear, pair=True),
+    Fault("wrong-port", ("A", "B"), "cabling", "the A end moves to the port that cannot do RDMA "
+          "(Mac Studio: Thunderbolt 1, en2, next to Ethernet)", wrong_port_apply, wrong_port_clear),
+    Fault("double-cable", ("A", "B"), "cabling", "a second cable between A and B (free RDMA ports)",
+          double_apply, double_clear, pair=True),
+    Fault("via-hub", ("A", "B"), "cabling", "the A-B cable runs through a dock: only A sees B (nested), B sees "
+          "the dock", hub_apply, hub_clear),
+    Fault("unknown-mac", ("A",), "cabling", "a Mac not in the inventory is cabled to a free port of A",
+          unknown_apply, unknown_clear),
+    Fault("bridge-on", ("NODE",), "network", "Thunderbolt Bridge back on: ports are bridge0 members, IPv4 only "
+          "on bridge0 (169.254), no IPv4-mapped GID on the RDMA ports", bridge_apply, bridge_clear),
+    Fault("ip-drift", ("NODE", "[live|saved]"), "network", "the first addressed Thunderbolt port gets another "
+          "address: live = ifconfig (lost at reboot), saved = networksetup (kept)", drift_apply, drift_clear,
+          reboot="live"),
+    Fault("apipa", ("NODE",), "network", "only 169.254 self-assigned addresses on the Thunderbolt ports "
+          "(services on DHCP, no server)", apipa_apply, apipa_clear),
+    Fault("rdma-off", ("NODE",), "rdma", "RDMA disabled (rdma_ctl status: disabled, no rdma_enX)",
+          rdma_off_apply, rdma_off_clear, check=rdma_off_check),
+    Fault("rdma-wedge", ("NODE",), "rdma", "RDMA stack wedged: ibv_devinfo hangs, ports to it stay down, exo's "
+          "runner fails with RTR errno 22 / no protection domain; clears only when every node of the mesh "
+          f"rebooted within {WEDGE_WINDOW_S / 60:g} min", wedge_apply, wedge_clear, reboot="mesh"),
+    Fault("qp-exhausted", ("NODE",), "rdma", "queue pairs exhausted: exo's runner fails with errno 16 (EBUSY); "
+          "a reboot of the node clears it", qp_apply, qp_clear, reboot="cleared", exo=True),
+    Fault("hang", ("NODE",), "host", "the Mac hangs: no SSH, no ping, ports dark; only a power cycle helps "
+          "(--clear does `lab power NODE cycle`)", hang_apply, hang_clear, reboot="cleared"),
+    Fault("slow-boot", ("NODE", "SECS"), "host", "every boot of NODE takes SECS seconds",
+          slow_boot_apply, slow_boot_clear),
+    Fault("os-mismatch", ("NODE",), "host", "NODE runs another macOS build (sw_vers, sysctl, exo identity)",
+          os_apply, os_clear),
+    Fault("filevault-on", ("NODE",), "host", "FileVault on: after a reboot the node waits at the unlock screen "
+          "(unreachable) unless restarted with `fdesetup authrestart`; --clear unlocks it and turns it off",
+          fv_apply_base, fv_clear, check=fv_check),
+    Fault("disk-full", ("NODE",), "host", "the Data volume is full (df)", disk_apply, disk_clear),
+    Fault("sleep-on", ("NODE",), "host", "pmset sleep 10", sleep_apply, sleep_clear, check=sleep_check),
+    Fault("wired-limit-lost", ("NODE",), "host", "iogpu.wired_limit_mb back to 0 (as after a reboot)",
+          wired_apply, wired_clear, reboot="cleared"),
+    Fault("clock-skew", ("NODE", "SECS"), "host", "NODE's clock is off by SECS seconds (date)",
+          skew_apply, skew_clear),
+    Fault("exo-down", ("NODE",), "exo", "exo's LaunchAgent is booted out (a reboot starts it again)",
+          exo_down_apply, exo_down_clear, reboot="cleared", exo=True),
+    Fault("exo-version", ("NODE", "VERSION"), "exo", "NODE's exo advertises another version: peers drop it",
+          exo_version_apply, exo_version_clear, exo=True),
+    Fault("exo-runner-failed", ("NODE",), "exo", "exo's runner crashed (RunnerFailed: Terminated (signal=11 "
+          "(Segmentation fault: 11))) in /state and the log; a reboot clears it", runner_apply, runner_clear,
+          reboot="cleared", exo=True),
+)}
+
+
+def describe() -> list[tuple[str, str]]:
+    return [(f.usage, f.description) for f in FAULTS.values()]
+
+
+def _validate(ctx: Ctx, fault: Fault, args: list[str]) -> None:
+    required = [p for p in fault.params if not p.startswith("[")]
+    if not len(required) <= len(args) <= len(fault.params):
+        raise UsageError(f"{fault.name} takes {' '.join(fault.params)}; got {len(args)} argument(s)",
+                         hint=f"usage: macfleet lab fault {fault.usage} [--clear]")
+    nodes = fault.nodes_of(args)
+    for n in nodes:
+        if n not in ctx.lab["nodes"]:
+            raise UsageError(f"no node {n!r} in lab {ctx.name!r}", hint="nodes: " + ", ".join(ctx.lab["nodes"]))
+    if len(nodes) == 2:
+        a, b = nodes
+        if a == b:
+            raise UsageError(f"{fault.name} needs two different nodes")
+        if ctx.lab["nodes"][a]["mesh"] != ctx.lab["nodes"][b]["mesh"]:
+            raise UsageError(f"{a} and {b} are not in the same mesh")
+    if fault.exo:
+        _exo_check(ctx, nodes[0])
+
+
+def _matches(fault: Fault, rec: dict, args: list[str]) -> bool:
+    if rec["kind"] != fault.name:
+        return False
+    if fault.pair:
+        return sorted(rec["args"][:2]) == sorted(args[:2])
+    nodes = fault.nodes_of(args)
+    return rec["nodes"] == nodes if fault.params[-1] in ("SECS", "VERSION", "[live|saved]") else rec["args"] == args
+
+
+def _touches(rec: dict, nodes: list[str]) -> bool:
+    return set(rec["nodes"]) == set(nodes)
+
+
+def fault(name: str, kind: str, args: list[str], *, clear: bool = False) -> dict:
+    """Turn a fault on (or off with clear=True). Returns the record. Nothing changes on bad input."""
+    from . import control
+
+    control.require_root_linux()
+    f = FAULTS.get(kind)
+    if f is None:
+        raise UsageError(f"unknown fault {kind!r}", hint="`macfleet lab faults` lists them: " + ", ".join(FAULTS))
+    ctx = Ctx(name)
+    _validate(ctx, f, args)
+    with _locked(ctx.dir):
+        ctx.reload()
+        recs = records(ctx.dir)
+        hit = [r for r in recs if _matches(f, r, args)]
+        if clear:
+            if not hit:
+                raise UsageError(f"fault {' '.join([kind, *args])} is not active in lab {name!r}",
+                                 hint="`macfleet lab status --json` shows the active faults")
+            rec = hit[0]
+            f.clear(ctx, rec["data"], *rec["args"])
+            recs = [r for r in records(ctx.dir) if r is not rec and r != rec]
+            _save_records(ctx.dir, recs)
+            return rec
+        if hit:
+            raise UsageError(f"fault {' '.join([kind, *hit[0]['args']])} is already active",
+                             hint=f"clear it first: macfleet lab fault {kind} {' '.join(hit[0]['args'])} --clear")
+        nodes = f.nodes_of(args)
+        if f.group == "cabling" and len(nodes) == 2:
+            busy = [r for r in recs if FAULTS[r["kind"]].group == "cabling" and _touches(r, nodes)]
+            if busy:
+                raise UsageError(f"the {nodes[0]}-{nodes[1]} cable already has a fault: "
+                                 f"{busy[0]['kind']}", hint="clear it first")
+        if f.check:
+            f.check(ctx, *args)
+        data = f.apply(ctx, *args)
+        rec = {"kind": kind, "args": list(args), "nodes": nodes, "data": data, "at": time.time()}
+        recs.append(rec)
+        _save_records(ctx.dir, recs)
+        return rec
+
+
+# ---------------------------------------------------------------------------------------------
+# Boot hooks (called by control.boot_node and the supervisor)
+# ---------------------------------------------------------------------------------------------
+
+
+def boot_seconds(lab: dict, node: str, default: float) -> float:
+    from . import control
+
+    v = ncommon.read_json(control.node_dir(lab["name"], node) / "persist.json", {}).get("lab_boot_seconds")
+    return default if v is None else float(v)
+
+
+def on_boot(lab: dict, node: str) -> None:
+    """A node has just booted (boot.json is fresh): drop the faults a reboot clears, re-apply the ones that
+    survive it in boot.json (rdma-wedge), and clear rdma-wedge once its whole mesh rebooted in one window."""
+    from . import control
+
+    d = control.lab_dir(lab["name"])
+    if not os.path.exists(os.path.join(d, "faults.json")):
+        return
+    node_obj = ncommon.Node(ncommon.Lab(d), node)
+    now = time.time()
+    with _locked(d):
+        keep = []
+        for rec in records(d):
+            f = FAULTS.get(rec["kind"])
+            if f is None:
+                continue
+            if f.reboot == "mesh":
+                if node in rec["data"]["mesh_nodes"]:
+                    boots = {n: t for n, t in rec["data"]["boots"].items() if now - t <= WEDGE_WINDOW_S}
+                    boots[node] = now
+                    rec["data"]["boots"] = boots
+                    if set(rec["data"]["mesh_nodes"]) <= set(boots):
+                        continue  # every node of the mesh rebooted within the window: the wedge is gone
+                if node == rec["nodes"][0]:
+                    node_obj.update("boot", lambda b: b.update(rdma_hang=True, rdma_wedged=True))
+            elif node in rec["nodes"] and (f.reboot == "cleared" or (f.reboot == "live" and "service" not in
+                                                                     rec["data"])):
+                if f.name in ("qp-exhausted", "exo-runner-failed"):
+                    _clear_overlay(d, lab, node, "runnerFailed")
+                continue
+            keep.append(rec)
+        _save_records(d, keep)
+
+
+def _clear_overlay(d, lab: dict, node: str, key: str) -> None:
+    path = os.path.join(d, "nodes", node, "fs", "Users", lab["user"], ".exo", "lab_faults.json")
+    data = ncommon.read_json(path, {}) or {}
+    if key in data:
+        data.pop(key)
+        if data:
+            ncommon.write_json(path, data)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+
+def locked_at_boot(lab: dict, node: str) -> bool:
+    """FileVault on and this boot was not an `fdesetup authrestart`: the Mac waits at the unlock screen."""
+    from . import control
+
+    nd = control.node_dir(lab["name"], node)
+    if not ncommon.read_json(nd / "persist.json", {}).get("filevault"):
+        return False
+    return not ncommon.read_json(nd / "boot.json", {}).get("authrestart")

@@ -1,0 +1,229 @@
+"""Small stand-ins: `date` (with the lab's clock-skew fault), `df` (APFS volumes, the disk-full fault),
+`plutil -lint`, `route -n get`, `netstat -rn` (macOS layout).
+
+Shapes are best guesses from macOS man pages where shared/samples has no capture (research/macos-outputs.md
+§11 lists such gaps); only the fields macfleet reads are meant to be exact.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from .common import Node, err, ip_json, prefix_to_mask
+
+# ---------------------------------------------------------------------------------------------
+# date
+# ---------------------------------------------------------------------------------------------
+
+
+def now(node: Node) -> float:
+    return time.time() + float(node.persist.get("clock_skew") or 0)
+
+
+def date(node: Node, args: list[str]) -> int:
+    utc = False
+    fmt = "%a %b %e %H:%M:%S %Z %Y"
+    when = now(node)
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "-u":
+            utc = True
+        elif a == "-r" and i + 1 < len(args):
+            try:
+                when = float(args[i + 1])
+            except ValueError:
+                err(f"date: {args[i + 1]}: invalid time")
+                return 1
+            i += 1
+        elif a in ("-j", "-n"):
+            pass
+        elif a.startswith("+"):
+            fmt = a[1:]
+        else:
+            err("date: settimeofday (timeval): Operation not permitted" if os.geteuid() == 0 else
+                "usage: date [-jnRu] [-I[date|hours|minutes|seconds]] [-f input_fmt]\n"
+                "            [-r filename|seconds] [-v[+|-]val[y|m|w|d|H|M|S]]\n"
+                "            [[[[mm]dd]HH]MM[[cc]yy][.SS] | new_date] [+output_fmt]")
+            return 1
+        i += 1
+    tm = time.gmtime(when) if utc else time.localtime(when)
+    fmt = fmt.replace("%s", str(int(when)))
+    sys.stdout.write(time.strftime(fmt, tm) + "\n")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# df
+# ---------------------------------------------------------------------------------------------
+
+DATA_TOTAL_KB = 1_942_700_360  # a 2 TB internal SSD as APFS reports it
+SYSTEM_USED_KB = 10_843_984
+
+
+def _volumes(node: Node) -> list[tuple[str, int, int, int, str]]:
+    """(device, total KiB, used KiB, available KiB, mount point) of the two volumes macfleet cares for."""
+    try:
+        st = os.statvfs(node.dir)
+        host_avail = st.f_bavail * st.f_frsize // 1024
+    except OSError:
+        host_avail = DATA_TOTAL_KB // 2
+    avail = min(host_avail, DATA_TOTAL_KB - SYSTEM_USED_KB - 1)
+    if node.persist.get("disk_full"):
+        avail = 102_400  # what is left when APFS reports a full Data volume: ~100 MB
+    data_used = DATA_TOTAL_KB - SYSTEM_USED_KB - avail
+    return [
+        ("/dev/disk3s1s1", DATA_TOTAL_KB, SYSTEM_USED_KB, avail, "/"),
+        ("/dev/disk3s5", DATA_TOTAL_KB, data_used, avail, "/System/Volumes/Data"),
+    ]
+
+
+def _human(kb: int) -> str:
+    size = kb * 1024.0
+    for unit in ("B", "Ki", "Mi", "Gi", "Ti"):
+        if size < 1024 or unit == "Ti":
+            return f"{size:.0f}{unit}" if size >= 10 or unit == "B" else f"{size:.1f}{unit}"
+        size /= 1024
+    return f"{size:.0f}Pi"
+
+
+def df(node: Node, args: list[str]) -> int:
+    human = any(a.startswith("-") and "h" in a for a in args)
+    paths = [a for a in args if not a.startswith("-")]
+    vols = _volumes(node)
+    if paths:
+        chosen = []
+        for p in paths:
+            if not os.path.exists(p):
+                err(f"df: {p}: No such file or directory")
+                return 1
+            data = p.startswith(("/Users", "/opt", "/Library", "/private", "/System/Volumes/Data", "/tmp"))
+            chosen.append(vols[1] if data else vols[0])
+        vols = chosen
+    if human:
+        out = ["Filesystem        Size    Used   Avail Capacity iused ifree %iused  Mounted on"]
+    else:
+        out = ["Filesystem     1024-blocks      Used  Available Capacity iused      ifree %iused  Mounted on"]
+    for dev, total, used, avail, mount in vols:
+        cap = f"{(used * 100 + (used + avail) - 1) // max(used + avail, 1)}%"
+        if human:
+            out.append(f"{dev:<16} {_human(total):>5} {_human(used):>7} {_human(avail):>7} {cap:>8}    404k  4.3G"
+                       f"    0%   {mount}")
+        else:
+            out.append(f"{dev:<14} {total:>11} {used:>9} {avail:>10} {cap:>8}  404340 4293891820    0%   {mount}")
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# plutil
+# ---------------------------------------------------------------------------------------------
+
+
+def plutil(node: Node, args: list[str]) -> int:
+    import plistlib
+
+    if not args or args[0] != "-lint":
+        err("plutil: only -lint is simulated by the macfleet lab")
+        return 1
+    files = [a for a in args[1:] if a != "-s"]
+    silent = "-s" in args[1:]
+    if not files:
+        err("No files specified.")
+        return 1
+    rc = 0
+    for path in files:
+        try:
+            with open(path, "rb") as f:
+                plistlib.load(f)
+        except FileNotFoundError:
+            sys.stdout.write(f"{path}: file does not exist or is not readable or is not a regular file "
+                             "(Error Domain=NSCocoaErrorDomain Code=260)\n")
+            rc = 1
+            continue
+        except Exception as e:  # plistlib raises several types for a bad document
+            sys.stdout.write(f"{path}: {e}\n")
+            rc = 1
+            continue
+        if not silent:
+            sys.stdout.write(f"{path}: OK\n")
+    return rc
+
+
+# ---------------------------------------------------------------------------------------------
+# route / netstat
+# ---------------------------------------------------------------------------------------------
+
+
+def _mac_dev(dev: str) -> str:
+    return "lo0" if dev == "lo" else dev
+
+
+def route(node: Node, args: list[str]) -> int:
+    words = [a for a in args if a not in ("-n", "-q", "-v")]
+    if len(words) < 2 or words[0] != "get":
+        err("route: only `route [-n] get ADDRESS` is simulated by the macfleet lab")
+        return 64
+    dest = words[1] if words[1] not in ("-inet", "-host", "-net") else (words[2] if len(words) > 2 else "")
+    dest = "0.0.0.0" if dest == "default" else dest
+    got = ip_json("route", "get", dest)
+    if not got:
+        sys.stdout.write(f"   route to: {dest}\nroute: writing to routing socket: not in table\n")
+        return 1
+    r = got[0]
+    dev = _mac_dev(r.get("dev", ""))
+    destination, mask = dest, None
+    for rt in ip_json("route", "show", "table", "main"):
+        if rt.get("dev") == r.get("dev") and "/" in rt.get("dst", "") and not r.get("gateway"):
+            import ipaddress
+
+            net = ipaddress.IPv4Network(rt["dst"], strict=False)
+            if ipaddress.IPv4Address(dest) in net:
+                destination, mask = str(net.network_address), prefix_to_mask(net.prefixlen)
+                break
+    lines = [f"   route to: {dest}", f"destination: {'default' if r.get('gateway') else destination}"]
+    if r.get("gateway"):
+        lines += ["       mask: default", f"    gateway: {r['gateway']}"]
+    elif mask:
+        lines.append(f"       mask: {mask}")
+    lines += [f"  interface: {dev}", "      flags: <UP,DONE,CLONING>" if not r.get("gateway")
+              else "      flags: <UP,GATEWAY,DONE,STATIC,PRCLONING,GLOBAL>",
+              " recvpipe  sendpipe  ssthresh  rtt,msec    rttvar  hopcount      mtu     expire",
+              "       0         0         0         0         0         0      1500         0"]
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+def netstat(node: Node, args: list[str]) -> int:
+    flags = "".join(a.lstrip("-") for a in args if a.startswith("-"))
+    if "r" not in flags:
+        err("netstat: only -r (routing tables) is simulated by the macfleet lab")
+        return 1
+    out = ["Routing tables", "", "Internet:",
+           f"{'Destination':<19}{'Gateway':<19}{'Flags':<16}{'Netif':>9} Expire"]
+    rows = []
+    for rt in ip_json("-4", "route", "show", "table", "main"):
+        dev = _mac_dev(rt.get("dev", ""))
+        dst = rt.get("dst", "")
+        if dst == "default":
+            rows.append(("default", rt.get("gateway", ""), "UGScg", dev))
+        elif rt.get("gateway"):
+            rows.append((dst, rt["gateway"], "UGSc", dev))
+        else:
+            rows.append((dst, f"link#{_ifindex(rt.get('dev', ''))}", "UCS", dev))
+    rows.append(("127", "127.0.0.1", "UCS", "lo0"))
+    rows.append(("127.0.0.1", "127.0.0.1", "UH", "lo0"))
+    for dst, gw, fl, dev in rows:
+        out.append(f"{dst:<19}{gw:<19}{fl:<16}{dev:>9}")
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0
+
+
+def _ifindex(dev: str) -> str:
+    try:
+        with open(f"/sys/class/net/{dev}/ifindex") as f:
+            return f.read().strip()
+    except OSError:
+        return "0"
