@@ -156,9 +156,20 @@ def _used(lab: dict, node: str) -> set[int]:
     return {e["receptacle"] for c in lab["cables"] for e in (c["a"], c["b"]) if e["node"] == node}
 
 
-def _free_rdma_port(lab: dict, node: str) -> int:
+def _reserved(ctx: Ctx, node: str) -> set[int]:
+    """Ports an active fault will need back on --clear (an unplugged cable, a moved end)."""
+    out = set()
+    for r in records(ctx.dir):
+        for cable in (r["data"].get("cable"), r["data"].get("before")):
+            if isinstance(cable, dict) and "a" in cable:
+                out |= {e["receptacle"] for e in (cable["a"], cable["b"]) if e["node"] == node}
+    return out
+
+
+def _free_rdma_port(ctx: Ctx, node: str) -> int:
+    lab = ctx.lab
     model = lab["models"][lab["nodes"][node]["model"]]
-    used = _used(lab, node)
+    used = _used(lab, node) | _reserved(ctx, node)
     for p in model["ports"]:
         if p["rdma_capable"] and p["receptacle"] not in used:
             return p["receptacle"]
@@ -200,7 +211,15 @@ def unplug_apply(ctx: Ctx, a: str, b: str) -> dict:
     return {"cable": cable}
 
 
+def _ports_free(ctx: Ctx, cable: dict) -> None:
+    for end in (cable["a"], cable["b"]):
+        if end["receptacle"] in _used(ctx.lab, end["node"]):
+            raise UsageError(f"{end['node']} port {end['receptacle']} is taken by another cable",
+                             hint="clear the fault that put it there first")
+
+
 def unplug_clear(ctx: Ctx, data: dict, a: str, b: str) -> None:
+    _ports_free(ctx, data["cable"])
     ctx.lab["cables"].append(data["cable"])
     ctx.save_plan()
     netns.plug(ctx.lab, data["cable"])
@@ -245,6 +264,10 @@ def wrong_port_apply(ctx: Ctx, a: str, b: str) -> dict:
 
 def wrong_port_clear(ctx: Ctx, data: dict, a: str, b: str) -> None:
     moved = _find_cable(ctx.lab, data["after"])
+    end = "a" if data["before"]["a"]["node"] == a else "b"
+    old = data["before"][end]
+    if old["receptacle"] in _used(ctx.lab, a):
+        raise UsageError(f"{a} port {old['receptacle']} is taken by another cable", hint="clear that fault first")
     ctx.lab["cables"].remove(moved)
     ctx.save_plan()
     netns.unplug(ctx.lab, moved)
@@ -256,7 +279,7 @@ def wrong_port_clear(ctx: Ctx, data: dict, a: str, b: str) -> None:
 
 def double_apply(ctx: Ctx, a: str, b: str) -> dict:
     _cable_between(ctx.lab, a, b)
-    ra, rb = _free_rdma_port(ctx.lab, a), _free_rdma_port(ctx.lab, b)
+    ra, rb = _free_rdma_port(ctx, a), _free_rdma_port(ctx, b)
     cable = {"a": {"node": a, "receptacle": ra}, "b": {"node": b, "receptacle": rb}, "kind": "tb5", "hub": None}
     ctx.lab["cables"].append(cable)
     ctx.save_plan()
@@ -285,7 +308,7 @@ def hub_clear(ctx: Ctx, data: dict, a: str, b: str) -> None:
 
 
 def unknown_apply(ctx: Ctx, a: str) -> dict:
-    r = _free_rdma_port(ctx.lab, a)
+    r = _free_rdma_port(ctx, a)
     stranger = f"unknown-mac-{a}"
     model = ctx.lab["models"][ctx.lab["nodes"][a]["model"]]
     cable = {"a": {"node": a, "receptacle": r}, "b": {"node": stranger, "receptacle": 2}, "kind": "tb5",
@@ -427,9 +450,10 @@ def apipa_clear(ctx: Ctx, data: dict, node: str) -> None:
     def mutate(p: dict) -> None:
         p.pop("apipa", None)
         for s in p.get("services", []):
-            if s["name"] in by_name:
+            saved = by_name.get(s["name"])
+            if saved is not None:
                 s.clear()
-                s.update(by_name[s["name"]])
+                s.update(saved)
 
     _update_services(ctx, node, mutate)
     ctx.netapply(node)
@@ -558,6 +582,11 @@ def wedge_apply(ctx: Ctx, node: str) -> dict:
 
 def wedge_clear(ctx: Ctx, data: dict, node: str) -> None:
     _boot_flags(ctx, node, rdma_hang=None, rdma_wedged=None)
+
+
+def runner_check(ctx: Ctx, node: str) -> None:
+    if (ncommon.read_json(ctx.exo_overlay(node), {}) or {}).get("runnerFailed"):
+        raise UsageError(f"exo's runner on {node} has already failed (qp-exhausted or exo-runner-failed)")
 
 
 def qp_apply(ctx: Ctx, node: str) -> dict:
@@ -690,7 +719,7 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
           "runner fails with RTR errno 22 / no protection domain; clears only when every node of the mesh "
           f"rebooted within {WEDGE_WINDOW_S / 60:g} min", wedge_apply, wedge_clear, reboot="mesh"),
     Fault("qp-exhausted", ("NODE",), "rdma", "queue pairs exhausted: exo's runner fails with errno 16 (EBUSY); "
-          "a reboot of the node clears it", qp_apply, qp_clear, reboot="cleared", exo=True),
+          "a reboot of the node clears it", qp_apply, qp_clear, reboot="cleared", exo=True, check=runner_check),
     Fault("hang", ("NODE",), "host", "the Mac hangs: no SSH, no ping, ports dark; only a power cycle helps "
           "(--clear does `lab power NODE cycle`)", hang_apply, hang_clear, reboot="cleared"),
     Fault("slow-boot", ("NODE", "SECS"), "host", "every boot of NODE takes SECS seconds",
@@ -712,7 +741,7 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
           exo_version_apply, exo_version_clear, exo=True),
     Fault("exo-runner-failed", ("NODE",), "exo", "exo's runner crashed (RunnerFailed: Terminated (signal=11 "
           "(Segmentation fault: 11))) in /state and the log; a reboot clears it", runner_apply, runner_clear,
-          reboot="cleared", exo=True),
+          reboot="cleared", exo=True, check=runner_check),
 )}
 
 
@@ -720,8 +749,8 @@ def describe() -> list[tuple[str, str]]:
     return [(f.usage, f.description) for f in FAULTS.values()]
 
 
-def _validate(ctx: Ctx, fault: Fault, args: list[str]) -> None:
-    required = [p for p in fault.params if not p.startswith("[")]
+def _validate(ctx: Ctx, fault: Fault, args: list[str], clear: bool) -> None:
+    required = [p for p in fault.params if not p.startswith("[") and (not clear or p in ("A", "B", "NODE"))]
     if not len(required) <= len(args) <= len(fault.params):
         raise UsageError(f"{fault.name} takes {' '.join(fault.params)}; got {len(args)} argument(s)",
                          hint=f"usage: macfleet lab fault {fault.usage} [--clear]")
@@ -761,7 +790,7 @@ def fault(name: str, kind: str, args: list[str], *, clear: bool = False) -> dict
     if f is None:
         raise UsageError(f"unknown fault {kind!r}", hint="`macfleet lab faults` lists them: " + ", ".join(FAULTS))
     ctx = Ctx(name)
-    _validate(ctx, f, args)
+    _validate(ctx, f, args, clear)
     with _locked(ctx.dir):
         ctx.reload()
         recs = records(ctx.dir)
