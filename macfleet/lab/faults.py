@@ -856,7 +856,10 @@ def on_boot(lab: dict, node: str) -> None:
                     boots[node] = now
                     rec["data"]["boots"] = boots
                     if set(rec["data"]["mesh_nodes"]) <= set(boots):
-                        continue  # every node of the mesh rebooted within the window: the wedge is gone
+                        # every node of the mesh rebooted within the window: the wedge is gone
+                        wedged = ncommon.Node(ncommon.Lab(d), rec["nodes"][0])
+                        wedged.update("boot", lambda b: [b.pop(k, None) for k in ("rdma_hang", "rdma_wedged")])
+                        continue
                 if node == rec["nodes"][0]:
                     node_obj.update("boot", lambda b: b.update(rdma_hang=True, rdma_wedged=True))
             elif node in rec["nodes"] and (f.reboot == "cleared" or (f.reboot == "live" and "service" not in

@@ -11,7 +11,8 @@ A `Lab` gives:
   .name, .inventory (Path of inventories/NAME), .nodes (names), .workdir
   .macfleet(*args, check=True, timeout=120) -> CompletedProcess  (`python -m macfleet ...`, in .workdir)
   .ssh(node, command, check=True, timeout=60) -> CompletedProcess  (`macfleet lab ssh --name NAME node command`)
-  .status() -> {node: {"name", "mesh", "state", "address"}}
+  .status() -> {node: {"name", "mesh", "state", "address", "faults"}}
+  .fault(*args, clear=False) -> CompletedProcess  (`macfleet lab fault --name NAME ARGS… [--clear]`)
   .wait(lambda: cond, timeout, what)   poll with a deadline (never sleep)
   .wait_state(node, {"up"}, timeout)
   .truth() -> lab.json (the plan: nodes, cables, addresses), read from the lab's state directory
@@ -85,6 +86,10 @@ class Lab:
         if check and p.returncode != 0:
             raise AssertionError(f"{node}: {command!r} -> {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")
         return p
+
+    def fault(self, *args: str, clear: bool = False, check: bool = True) -> subprocess.CompletedProcess:
+        """`macfleet lab fault --name NAME ARGS… [--clear]` (docs/lab-faults.md)."""
+        return self.macfleet("lab", "fault", "--name", self.name, *args, *(["--clear"] if clear else []), check=check)
 
     def status(self) -> dict[str, dict]:
         p = self.macfleet("lab", "status", "--name", self.name, "--json")

@@ -1,10 +1,9 @@
 """exo stand-in inside the lab (issue 5): on a healthy 4-node lab every node's /state shows 4 nodes and an RDMA
 connection for each of the 12 ordered pairs; `unplug A B` removes the two A-B entries within a few seconds.
 
-Uses the `lab4` fixture (tests/lab/conftest.py: `.name`, `.nodes`, `.ssh(node, command)`). Unplug/replug go
-through `lab4.unplug(a, b)` / `lab4.replug(a, b)` when the fixture has them, else through the lab's own helpers
-(lab.json loses the cable and `netns.unplug` swaps the veth pair for dangling ports; replug restores both), and
-the cable is always put back. Traffic stays inside the lab's namespaces (each node asks its own exo).
+Uses the `lab4` fixture (tests/lab/conftest.py: `.name`, `.nodes`, `.ssh(node, command)`, `.fault(...)`). The
+cable is pulled with `macfleet lab fault unplug A B` and always put back with `--clear`. Traffic stays inside
+the lab's namespaces (each node asks its own exo).
 """
 
 from __future__ import annotations
@@ -68,50 +67,15 @@ def _api(lab, node: str, *paths: str) -> list:
     return json.loads(_ssh(lab, node, f"python3 -c {shlex.quote(_GET)} " + " ".join(map(shlex.quote, paths))))
 
 
-def _ends(truth: dict, cable: dict) -> list[tuple[str, str]]:
-    from macfleet.lab import spec
-
-    return [(truth["nodes"][e["node"]]["ns"], spec.device_of(truth, e["node"], e["receptacle"]))
-            for e in (cable["a"], cable["b"])]
-
-
 def _unplug(lab, a: str, b: str) -> dict:
-    """Pull the A-B cable; returns what _replug needs."""
-    if hasattr(lab, "unplug"):
-        return {"fixture": lab.unplug(a, b)}
-    from macfleet.lab import control, netns
-    from macfleet.lab.macos import common
-
-    path = control.lab_dir(lab.name) / "lab.json"
-    truth = common.read_json(path)
-    cable = next(c for c in truth["cables"] if {c["a"]["node"], c["b"]["node"]} == {a, b})
-    addrs = {}
-    for ns, dev in _ends(truth, cable):
-        info = json.loads(subprocess.run(["ip", "-j", "-n", ns, "-4", "addr", "show", "dev", dev], check=True,
-                                         capture_output=True, text=True).stdout or "[]")
-        addrs[(ns, dev)] = [f"{x['local']}/{x['prefixlen']}" for i in info for x in i.get("addr_info", [])]
-    truth["cables"].remove(cable)
-    common.write_json(path, truth)
-    netns.unplug(truth, cable)
-    return {"cable": cable, "addrs": addrs}
+    """Pull the A-B cable with `macfleet lab fault unplug A B`."""
+    lab.fault("unplug", a, b)
+    return {"pair": (a, b)}
 
 
 def _replug(lab, a: str, b: str, pulled: dict) -> None:
-    if hasattr(lab, "replug"):
-        lab.replug(a, b)
-        return
-    from macfleet.lab import control, netns
-    from macfleet.lab.macos import common
-
-    path = control.lab_dir(lab.name) / "lab.json"
-    truth = common.read_json(path)
-    truth["cables"].append(pulled["cable"])
-    common.write_json(path, truth)
-    netns.plug(truth, pulled["cable"])
-    # a Mac re-applies the port's network service when the link comes back; the new veth has no address yet
-    for (ns, dev), addrs in pulled["addrs"].items():
-        for addr in addrs:
-            subprocess.run(["ip", "-n", ns, "addr", "replace", addr, "dev", dev], check=True)
+    """Plug it back (`--clear`): the lab re-applies each port's persisted network service, as a Mac does."""
+    lab.fault("unplug", a, b, clear=True)
 
 
 def _pairs(state: dict, kind: str) -> set[tuple[str, str]]:

@@ -69,13 +69,13 @@ def _links(lab) -> list[dict]:
 
 
 def _route_iface(lab, node: str, subnet: str) -> str | None:
-    """The interface of the connected route to `subnet`, from `netstat -rn` (the lab has no `route get`)."""
+    """The interface macOS would send to `subnet` on, from `route -n get` (`interface: enX`)."""
     net = ipaddress.IPv4Network(subnet)
-    out = lab.ssh(node, "netstat -rn").stdout
+    out = lab.ssh(node, f"route -n get {net.network_address + 1}").stdout
     for line in out.splitlines():
-        words = line.split()
-        if words and words[0] in (str(net.network_address), subnet) and len(words) > 1:
-            return words[-1]
+        key, _, value = line.strip().partition(": ")
+        if key == "interface":
+            return value.strip()
     return None
 
 
