@@ -25,7 +25,8 @@ def test_status_json(lab4):
     st = lab4.status()
     assert list(st) == ["studio-1", "studio-2", "studio-3", "studio-4"]
     for n in st.values():
-        assert set(n) == {"name", "mesh", "state", "address"}
+        assert set(n) == {"name", "mesh", "state", "address", "faults"}
+        assert n["faults"] == []
         assert n["state"] == "up" and n["mesh"] == "mesh1"
         assert ipaddress.IPv4Address(n["address"]) in MGMT
 

@@ -136,8 +136,10 @@ def test_rsync_over_thunderbolt_moves_bytes_at_shaped_rate(lab_small):
     lab.ssh(a["node"], f"head -c {size_mb}M /dev/urandom > ~/blob && sha256sum ~/blob | cut -d' ' -f1 > ~/blob.sum")
     ssh_opts = "-o StrictHostKeyChecking=yes -o BatchMode=yes"
     # time on the node itself; take off what a bare ssh login costs (key exchange on a busy 2-core box)
-    out = lab.ssh(a["node"], f"t0=$(date +%s.%N); ssh {ssh_opts} {b_ip} true; t1=$(date +%s.%N); "
-                  f"rsync -e 'ssh {ssh_opts}' ~/blob {b_ip}:blob; t2=$(date +%s.%N); echo $t0 $t1 $t2",
+    # (macOS `date` has no %N: the nodes' date is the macOS stand-in, so take the time from python3)
+    now = "$(python3 -c 'import time; print(time.time())')"
+    out = lab.ssh(a["node"], f"t0={now}; ssh {ssh_opts} {b_ip} true; t1={now}; "
+                  f"rsync -e 'ssh {ssh_opts}' ~/blob {b_ip}:blob; t2={now}; echo $t0 $t1 $t2",
                   timeout=180).stdout.split()
     t0, t1, t2 = (float(x) for x in out[-3:])
     took = max(0.05, (t2 - t1) - (t1 - t0))

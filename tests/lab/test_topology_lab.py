@@ -6,7 +6,6 @@ lab offers it. Every wait is a poll with a deadline.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 
 import pytest
@@ -68,10 +67,9 @@ def _links(lab) -> list[dict]:
     return _json(lab.macfleet("topology", "ipplan", "-i", str(lab.inventory), "--json"))["links"]
 
 
-def _route_iface(lab, node: str, subnet: str) -> str | None:
-    """The interface macOS would send to `subnet` on, from `route -n get` (`interface: enX`)."""
-    net = ipaddress.IPv4Network(subnet)
-    out = lab.ssh(node, f"route -n get {net.network_address + 1}").stdout
+def _route_iface(lab, node: str, address: str) -> str | None:
+    """The interface macOS sends to `address` on, from `route -n get` (`interface: enX`)."""
+    out = lab.ssh(node, f"route -n get {address}").stdout
     for line in out.splitlines():
         key, _, value = line.strip().partition(": ")
         if key == "interface":
@@ -105,7 +103,7 @@ def test_apply_fresh_mesh_then_idempotent_and_survives_reboot(make_lab) -> None:
         for here, there in ((a, b), (b, a)):
             p = lab.ssh(here["node"], f"ping -c 1 -t 2 {there['address']}", check=False)
             assert p.returncode == 0, f"{here['node']} cannot ping {there['address']}: {p.stdout}{p.stderr}"
-            assert _route_iface(lab, here["node"], lk["subnet"]) == here["port"]
+            assert _route_iface(lab, here["node"], there["address"]) == here["port"]
         assert lab.ssh(a["node"], "ifconfig bridge0", check=False).returncode != 0 or \
             "member: en" not in lab.ssh(a["node"], "ifconfig bridge0").stdout
 
