@@ -13,6 +13,14 @@ from click.testing import CliRunner
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_INVENTORY = ROOT / "inventories" / "example"
 SAMPLES = ROOT.parent / "shared" / "samples"
+CAPTURES = ROOT / "tests" / "fixtures" / "captures"
+
+
+def capture(name: str) -> str:
+    """A real capture by its shared/samples file name, from the verbatim copy kept in the repo."""
+    found = sorted(CAPTURES.glob(f"*/{name}"))
+    assert found, f"no capture {name} under {CAPTURES}"
+    return found[0].read_text(encoding="utf-8")
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -23,7 +22,7 @@ from macfleet.judge.ipplan import (
 )
 from macfleet.judge.model import Change, Noop
 from macfleet.judge.topology import check_cabling
-from tests.conftest import SAMPLES
+from tests.conftest import capture
 from tests.judge.builders import Rig, healthy
 
 NAMES = ["studio-1", "studio-2", "studio-3", "studio-4"]
@@ -180,9 +179,8 @@ def test_pool_collision_on_the_lan_is_found() -> None:
     assert find_collisions(plan, {}, {"studio-2": "10.213.0.1"})[0].code == "pool-collision"
 
 
-@pytest.mark.skipif(not Path(SAMPLES).is_dir(), reason="shared/samples not present")
 def test_real_tn3205_interface_with_link_local_is_no_collision() -> None:
-    text = (SAMPLES / "mlx__apple-tn3205_ifconfig_en2_thunderbolt-ip.txt").read_text()
+    text = capture("mlx__apple-tn3205_ifconfig_en2_thunderbolt-ip.txt")
     facts = NodeNetworkFacts(ifconfig=parse_ifconfig(text))
     assert find_collisions(plan_ip(fleet(("mesh1", NAMES))), {"studio-1": facts}) == []
     assert all(ipaddress.IPv4Network(lk.subnet).subnet_of(ipaddress.IPv4Network("10.213.0.0/16"))

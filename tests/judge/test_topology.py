@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from macfleet.facts.network import parse_hardware_ports
 from macfleet.facts.thunderbolt import parse_thunderbolt
 from macfleet.inventory.model import MAC_MODELS
 from macfleet.judge.topology import NodeTopologyFacts, check_cabling, judge_exit_code, plan_cabling
-from tests.conftest import SAMPLES
+from tests.conftest import capture
 from tests.judge.builders import STUDIO, Rig, healthy, mesh
 
 NAMES = ["studio-1", "studio-2", "studio-3", "studio-4"]
@@ -137,10 +135,9 @@ def test_failed_command_is_a_finding_not_a_crash() -> None:
 
 
 def _sample(name: str) -> str:
-    return (SAMPLES / name).read_text()
+    return capture(name)
 
 
-@pytest.mark.skipif(not Path(SAMPLES).is_dir(), reason="shared/samples not present")
 def test_real_pair_of_m5_max_macbooks_is_one_80_gbps_cable() -> None:
     """The anonymised real pair: bus_1/receptacle 2 on both ends; the local one also has a Sabrent dock."""
     local = parse_thunderbolt(_sample("macos__sp_thunderbolt_json_mbp_m5max_pair_local_anon_1.json"))
@@ -156,7 +153,6 @@ def test_real_pair_of_m5_max_macbooks_is_one_80_gbps_cable() -> None:
     assert report.findings == []  # docks and SSDs on other ports are not cabling problems
 
 
-@pytest.mark.skipif(not Path(SAMPLES).is_dir(), reason="shared/samples not present")
 def test_real_mini_sees_a_macbook_that_is_not_in_the_mesh_at_40_gbps() -> None:
     mini = parse_thunderbolt(_sample("macos__sp_thunderbolt_json_macmini_m4pro_2_peer_mbp.json"))
     report = check_cabling(mesh("mini", model="Mac16,11"), {"mini": NodeTopologyFacts(thunderbolt=mini)})
