@@ -72,6 +72,8 @@ def up_cmd(
     boot_seconds: Annotated[float, typer.Option("--boot-seconds", min=0, help="How long a reboot takes.")] = 3.0,
     fresh: Annotated[bool, typer.Option("--fresh", help="Macs out of the box: bridge on, RDMA off, no exo.")] = False,
     no_exo: Annotated[bool, typer.Option("--no-exo", help="Do not install and start the exo stand-in.")] = False,
+    all_ports: Annotated[bool, typer.Option("--all-ports", help="Cable the ports that cannot do RDMA too, for "
+                                            "meshes larger than the RDMA ports allow (7 Mac Studios).")] = False,
     inventories: Annotated[Path, typer.Option("--inventories", help="Where inventories/NAME is written.")]
     = Path("inventories"),
     json_output: JsonOpt = False,
@@ -80,7 +82,7 @@ def up_cmd(
     from macfleet.lab import control
 
     lab = control.up(name, nodes=nodes, pods=pods, model=model, fresh=fresh, exo=not no_exo, tb_rate=tb_rate,
-                     mgmt_rate=mgmt_rate, boot_seconds=boot_seconds, inventories=inventories)
+                     mgmt_rate=mgmt_rate, boot_seconds=boot_seconds, inventories=inventories, all_ports=all_ports)
     took = control.ncommon.read_json(control.lab_dir(name) / "timings.json", {}).get("up_s", 0.0)
     result = LabUp(name=name, inventory=lab["inventory_dir"], took_s=took,
                    nodes=[LabNode(**n) for n in control.status(name)])

@@ -399,6 +399,7 @@ def up(
     mgmt_rate: str = specmod.DEFAULT_MGMT_RATE,
     boot_seconds: float = 3.0,
     inventories: Path = Path("inventories"),
+    all_ports: bool = False,
 ) -> dict:
     require_root_linux()
     missing = _missing_tools()
@@ -416,7 +417,7 @@ def up(
     index = _allocate_index()
     lab = specmod.plan(name, index=index, nodes=nodes, pods=pods, model=model, fresh=fresh, tb_rate=tb_rate,
                        mgmt_rate=mgmt_rate, boot_seconds=boot_seconds, inventory_dir=str(inv),
-                       exo=exo and not fresh)
+                       exo=exo and not fresh, all_ports=all_ports)
     _ensure_host_pieces(lab["user"])
     d.mkdir(parents=True)
     os.chmod(d, 0o755)

@@ -82,6 +82,7 @@ def plan(
     boot_seconds: float,
     inventory_dir: str,
     exo: bool,
+    all_ports: bool = False,
 ) -> dict:
     if not NAME_RE.match(name):
         raise UsageError(f"bad lab name {name!r}", hint="lowercase letters, digits and '-', starting with a letter")
@@ -93,11 +94,14 @@ def plan(
     n_pods, per_pod = parse_pods(pods) if pods else (1, 4 if nodes is None else nodes)
     if per_pod < 1 or n_pods < 1:
         raise UsageError("a lab needs at least one node")
-    if per_pod > spec.max_full_mesh_nodes:
+    # With all_ports the port that cannot do RDMA carries the last peer's cable (IP only), as an operator
+    # with seven Mac Studios must do; `topology check` then reports it as a wrong port.
+    usable = len(spec.thunderbolt_ports) + 1 if all_ports else spec.max_full_mesh_nodes
+    if per_pod > usable:
         raise UsageError(
             f"{per_pod} {spec.slug} nodes cannot be a full mesh",
             hint=f"{spec.slug} has {len(spec.rdma_ports)} RDMA-capable Thunderbolt ports: at most "
-            f"{spec.max_full_mesh_nodes} nodes per mesh",
+            f"{spec.max_full_mesh_nodes} nodes per mesh ({usable} with --all-ports)",
         )
     if n_pods * per_pod > 200:
         raise UsageError("at most 200 nodes per lab")
@@ -143,6 +147,8 @@ def plan(
             addresses[node] = {}
             gi += 1
         rdma_ports = [pt.receptacle for pt in spec.rdma_ports]
+        if all_ports:
+            rdma_ports += [pt.receptacle for pt in spec.thunderbolt_ports if not pt.rdma_capable]
         # Full mesh: node i's k-th RDMA-capable port goes to its k-th peer (in inventory order).
         link = 0
         for j in range(per_pod):
