@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -166,7 +168,36 @@ def run_playbook(
     private.mkdir(parents=True, exist_ok=True)
     ident = f"{run.playbook}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%fZ')}"
     envvars = {"ANSIBLE_CONFIG": str(ANSIBLE_CFG), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"}
-    runner = ansible_runner.run(
+    with _own_signal_handlers():
+        runner = _run(ansible_runner, run, private, ident, envvars, event_handler, cancel)
+    return _result(run, runner, failed_tasks, changes, unreachable, raise_on_failure)
+
+
+@contextmanager
+def _own_signal_handlers() -> Iterator[None]:
+    """ansible-runner installs SIGINT/SIGTERM handlers in the main thread and never restores them;
+    put ours back afterwards, so Ctrl-C stays a KeyboardInterrupt for the rest of the process."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def _run(
+    ansible_runner: Any,
+    run: PlaybookRun,
+    private: Path,
+    ident: str,
+    envvars: dict[str, str],
+    event_handler: Callable[[dict[str, Any]], bool],
+    cancel: threading.Event,
+) -> Any:
+    return ansible_runner.run(
         private_data_dir=str(private),
         project_dir=str(PLAYBOOKS_DIR),
         playbook=run.path.name,
@@ -183,6 +214,16 @@ def run_playbook(
         event_handler=event_handler,
         cancel_callback=cancel.is_set,
     )
+
+
+def _result(
+    run: PlaybookRun,
+    runner: Any,
+    failed_tasks: list[FailedTask],
+    changes: dict[str, list[str]],
+    unreachable: dict[str, str],
+    raise_on_failure: bool,
+) -> PlaybookResult:
     stats = runner.stats or {}
     hosts: dict[str, HostStats] = {}
     for field_name, key in (

@@ -104,3 +104,11 @@ def test_cancel_ends_the_run(server, playbooks: Path, tmp_path: Path) -> None:
 def test_bad_playbook_name_is_usage_error(server) -> None:
     with pytest.raises(UsageError):
         PlaybookRun("../etc/passwd", server.inventory)
+
+
+def test_our_signal_handlers_survive_a_run(server, playbooks: Path, tmp_path: Path) -> None:
+    import signal
+
+    before = signal.getsignal(signal.SIGINT)
+    run_playbook(PlaybookRun("exercise", server.inventory, extravars={"marker": str(tmp_path / "m")}))
+    assert signal.getsignal(signal.SIGINT) is before
