@@ -47,6 +47,8 @@ HARDWARE = CommandSpec("hardware", ("system_profiler", "SPHardwareDataType", "-j
 PMSET = CommandSpec("pmset", ("pmset", "-g"), timeout_s=10)
 FDESETUP = CommandSpec("fdesetup", ("fdesetup", "status"), timeout_s=10)
 CSRUTIL = CommandSpec("csrutil", ("csrutil", "status"), timeout_s=10)
+# The IPv4 routing table: the IP plan must not take addresses a node already routes elsewhere (a VPN).
+NETSTAT_ROUTES = CommandSpec("netstat-routes", ("netstat", "-rn", "-f", "inet"), timeout_s=10)
 REMOTE_LOGIN = CommandSpec("remote-login", ("systemsetup", "-getremotelogin"), timeout_s=10, needs_sudo=True)
 
 ALL_SPECS: tuple[CommandSpec, ...] = (
@@ -66,9 +68,12 @@ ALL_SPECS: tuple[CommandSpec, ...] = (
     FDESETUP,
     CSRUTIL,
     REMOTE_LOGIN,
+    NETSTAT_ROUTES,
 )
 
 # What `topology check` reads: the cabling, the port names, the RDMA ports and the addresses.
 TOPOLOGY_SPECS: tuple[CommandSpec, ...] = (THUNDERBOLT, HARDWARE_PORTS, IBV_DEVICES, IBV_DEVINFO, IFCONFIG)
 # What the IP plan reads before changing anything: services, their order, and live addresses/routes.
-NETWORK_SPECS: tuple[CommandSpec, ...] = (THUNDERBOLT, HARDWARE_PORTS, SERVICE_ORDER, SERVICES, IFCONFIG)
+NETWORK_SPECS: tuple[CommandSpec, ...] = (
+    THUNDERBOLT, HARDWARE_PORTS, SERVICE_ORDER, SERVICES, IFCONFIG, NETSTAT_ROUTES,
+)

@@ -42,11 +42,12 @@ COMMANDS: dict[str, str] = {
     "fdesetup": "fdesetup status",
     "csrutil": "csrutil status",
     "remote-login": "systemsetup -getremotelogin",
+    "netstat-routes": "netstat -rn -f inet",
 }
 
 _COMMAND_WORDS = (
     "system_profiler", "networksetup", "ifconfig", "ibv_devices", "ibv_devinfo", "rdma_ctl", "nvram", "sw_vers",
-    "sysctl", "pmset", "fdesetup", "csrutil", "systemsetup",
+    "sysctl", "pmset", "fdesetup", "csrutil", "systemsetup", "netstat",
 )
 
 
@@ -77,6 +78,8 @@ def kind_of_command(command: str) -> str | None:
         return None
     if prog == "systemsetup":
         return "remote-login" if "remotelogin" in args.lower() else None
+    if prog == "netstat":
+        return "netstat-routes" if "-r" in args else None
     simple = {
         "ifconfig": "ifconfig", "ibv_devices": "ibv-devices", "ibv_devinfo": "ibv-devinfo", "rdma_ctl": "rdma-ctl",
         "nvram": "nvram", "sw_vers": "sw-vers", "sysctl": "sysctl", "pmset": "pmset", "fdesetup": "fdesetup",

@@ -372,3 +372,88 @@ def parse_ifconfig(text: str) -> IfconfigFacts:
         first = lines[0]
         raise fail(kind, "'<name>: flags=...' interface blocks", line=first[0], found=first[1].strip())
     return IfconfigFacts(interfaces=[Interface(**i) for i in interfaces])
+
+
+# ------------------------------------------------------------------------------ netstat -rn -f inet
+
+
+class Route(Facts):
+    destination: str  # as printed: "default", "127", "10.10.10/24", "10.10.10.1"
+    network: str | None  # the IPv4 network it covers ("10.10.10.0/24"); None when not an IPv4 destination
+    gateway: str  # "10.10.10.1", "link#4", a MAC address for an ARP entry
+    flags: str
+    netif: str
+    expire: str | None = None
+
+
+class RoutesFacts(Facts):
+    routes: list[Route]  # the IPv4 ("Internet:") table, in printed order
+    notes: list[str] = Field(default_factory=list)
+
+
+def _route_network(destination: str) -> str | None:
+    """BSD's short forms: "127" is 127.0.0.0/8, "169.254" 169.254.0.0/16, "10.10.10/24" as written,
+    a full dotted quad without a prefix is a host (/32), "default" is 0.0.0.0/0."""
+    if destination == "default":
+        return "0.0.0.0/0"
+    addr, _, prefix = destination.partition("/")
+    parts = addr.split(".")
+    if not 1 <= len(parts) <= 4 or not all(p.isdigit() and int(p) <= 255 for p in parts):
+        return None
+    length = int(prefix) if prefix.isdigit() else 8 * len(parts)
+    if length > 32:
+        return None
+    return str(ipaddress.IPv4Network(".".join(parts + ["0"] * (4 - len(parts))) + f"/{length}", strict=False))
+
+
+@guarded("netstat-routes")
+def parse_netstat_routes(text: str) -> RoutesFacts:
+    """`netstat -rn [-f inet]`: the IPv4 routing table. Columns are read from the header, since macOS 11.3
+    dropped Refs and Use (`Destination Gateway Flags Netif Expire`)."""
+    kind = "netstat-routes"
+    lines = nonblank(lines_for(kind, text))
+    routes: list[Route] = []
+    notes: list[str] = []
+    header: list[str] | None = None
+    section = None
+    for no, raw in lines:
+        line = raw.strip()
+        if line == "Routing tables":
+            continue
+        if line in ("Internet:", "Internet6:"):
+            section = line[:-1]
+            header = None
+            continue
+        if line.startswith("Destination"):
+            header = line.split()
+            if header[:3] != ["Destination", "Gateway", "Flags"] or "Netif" not in header:
+                raise fail(kind, "a header `Destination Gateway Flags … Netif Expire`", no, line)
+            if section is None:
+                section = "Internet"  # `netstat -rn -f inet` on some versions prints no section title
+            continue
+        if header is None:
+            if is_elision(line):
+                continue
+            raise fail(kind, "`Routing tables`, `Internet:` or the column header", no, line)
+        if section != "Internet":
+            continue
+        fields = line.split()
+        if len(fields) < 4:
+            notes.append(f"line {no}: too few columns; skipped")
+            continue
+        netif_at = header.index("Netif")
+        if len(fields) <= netif_at:  # columns such as Refs/Use can be blank in pasted copies: Netif is last-ish
+            netif_at = 3
+        routes.append(
+            Route(
+                destination=fields[0],
+                network=_route_network(fields[0]),
+                gateway=fields[1],
+                flags=fields[2],
+                netif=fields[netif_at],
+                expire=fields[netif_at + 1] if len(fields) > netif_at + 1 else None,
+            )
+        )
+    if header is None:
+        raise fail(kind, "a routing table (`Destination Gateway Flags … Netif`)", lines[0][0] if lines else None)
+    return RoutesFacts(routes=routes, notes=notes)

@@ -101,6 +101,8 @@ KINDS: dict[str, KindSpec] = {
                       r"(?:enabled|disabled)\s*\Z")),
         KindSpec("remote-login", COMMANDS["remote-login"], system.parse_remote_login, system.RemoteLoginFacts,
                  _has(r"\A\s*(?:Remote Login: (?:On|Off)|You need administrator access to run this tool)")),
+        KindSpec("netstat-routes", COMMANDS["netstat-routes"], network.parse_netstat_routes, network.RoutesFacts,
+                 _has(r"^Routing tables\s*$|^\s*Destination\s+Gateway\s+Flags\s")),
         KindSpec("sysctl", COMMANDS["sysctl"], system.parse_sysctl, system.SysctlFacts, _sysctl),
     )
 }

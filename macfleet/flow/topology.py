@@ -13,7 +13,7 @@ from macfleet.judge.ipplan import IpPlan, NodeNetworkFacts, bind_ports, plan_ip,
 from macfleet.judge.topology import NodeTopologyFacts, TopologyReport, check_cabling
 
 TOPOLOGY_KINDS = ("thunderbolt", "hardware-ports", "ibv-devices", "ibv-devinfo", "ifconfig")
-NETWORK_KINDS = ("hardware-ports", "service-order", "ifconfig")
+NETWORK_KINDS = ("hardware-ports", "service-order", "ifconfig", "netstat-routes")
 
 
 def collect(

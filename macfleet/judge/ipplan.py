@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from macfleet.facts.network import HardwarePortsFacts, IfconfigFacts, ServiceOrderFacts
+from macfleet.facts.network import HardwarePortsFacts, IfconfigFacts, RoutesFacts, ServiceOrderFacts
 from macfleet.inventory.model import SUBNETS_PER_MESH, Fleet, Mesh
 from macfleet.judge.model import Change, Finding, Noop, Refusal
 from macfleet.judge.topology import TopologyReport
@@ -188,6 +188,7 @@ class NodeNetworkFacts(_Model):
     hardware_ports: HardwarePortsFacts | None = None
     service_order: ServiceOrderFacts | None = None
     ifconfig: IfconfigFacts | None = None
+    netstat_routes: RoutesFacts | None = None
 
 
 def _iface_addrs(ifconfig: IfconfigFacts | None, device: str) -> list[str]:
@@ -225,12 +226,13 @@ def _thunderbolt_devices(f: NodeNetworkFacts) -> set[str]:
 def find_collisions(plan: IpPlan, facts: Mapping[str, NodeNetworkFacts],
                     management: Mapping[str, str] | None = None) -> list[Finding]:
     """Planned subnets that overlap a network a node already uses on a non-Thunderbolt interface (its LAN,
-    Wi-Fi, a VPN...) or a node's management address. Thunderbolt ports are the plan's own: an address there
-    is drift, not a collision."""
+    Wi-Fi, a VPN...), a route of its own to such a network, or a node's management address. Thunderbolt
+    ports are the plan's own: an address there is drift, not a collision."""
     nets = [(lk, ipaddress.IPv4Network(lk.subnet)) for lk in plan.links]
     found: list[Finding] = []
     for node in sorted(facts):
         f = facts[node]
+        found += _route_collisions(node, f, nets)
         if f.ifconfig is None:
             continue
         tb = _thunderbolt_devices(f)
@@ -263,6 +265,41 @@ def find_collisions(plan: IpPlan, facts: Mapping[str, NodeNetworkFacts],
                     message=f"{node}'s management address {addr} is inside the planned subnet {lk.subnet}",
                     fix="choose another pool (macfleet_ipplan.pool in group_vars)",
                 ))
+    return found
+
+
+CATCH_ALL_PREFIX = 16
+
+
+def _route_collisions(node: str, f: NodeNetworkFacts,
+                      nets: list[tuple[Any, ipaddress.IPv4Network]]) -> list[Finding]:
+    """Routes through a gateway into a planned subnet (a VPN pushing 10.213.0.0/24, a static route): the
+    network behind that gateway uses those addresses, so the pool is taken. Catch-all routes broader than
+    /16 (a VPN's 10.0.0.0/8, the default route) say nothing about which addresses are in use and lose to the
+    cables' own /30s anyway. Connected routes (`link#N`) and ARP entries (a MAC as gateway) are the
+    interfaces' own networks, which the ifconfig check already judges."""
+    if f.netstat_routes is None:
+        return []
+    tb = _thunderbolt_devices(f) | {"lo0", "bridge0"}
+    found: list[Finding] = []
+    for r in f.netstat_routes.routes:
+        if r.network is None or r.netif in tb or r.gateway.startswith("link#") or ":" in r.gateway:
+            continue
+        route = ipaddress.IPv4Network(r.network)
+        if route.prefixlen < CATCH_ALL_PREFIX:
+            continue
+        hits = [lk for lk, net in nets if net.overlaps(route)]
+        if not hits:
+            continue
+        subnets = ", ".join(lk.subnet for lk in hits[:4]) + (" …" if len(hits) > 4 else "")
+        found.append(Finding(
+            severity="error", code="pool-collision", nodes=[node],
+            message=(f"{node} routes {r.destination} via {r.gateway} on {r.netif}, inside the planned "
+                     f"Thunderbolt subnet(s) {subnets}"),
+            fix="choose another pool (macfleet_ipplan.pool in group_vars) that no node routes elsewhere, "
+                "then run `macfleet topology ipplan` again",
+            evidence=[f"{r.netif} route {r.destination} {r.gateway} {r.flags}"],
+        ))
     return found
 
 

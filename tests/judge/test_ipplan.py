@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -33,8 +34,11 @@ def fleet(*meshes: tuple[str, list[str]], prefix: int = 30) -> Fleet:
     return Fleet(
         root=Path("/nonexistent"),
         meshes=tuple(
-            Mesh(name=m, nodes=tuple(Node(name=n, mesh=m, address=f"{n}.lan", model="Mac15,14") for n in names),
-                 settings=settings)
+            Mesh(
+                name=m,
+                nodes=tuple(Node(name=n, mesh=m, address=f"{n}.lan", model="Mac15,14") for n in names),
+                settings=settings,
+            )
             for m, names in meshes
         ),
         settings=settings,
@@ -148,9 +152,13 @@ def test_diff_after_apply_is_only_a_noop_with_a_reason() -> None:
 def test_diff_before_apply_lists_each_change() -> None:
     plan = _two_node_plan()
     order = ORDER.replace("(*) Thunderbolt Bridge", "(3) Thunderbolt Bridge").replace(
-        "(2) Thunderbolt 2\n(Hardware Port: Thunderbolt 2, Device: en3)\n", "")
-    facts = NodeNetworkFacts(hardware_ports=_net().hardware_ports, service_order=parse_service_order(order),
-                             ifconfig=parse_ifconfig("en3: flags=8863<UP> mtu 9000\n\tstatus: active\n"))
+        "(2) Thunderbolt 2\n(Hardware Port: Thunderbolt 2, Device: en3)\n", ""
+    )
+    facts = NodeNetworkFacts(
+        hardware_ports=_net().hardware_ports,
+        service_order=parse_service_order(order),
+        ifconfig=parse_ifconfig("en3: flags=8863<UP> mtu 9000\n\tstatus: active\n"),
+    )
     out = diff_ip(plan, "studio-1", facts)
     assert all(isinstance(c, Change) for c in out)
     whats = [c.what for c in out]
@@ -161,10 +169,18 @@ def test_diff_before_apply_lists_each_change() -> None:
         "set the MTU of en3 to 1500",
     ]
     hv = network_vars(plan, "studio-1", facts)
-    assert hv["ipplan_interfaces"] == [{
-        "device": "en3", "hardware_port": "Thunderbolt 2", "service": "Thunderbolt 2", "address": "10.213.0.1",
-        "netmask": "255.255.255.252", "subnet": "10.213.0.0/30", "peer": "studio-2", "peer_address": "10.213.0.2",
-    }]
+    assert hv["ipplan_interfaces"] == [
+        {
+            "device": "en3",
+            "hardware_port": "Thunderbolt 2",
+            "service": "Thunderbolt 2",
+            "address": "10.213.0.1",
+            "netmask": "255.255.255.252",
+            "subnet": "10.213.0.0/30",
+            "peer": "studio-2",
+            "peer_address": "10.213.0.2",
+        }
+    ]
     assert hv["ipplan_bridge_services"] == ["Thunderbolt Bridge"]
     assert hv["ipplan_thunderbolt_devices"][:2] == ["en2", "en3"]
 
@@ -183,5 +199,48 @@ def test_real_tn3205_interface_with_link_local_is_no_collision() -> None:
     text = capture("mlx__apple-tn3205_ifconfig_en2_thunderbolt-ip.txt")
     facts = NodeNetworkFacts(ifconfig=parse_ifconfig(text))
     assert find_collisions(plan_ip(fleet(("mesh1", NAMES))), {"studio-1": facts}) == []
-    assert all(ipaddress.IPv4Network(lk.subnet).subnet_of(ipaddress.IPv4Network("10.213.0.0/16"))
-               for lk in plan_ip(fleet(("mesh1", NAMES))).links)
+    assert all(
+        ipaddress.IPv4Network(lk.subnet).subnet_of(ipaddress.IPv4Network("10.213.0.0/16"))
+        for lk in plan_ip(fleet(("mesh1", NAMES))).links
+    )
+
+
+# ----------------------------------------------------------------------------------- routes (netstat -rn)
+
+ROUTES_HEADER = "Routing tables\n\nInternet:\nDestination        Gateway            Flags        Netif Expire\n"
+
+
+def _with_routes(*rows: str) -> NodeNetworkFacts:
+    from macfleet.facts.network import parse_netstat_routes
+
+    return _net().model_copy(update={"netstat_routes": parse_netstat_routes(ROUTES_HEADER + "\n".join(rows) + "\n")})
+
+
+@pytest.mark.parametrize(
+    ("row", "collides"),
+    [
+        ("10.213.0/24        10.8.0.1           UGSc           utun3", True),  # a VPN pushes part of the pool
+        ("10.213.0.4/30      192.168.1.1        UGSc           en0", True),  # a static route to one cable's /30
+        ("10/8               10.8.0.1           UGSc           utun3", False),  # broader: the cables' /30s win
+        ("default            192.168.1.1        UGScg          en0", False),
+        ("10.213.0/24        link#4             UCS            en0", False),  # connected: ifconfig's business
+        ("10.213.0.1         4:d4:c4:1:2:3      UHLWIi         en0", False),  # an ARP entry
+        ("10.213.0/24        10.213.0.2         UGSc           en3", False),  # on a Thunderbolt port: ours
+        ("172.16.111/24      10.8.0.1           UGSc           utun3", False),
+    ],
+)
+def test_routes_into_the_pool_through_a_gateway_collide(row: str, collides: bool) -> None:
+    plan = plan_ip(fleet(("mesh1", NAMES)))
+    found = find_collisions(plan, {"studio-1": _with_routes(row)})
+    assert [f.code for f in found] == (["pool-collision"] if collides else [])
+    if collides:
+        assert "routes" in found[0].message and found[0].nodes == ["studio-1"]
+
+
+def test_real_routing_table_with_vmware_networks_is_no_collision() -> None:
+    from macfleet.facts.network import parse_netstat_routes
+
+    facts = _net().model_copy(
+        update={"netstat_routes": parse_netstat_routes(capture("apple-se-336888_netstat_rn_vmware_1.txt"))}
+    )
+    assert find_collisions(plan_ip(fleet(("mesh1", NAMES))), {"studio-1": facts}) == []
