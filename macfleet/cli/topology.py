@@ -202,7 +202,7 @@ def show_cmd(
     report = check_topology(fleet, [m])[0][0]
     spec_ports = {n.name: [p.receptacle for p in n.model_spec.thunderbolt_ports] for n in m.nodes if n.model_spec}
     _write_svg(svg, svg_from_report(report, spec_ports))
-    emit(report.json_payload(), human=render_check, exit_code=judge_exit_code(report))
+    emit(report.json_payload(), human=lambda _: render_check(report), exit_code=judge_exit_code(report))
 
 
 @app.command("watch")

@@ -134,6 +134,7 @@ def render_svg(title: str, nodes: list[SvgNode], lines: list[SvgLine], legend: l
     centres, width, height = _layout(len(nodes))
     notes = notes or []
     height += 22 * (len(legend) + len(notes))
+    width = max(width, 48 + 7 * max((len(t) for t in notes), default=0))  # notes are never cut off
     n = max(len(centres), 1)
     middle = (sum(c[0] for c in centres) / n, sum(c[1] for c in centres) / n)
     boxes = {n.name: (_box(c, middle, n.ports), n) for n, c in zip(nodes, centres, strict=True)}
