@@ -111,3 +111,16 @@ def test_console_script_runs() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_lab_faults_lists_every_fault_and_takes_name(cli) -> None:
+    result = cli("lab", "faults", "--name", "no-such-lab", "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["active"] == []
+    usages = [f["usage"].split()[0] for f in data["faults"]]
+    for fault in ("unplug", "slow-cable", "wrong-port", "double-cable", "via-hub", "unknown-mac", "bridge-on",
+                  "ip-drift", "apipa", "rdma-off", "rdma-wedge", "qp-exhausted", "hang", "slow-boot", "os-mismatch",
+                  "filevault-on", "disk-full", "sleep-on", "wired-limit-lost", "clock-skew", "exo-down",
+                  "exo-version", "exo-runner-failed"):
+        assert fault in usages

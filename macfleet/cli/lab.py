@@ -13,6 +13,7 @@ import typer
 from pydantic import BaseModel
 
 from macfleet.cli.options import JsonOpt
+from macfleet.errors import UsageError
 from macfleet.render.output import console, emit
 
 app = typer.Typer(
@@ -175,6 +176,7 @@ class LabFaultKind(BaseModel):
 
 class LabFaultKinds(BaseModel):
     faults: list[LabFaultKind]
+    active: list[str] = []  # faults on in the named lab, when it is up
 
 
 @app.command("fault")
@@ -196,16 +198,23 @@ def fault_cmd(
 
 
 @app.command("faults")
-def faults_cmd(json_output: JsonOpt = False) -> None:
-    """The faults `lab fault` can inject, one line each."""
-    from macfleet.lab import faults
+def faults_cmd(name: NameOpt = "lab", json_output: JsonOpt = False) -> None:
+    """The faults `lab fault` can inject, one line each (and which are on, if lab NAME is up)."""
+    from macfleet.lab import control, faults
 
-    result = LabFaultKinds(faults=[LabFaultKind(usage=u, description=d) for u, d in faults.describe()])
+    try:
+        active = sorted({f for n in control.status(name) for f in n.get("faults", [])})
+    except UsageError:  # no lab of that name: the list of kinds is still worth showing
+        active = []
+    result = LabFaultKinds(faults=[LabFaultKind(usage=u, description=d) for u, d in faults.describe()],
+                           active=active)
 
     def human(r: LabFaultKinds) -> None:
         width = max(len(f.usage) for f in r.faults)
         for f in r.faults:
             console.print(f"{f.usage:<{width}}  {f.description}", highlight=False, markup=False, soft_wrap=True)
+        if r.active:
+            console.print(f"on in lab {name}: " + "; ".join(r.active), highlight=False, markup=False)
 
     emit(result, json_mode=json_output, human=human)
 
