@@ -244,15 +244,8 @@ def find_collisions(plan: IpPlan, facts: Mapping[str, NodeNetworkFacts],
                 theirs = ipaddress.IPv4Network(f"{a.address}/{prefix}", strict=False)
                 hits = [lk for lk, net in nets if net.overlaps(theirs)]
                 if hits:
-                    subnets = ", ".join(lk.subnet for lk in hits[:4]) + (" …" if len(hits) > 4 else "")
-                    found.append(Finding(
-                        severity="error", code="pool-collision", nodes=[node],
-                        message=(f"{node} {iface.name} has {a.address}/{prefix}, which overlaps the planned "
-                                 f"Thunderbolt subnet(s) {subnets}"),
-                        fix="choose another pool (macfleet_ipplan.pool in group_vars) that no node uses, "
-                            "then run `macfleet topology ipplan` again",
-                        evidence=[f"{iface.name} inet {a.address}/{prefix}"],
-                    ))
+                    found.append(_pool_collision(node, hits, f"{node} {iface.name} has {a.address}/{prefix}",
+                                                 f"{iface.name} inet {a.address}/{prefix}"))
     for node, addr in sorted((management or {}).items()):
         try:
             ip = ipaddress.IPv4Address(addr)
@@ -289,18 +282,21 @@ def _route_collisions(node: str, f: NodeNetworkFacts,
         if route.prefixlen < CATCH_ALL_PREFIX:
             continue
         hits = [lk for lk, net in nets if net.overlaps(route)]
-        if not hits:
-            continue
-        subnets = ", ".join(lk.subnet for lk in hits[:4]) + (" …" if len(hits) > 4 else "")
-        found.append(Finding(
-            severity="error", code="pool-collision", nodes=[node],
-            message=(f"{node} routes {r.destination} via {r.gateway} on {r.netif}, inside the planned "
-                     f"Thunderbolt subnet(s) {subnets}"),
-            fix="choose another pool (macfleet_ipplan.pool in group_vars) that no node routes elsewhere, "
-                "then run `macfleet topology ipplan` again",
-            evidence=[f"{r.netif} route {r.destination} {r.gateway} {r.flags}"],
-        ))
+        if hits:
+            found.append(_pool_collision(node, hits, f"{node} routes {r.destination} via {r.gateway} on {r.netif}",
+                                         f"{r.netif} route {r.destination} {r.gateway} {r.flags}"))
     return found
+
+
+def _pool_collision(node: str, hits: list[Any], what: str, evidence: str) -> Finding:
+    subnets = ", ".join(lk.subnet for lk in hits[:4]) + (" …" if len(hits) > 4 else "")
+    return Finding(
+        severity="error", code="pool-collision", nodes=[node],
+        message=f"{what}, which overlaps the planned Thunderbolt subnet(s) {subnets}",
+        fix="choose another pool (macfleet_ipplan.pool in group_vars) that no node uses or routes elsewhere, "
+            "then run `macfleet topology ipplan` again",
+        evidence=[evidence],
+    )
 
 
 def refuse_on_collision(collisions: list[Finding]) -> Refusal | None:
