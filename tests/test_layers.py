@@ -17,7 +17,8 @@ ALLOWED: dict[str, set[str]] = {
     "macfleet.judge": {"macfleet.facts", "macfleet.inventory.model", "macfleet.errors"},
     "macfleet.lab": {"macfleet.inventory.model", "macfleet.errors"},
     "macfleet.collect": {"macfleet.errors", "macfleet.facts", "macfleet.inventory"},
-    "macfleet.act": {"macfleet.errors", "macfleet.facts", "macfleet.inventory", "macfleet.judge", "macfleet.collect"},
+    "macfleet.act": {"macfleet.errors", "macfleet.facts", "macfleet.inventory", "macfleet.judge", "macfleet.collect",
+                     "macfleet.paths"},
     "macfleet.flow": {
         "macfleet.errors",
         "macfleet.facts",

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from macfleet.errors import PlaybookFailed, UnreachableError, UsageError
+from macfleet.paths import state_dir
 
 
 def _shipped_root() -> Path:
@@ -107,10 +108,6 @@ class PlaybookResult:
         return sum(h.changed for h in self.hosts.values())
 
 
-def _state_dir() -> Path:
-    base = os.environ.get("MACFLEET_STATE_DIR") or os.environ.get("XDG_STATE_HOME")
-    return (Path(base) / "macfleet") if base else Path.home() / ".local" / "state" / "macfleet"
-
 
 def _message(res: dict[str, Any]) -> str:
     for key in ("msg", "stderr", "reason"):
@@ -164,7 +161,7 @@ def run_playbook(
             )
         return True  # keep every event in the artifacts: the run's audit trail, and where `stats` come from
 
-    private = _state_dir() / "runs"
+    private = state_dir() / "runs"
     private.mkdir(parents=True, exist_ok=True)
     ident = f"{run.playbook}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%fZ')}"
     envvars = {"ANSIBLE_CONFIG": str(ANSIBLE_CFG), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"}

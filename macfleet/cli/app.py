@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 import traceback
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -15,6 +13,7 @@ from pydantic import ValidationError
 
 from macfleet import __version__
 from macfleet.errors import EXIT_CANCELLED, EXIT_PROBLEMS, MacfleetError, NotBuiltYet, UsageError
+from macfleet.paths import state_dir
 from macfleet.render import output
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
@@ -83,13 +82,9 @@ for _name, _module, _help in GROUPS:
         app.add_typer(_group, name=_name)
 
 
-def _state_dir() -> Path:
-    base = os.environ.get("MACFLEET_STATE_DIR") or os.environ.get("XDG_STATE_HOME")
-    return Path(base) / "macfleet" if base else Path.home() / ".local" / "state" / "macfleet"
-
 
 def _report_crash(exc: BaseException) -> int:
-    path = _state_dir() / "last-error.log"
+    path = state_dir() / "last-error.log"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w") as fh:
