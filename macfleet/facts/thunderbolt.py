@@ -158,6 +158,21 @@ def _is_mac(*, mode: Any, switch_uid: Any, route: Any, domain_uuid: Any, has_ser
     return bool(domain_uuid) or has_services or (isinstance(model, str) and bool(_MODEL_ID.match(model)))
 
 
+def _port(receptacle: int, bus: int, status: bool | None, speed_text: str | None, notes: list[str],
+          **fields: Any) -> ThunderboltPort | None:
+    """One host port from any of the three forms. `status` is the Status line read as connected or not
+    (None when absent); without it, a live speed ("80 Gb/s") means connected and "Up to …" means idle."""
+    speed = parse_speed(speed_text)
+    if status is None and speed is None:
+        notes.append(f"receptacle {receptacle}: no status and no speed; skipped")
+        return None
+    connected = status if status is not None else not speed[1]  # type: ignore[index]
+    cur = speed[0] if speed and not speed[1] else None
+    mx = speed[0] if speed and speed[1] else None
+    return ThunderboltPort(receptacle=receptacle, bus=bus, connected=connected, speed_gbps=cur, max_speed_gbps=mx,
+                           capability=_capability(mx, cur), **fields)  # type: ignore[arg-type]
+
+
 def _finish(host: ThunderboltHost, ports: list[ThunderboltPort], fmt: str, notes: list[str]) -> ThunderboltFacts:
     ports = sorted(ports, key=lambda p: (p.receptacle, p.bus))
     return ThunderboltFacts(host=host, ports=ports, source_format=fmt, notes=notes)  # type: ignore[arg-type]
@@ -323,31 +338,14 @@ def _from_items(buses: list[Any], fmt: str, notes: list[str]) -> ThunderboltFact
             if receptacle is None:
                 notes.append(f"bus {bus_no} receptacle_{tag_no}_tag has no receptacle_id_key; skipped")
                 continue
-            status = tag.get("receptacle_status_key")
-            speed = parse_speed(_str(tag.get("current_speed_key")))
-            if status in ("receptacle_connected", "receptacle_no_devices_connected"):
-                connected = status == "receptacle_connected"
-            elif speed is not None:
-                connected = not speed[1]
-            else:
-                notes.append(f"receptacle {receptacle}: no status and no speed; skipped")
-                continue
-            cur = speed[0] if speed and not speed[1] else None
-            mx = speed[0] if speed and speed[1] else None
-            ports.append(
-                ThunderboltPort(
-                    receptacle=receptacle,
-                    bus=bus_no,
-                    switch_uid=_str(bus.get("switch_uid_key")),
-                    domain_uuid=_str(bus.get("domain_uuid_key")),
-                    connected=connected,
-                    speed_gbps=cur,
-                    max_speed_gbps=mx,
-                    capability=_capability(mx, cur),  # type: ignore[arg-type]
-                    link_status=_str(tag.get("link_status_key")),
-                    attached=attached if tag_no == owner else [],
-                )
-            )
+            status = {"receptacle_connected": True, "receptacle_no_devices_connected": False}.get(
+                tag.get("receptacle_status_key"))
+            port = _port(receptacle, bus_no, status, _str(tag.get("current_speed_key")), notes,
+                         switch_uid=_str(bus.get("switch_uid_key")), domain_uuid=_str(bus.get("domain_uuid_key")),
+                         link_status=_str(tag.get("link_status_key")),
+                         attached=attached if tag_no == owner else [])
+            if port is not None:
+                ports.append(port)
     return _finish(host, ports, fmt, notes)
 
 
@@ -470,32 +468,13 @@ def _from_text(lines: list[Line]) -> ThunderboltFacts:
             if receptacle is None:
                 notes.append(f"bus {bus_no} line {p.line}: port without 'Receptacle:'; skipped")
                 continue
-            status = p.fields.get("Status")
-            speed = parse_speed(p.fields.get("Speed"))
-            if status in ("Device connected", "No device connected"):
-                connected = status == "Device connected"
-            elif speed is not None:
-                connected = not speed[1]
-            else:
-                notes.append(f"receptacle {receptacle}: no status and no speed; skipped")
-                continue
+            status = {"Device connected": True, "No device connected": False}.get(p.fields.get("Status", ""))
             attached = [_attached_from_text(c) for c in p.children]
             if i == 0:
                 attached += [_attached_from_text(c) for c in loose]
-            cur = speed[0] if speed and not speed[1] else None
-            mx = speed[0] if speed and speed[1] else None
-            ports.append(
-                ThunderboltPort(
-                    receptacle=receptacle,
-                    bus=bus_no,
-                    switch_uid=bus.fields.get("UID"),
-                    domain_uuid=bus.fields.get("Domain UUID"),
-                    connected=connected,
-                    speed_gbps=cur,
-                    max_speed_gbps=mx,
-                    capability=_capability(mx, cur),  # type: ignore[arg-type]
-                    link_status=p.fields.get("Link Status"),
-                    attached=attached,
-                )
-            )
+            port = _port(receptacle, bus_no, status, p.fields.get("Speed"), notes,
+                         switch_uid=bus.fields.get("UID"), domain_uuid=bus.fields.get("Domain UUID"),
+                         link_status=p.fields.get("Link Status"), attached=attached)
+            if port is not None:
+                ports.append(port)
     return _finish(host, ports, "text", notes)
