@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -12,6 +13,13 @@ from macfleet.cli.app import GROUPS
 from tests.conftest import EXAMPLE_INVENTORY
 
 GROUP_NAMES = [name for name, _, _ in GROUPS]
+# Which groups exist is decided by their modules, not read back from the output under test.
+BUILT = {name for name, module, _ in GROUPS if importlib.util.find_spec(module) is not None}
+NOT_BUILT = set(GROUP_NAMES) - BUILT
+
+
+def test_built_groups_are_the_ones_we_expect() -> None:
+    assert {"inventory", "facts", "topology", "lab"} <= BUILT
 
 
 def test_root_help(cli) -> None:
@@ -25,7 +33,8 @@ def test_root_help(cli) -> None:
 def test_group_help(cli, group: str) -> None:
     result = cli(group, "--help")
     # a group not built yet refuses plainly (exit 2) rather than printing fake help
-    if "not built yet" in result.stderr:
+    if group in NOT_BUILT:
+        assert "not built yet" in result.stderr
         assert result.exit_code == 2
     else:
         assert result.exit_code == 0, result.stderr
@@ -96,11 +105,13 @@ def test_unknown_option_exit_2(cli) -> None:
 
 
 def test_not_built_command_exit_2(cli) -> None:
-    for name in GROUP_NAMES:
+    if not NOT_BUILT:
+        pytest.skip("every group is built")
+    for name in sorted(NOT_BUILT):
         result = cli(name, "something")
-        if "not built yet" in result.stderr:
-            assert result.exit_code == 2
-            assert result.stdout == ""
+        assert "not built yet" in result.stderr
+        assert result.exit_code == 2
+        assert result.stdout == ""
 
 
 def test_console_script_runs() -> None:
