@@ -84,8 +84,7 @@ def up_cmd(
 
     lab = control.up(name, nodes=nodes, pods=pods, model=model, fresh=fresh, exo=not no_exo, tb_rate=tb_rate,
                      mgmt_rate=mgmt_rate, boot_seconds=boot_seconds, inventories=inventories, all_ports=all_ports)
-    took = control.ncommon.read_json(control.lab_dir(name) / "timings.json", {}).get("up_s", 0.0)
-    result = LabUp(name=name, inventory=lab["inventory_dir"], took_s=took,
+    result = LabUp(name=name, inventory=lab["inventory_dir"], took_s=lab["took_s"],
                    nodes=[LabNode(**n) for n in control.status(name)])
 
     def human(r: LabUp) -> None:

@@ -428,7 +428,12 @@ def up(
         with contextlib.suppress(Exception):
             down(name)
         raise
-    return lab
+    return {**lab, "took_s": up_seconds(name)}
+
+
+def up_seconds(name: str) -> float:
+    """How long the last `lab up` of NAME took, for reports and the bench."""
+    return float((ncommon.read_json(lab_dir(name) / "timings.json", {}) or {}).get("up_s", 0.0))
 
 
 def _up(lab: dict, d: Path, inv: Path) -> None:
