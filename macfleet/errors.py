@@ -15,6 +15,15 @@ EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 EXIT_CANCELLED = 130
 
+# When several outcomes apply, the first of these wins (docs/cli.md).
+_PRECEDENCE = (EXIT_USAGE, EXIT_UNREACHABLE, EXIT_PROBLEMS, EXIT_OK)
+
+
+def most_severe_exit(codes: list[int] | tuple[int, ...]) -> int:
+    """One exit code for several outcomes: bad input > unreachable > problems > ok."""
+    present = set(codes)
+    return next((c for c in _PRECEDENCE if c in present), EXIT_OK)
+
 
 @dataclass(frozen=True)
 class Problem:

@@ -135,3 +135,12 @@ def test_lab_faults_lists_every_fault_and_takes_name(cli) -> None:
                   "filevault-on", "disk-full", "sleep-on", "wired-limit-lost", "clock-skew", "exo-down",
                   "exo-version", "exo-runner-failed"):
         assert fault in usages
+
+
+@pytest.mark.parametrize(
+    ("codes", "expected"), [([], 0), ([0, 1], 1), ([1, 3, 0], 3), ([3, 2, 1], 2), ([0, 0], 0)]
+)
+def test_exit_code_precedence(codes: list[int], expected: int) -> None:
+    from macfleet.errors import most_severe_exit
+
+    assert most_severe_exit(codes) == expected

@@ -13,7 +13,7 @@ from macfleet.act.ansible import HostStats, PlaybookRun, ProgressEvent, raise_fo
 from macfleet.act.hostvars import write_generated_hostvars
 from macfleet.cli.facts import read_capture
 from macfleet.cli.options import CheckOpt, InventoryOpt, JsonOpt, MeshOpt, inventory_path
-from macfleet.errors import FactsParseError, Refused, UnreachableError, UsageError
+from macfleet.errors import FactsParseError, Refused, UnreachableError, UsageError, most_severe_exit
 from macfleet.facts.links import match_links
 from macfleet.facts.network import HardwarePortsFacts, parse_hardware_ports
 from macfleet.facts.thunderbolt import ThunderboltFacts, parse_thunderbolt
@@ -121,7 +121,7 @@ def _merged_payload(reports: list[TopologyReport]) -> dict[str, Any]:
 
 
 def _exit_code(reports: list[TopologyReport]) -> int:
-    return max((judge_exit_code(r) for r in reports), default=0, key=lambda c: {0: 0, 1: 1, 3: 2}[c])
+    return most_severe_exit([judge_exit_code(r) for r in reports])
 
 
 @app.command("check")
