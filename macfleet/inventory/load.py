@@ -242,6 +242,29 @@ def _build_settings(
         return None
 
 
+def _unknown_keys(
+    mapping: dict,
+    known: set[str],
+    src: _Source,
+    key_path: list[Any],
+    root: Path,
+    problems: list[Problem],
+    also_allowed: set[str] = frozenset(),  # type: ignore[assignment]
+) -> None:
+    """A problem for each key that is neither known nor allowed, suggesting the closest known one."""
+    for key in mapping:
+        if key not in known and key not in also_allowed:
+            problems.append(
+                Problem(
+                    _display(src.path, root),
+                    ".".join(str(k) for k in [*key_path, key]),
+                    f"unknown key `{key}`",
+                    _suggest(str(key), known),
+                    src.line(*key_path, key),
+                )
+            )
+
+
 def _known_fields(loc: list[str]) -> set[str]:
     model: Any = Settings
     for part in loc[:-1]:
@@ -297,17 +320,7 @@ def _read_node(
     if not isinstance(raw, dict):
         problems.append(Problem(shown, path, _type_name(raw), "a mapping of host variables", src.line(*key_path)))
         return None
-    for key in raw:
-        if key not in HOST_KEYS and key not in ANSIBLE_HOST_VARS:
-            problems.append(
-                Problem(
-                    shown,
-                    f"{path}.{key}",
-                    f"unknown key `{key}`",
-                    _suggest(str(key), HOST_KEYS),
-                    src.line(*key_path, key),
-                )
-            )
+    _unknown_keys(raw, HOST_KEYS, src, key_path, root, problems, also_allowed=ANSIBLE_HOST_VARS)
     address = raw.get("ansible_host", name)
     if not isinstance(address, str) or not _valid_address(address):
         problems.append(
@@ -427,17 +440,7 @@ def _read_hosts(src: _Source, root: Path, problems: list[Problem]) -> list[tuple
                 Problem(shown, ".".join(kp) + ".hosts", "no hosts", "a mapping of the mesh's Macs", src.line(*kp))
             )
             continue
-        for key in group:
-            if key not in MESH_GROUP_KEYS:
-                problems.append(
-                    Problem(
-                        shown,
-                        f"{'.'.join(kp)}.{key}",
-                        f"unknown key `{key}`",
-                        _suggest(str(key), MESH_GROUP_KEYS),
-                        src.line(*kp, key),
-                    )
-                )
+        _unknown_keys(group, MESH_GROUP_KEYS, src, kp, root, problems)
         nodes = [
             n
             for host, raw in group["hosts"].items()
