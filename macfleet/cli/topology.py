@@ -10,18 +10,16 @@ import typer
 from rich.console import Group
 
 from macfleet.act.ansible import HostStats, PlaybookRun, ProgressEvent, raise_for, run_playbook
-from macfleet.act.hostvars import write_generated_hostvars
 from macfleet.cli.facts import read_capture
 from macfleet.cli.options import CheckOpt, InventoryOpt, JsonOpt, MeshOpt, inventory_path
-from macfleet.errors import FactsParseError, Refused, UnreachableError, UsageError, most_severe_exit
+from macfleet.errors import FactsParseError, UsageError, most_severe_exit
 from macfleet.facts.links import match_links
 from macfleet.facts.network import HardwarePortsFacts, parse_hardware_ports
 from macfleet.facts.thunderbolt import ThunderboltFacts, parse_thunderbolt
-from macfleet.flow.topology import check_topology, plan_live
+from macfleet.flow.topology import check_topology, plan_live, prepare_apply
 from macfleet.inventory.load import load_inventory
 from macfleet.inventory.model import MAC_MODELS, Fleet, MacModelSpec, Mesh, model_spec
-from macfleet.judge.ipplan import diff_ip, find_collisions, network_vars, refuse_on_collision
-from macfleet.judge.model import Change
+from macfleet.judge.ipplan import find_collisions
 from macfleet.judge.topology import (
     TopologyReport,
     WatchEvent,
@@ -267,26 +265,11 @@ def apply_cmd(
     inv = inventory_path(inventory)
     fleet = load_inventory(inv)
     meshes = _meshes(fleet, mesh)
-    live = plan_live(fleet, meshes)
-    plan, facts, gathered, reports = live.plan, live.facts, live.gathered, live.reports
-    if gathered.unreachable:
-        raise UnreachableError(gathered.unreachable, hint="nothing was changed; the plan is checked on every node "
-                               "before any change")
-    collisions = find_collisions(plan, facts, {n.name: n.address for m in meshes for n in m.nodes})
-    refusal = refuse_on_collision(collisions)
-    if refusal is not None:
-        raise Refused(refusal.reason, hint=collisions[0].fix, details={"nodes": refusal.nodes})
-    for r in reports:
-        uncabled = [f for f in r.findings if f.code == "missing-pair"]
-        if uncabled:
-            info(f"[yellow]note:[/yellow] {len(uncabled)} pair(s) of mesh {r.mesh} have no cable yet; "
-                 "their addresses are applied once cabled (see `macfleet topology check`)")
-    nodes = [n for m in meshes for n in m.node_names]
-    for n in nodes:
-        write_generated_hostvars(fleet, n, network_vars(plan, n, facts[n]), by="topology apply")
-    # The judge's own per-node diff, shown with the playbook's check-mode count (they should agree).
-    diffs = {n: [c.what if isinstance(c, Change) else f"nothing to do: {c.reason}" for c in diff_ip(plan, n, facts[n])]
-             for n in nodes}
+    prepared = prepare_apply(fleet, meshes)
+    for mesh_name, n in prepared.uncabled.items():
+        info(f"[yellow]note:[/yellow] {n} pair(s) of mesh {mesh_name} have no cable yet; "
+             "their addresses are applied once cabled (see `macfleet topology check`)")
+    nodes, diffs = prepared.nodes, prepared.diffs
 
     def progress(e: ProgressEvent) -> None:
         if e.status in ("changed", "failed", "unreachable") or output.mode.verbose:

@@ -5,11 +5,24 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from macfleet.act.hostvars import write_generated_hostvars
 from macfleet.collect.commands import NETWORK_SPECS, TOPOLOGY_SPECS, CommandSpec
 from macfleet.collect.gather import Gathered, gather
+from macfleet.errors import Refused, UnreachableError
 from macfleet.facts.registry import facts_from_outputs
 from macfleet.inventory.model import Fleet, Mesh
-from macfleet.judge.ipplan import IpPlan, NodeNetworkFacts, bind_ports, plan_ip, with_drift
+from macfleet.judge.ipplan import (
+    IpPlan,
+    NodeNetworkFacts,
+    bind_ports,
+    diff_ip,
+    find_collisions,
+    network_vars,
+    plan_ip,
+    refuse_on_collision,
+    with_drift,
+)
+from macfleet.judge.model import Change
 from macfleet.judge.topology import NodeTopologyFacts, TopologyReport, check_cabling
 
 TOPOLOGY_KINDS = ("thunderbolt", "hardware-ports", "ibv-devices", "ibv-devinfo", "ifconfig")
@@ -71,3 +84,35 @@ def plan_live(fleet: Fleet, meshes: list[Mesh]) -> LivePlan:
         plan = plan.model_copy(update={"links": plan.links + p.links, "mtu": {**plan.mtu, **p.mtu}})
     plan = with_drift(bind_ports(plan, {r.mesh: r for r in reports}), facts)
     return LivePlan(plan=plan, facts=facts, reports=reports, gathered=gathered)
+
+
+@dataclass
+class PreparedApply:
+    """The plan checked on every node and handed to Ansible as generated host_vars, ready to run."""
+
+    nodes: list[str]
+    diffs: dict[str, list[str]]  # node -> the judge's own per-node changes (or why nothing is to do)
+    uncabled: dict[str, int]  # mesh -> pairs with no cable yet (their addresses wait for the cable)
+
+
+def prepare_apply(fleet: Fleet, meshes: list[Mesh]) -> PreparedApply:
+    """One pass, then refuse (nothing written) if a node is unreachable or the pool collides; else write
+    each node's generated host_vars, so `playbooks/network.yml` applies exactly this plan."""
+    live = plan_live(fleet, meshes)
+    if live.gathered.unreachable:
+        raise UnreachableError(live.gathered.unreachable,
+                               hint="nothing was changed; the plan is checked on every node before any change")
+    collisions = find_collisions(live.plan, live.facts, {n.name: n.address for m in meshes for n in m.nodes})
+    refusal = refuse_on_collision(collisions)
+    if refusal is not None:
+        raise Refused(refusal.reason, hint=collisions[0].fix, details={"nodes": refusal.nodes})
+    nodes = [n for m in meshes for n in m.node_names]
+    for n in nodes:
+        write_generated_hostvars(fleet, n, network_vars(live.plan, n, live.facts[n]), by="topology apply")
+    diffs = {
+        n: [c.what if isinstance(c, Change) else f"nothing to do: {c.reason}"
+            for c in diff_ip(live.plan, n, live.facts[n])]
+        for n in nodes
+    }
+    uncabled = {r.mesh: n for r in live.reports if (n := sum(f.code == "missing-pair" for f in r.findings))}
+    return PreparedApply(nodes=nodes, diffs=diffs, uncabled=uncabled)
