@@ -35,6 +35,8 @@ import pytest
 
 STATE_ROOT = Path("/run/macfleet-lab")
 PY = sys.executable
+# Lets two checkouts run their lab tests on one machine at once without sharing a lab (e.g. "w1").
+LAB_PREFIX = os.environ.get("MACFLEET_TEST_LAB_PREFIX", "")
 
 
 def _lab_capable() -> str | None:
@@ -132,6 +134,7 @@ def assert_nothing_left(name: str, workdir: Path) -> None:
 
 
 def _up(name: str, workdir: Path, *args: str) -> Lab:
+    name = LAB_PREFIX + name
     workdir.mkdir(parents=True, exist_ok=True)
     run_macfleet(["lab", "down", "--name", name], cwd=workdir, check=False)
     run_macfleet(["lab", "up", "--name", name, *args], cwd=workdir)
