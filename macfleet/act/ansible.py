@@ -37,6 +37,9 @@ PLAYBOOKS_DIR = Path(os.environ.get("MACFLEET_PLAYBOOKS", SHIPPED_ROOT / "playbo
 ANSIBLE_CFG = SHIPPED_ROOT / "ansible.cfg"
 PLAYBOOK_NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
 KEEP_ARTIFACTS = 20
+DEBUG_ACTIONS = ("ansible.builtin.debug", "debug")
+# ansible-playbook's --ask-become-pass prompt; ansible-runner answers it from memory (never env/passwords).
+BECOME_PROMPT = r"^BECOME password.*:\s*?$"
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,8 @@ class ProgressEvent:
     task: str
     status: str  # ok | changed | failed | unreachable | skipped
     changed: bool
-    message: str | None = None
+    message: str | None = None  # a failure's message, or what a debug task said
+    role: str | None = None  # the role the task belongs to (a bootstrap step)
 
 
 @dataclass
@@ -123,8 +127,12 @@ def run_playbook(
     on_event: Callable[[ProgressEvent], None] | None = None,
     cancel: threading.Event | None = None,
     raise_on_failure: bool = True,
+    become_password: str | None = None,
 ) -> PlaybookResult:
-    """Run one playbook to the end (or until `cancel` is set) and describe what happened."""
+    """Run one playbook to the end (or until `cancel` is set) and describe what happened.
+
+    `become_password` answers ansible-playbook's --ask-become-pass prompt through ansible-runner's
+    `passwords` (held in memory: never argv, extravars, env files or artifacts)."""
     import ansible_runner  # heavy; only commands that change nodes pay for it
 
     if not run.path.is_file():
@@ -156,9 +164,9 @@ def run_playbook(
         elif kind == "runner_on_skipped":
             status = "skipped"
         if status and host and on_event is not None:
-            on_event(
-                ProgressEvent(host, task, status, status == "changed", None if status != "failed" else _message(res))
-            )
+            said = res.get("msg") if data.get("task_action") in DEBUG_ACTIONS and status != "skipped" else None
+            message = _message(res) if status == "failed" else (str(said) if said else None)
+            on_event(ProgressEvent(host, task, status, status == "changed", message, data.get("role") or None))
         return True  # keep every event in the artifacts: the run's audit trail, and where `stats` come from
 
     private = state_dir() / "runs"
@@ -166,7 +174,7 @@ def run_playbook(
     ident = f"{run.playbook}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%fZ')}"
     envvars = {"ANSIBLE_CONFIG": str(ANSIBLE_CFG), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"}
     with _own_signal_handlers():
-        runner = _run(ansible_runner, run, private, ident, envvars, event_handler, cancel)
+        runner = _run(ansible_runner, run, private, ident, envvars, event_handler, cancel, become_password)
     return _result(run, runner, failed_tasks, changes, unreachable, raise_on_failure)
 
 
@@ -193,7 +201,9 @@ def _run(
     envvars: dict[str, str],
     event_handler: Callable[[dict[str, Any]], bool],
     cancel: threading.Event,
+    become_password: str | None = None,
 ) -> Any:
+    cmdline = " ".join(x for x in (run.cmdline, "--ask-become-pass" if become_password is not None else "") if x)
     return ansible_runner.run(
         private_data_dir=str(private),
         project_dir=str(PLAYBOOKS_DIR),
@@ -202,7 +212,8 @@ def _run(
         limit=",".join(run.limit) if run.limit else None,
         extravars=dict(run.extravars) or None,
         tags=",".join(run.tags) if run.tags else None,
-        cmdline=run.cmdline or None,
+        cmdline=cmdline or None,
+        passwords={BECOME_PROMPT: become_password} if become_password is not None else None,
         envvars=envvars,
         ident=ident,
         quiet=True,

@@ -45,9 +45,11 @@ def _root(
     output.mode.verbose = verbose
 
 
-# Groups, each a module under macfleet/cli exposing `app`. (name, module, help for not-yet-built)
+# Groups, each a module under macfleet/cli exposing `app` (a group) or `command` (a single command).
+# (name, module, help for not-yet-built)
 GROUPS: list[tuple[str, str, str]] = [
     ("inventory", "macfleet.cli.inventory", "Check and show an inventory."),
+    ("trust", "macfleet.cli.trust", "Record each Mac's SSH host key once you have confirmed it."),
     ("facts", "macfleet.cli.facts", "Parse macOS command outputs into facts."),
     ("topology", "macfleet.cli.topology", "Cabling check, cabling plan and picture, IP plan."),
     ("lab", "macfleet.cli.lab", "A simulated Mac cluster on Linux, to try and test macfleet."),
@@ -73,13 +75,16 @@ def _add_not_built(name: str, help_text: str) -> None:
 
 for _name, _module, _help in GROUPS:
     try:
-        _group = importlib.import_module(_module).app
+        _cli_module = importlib.import_module(_module)
     except ModuleNotFoundError as exc:
         if exc.name != _module:
             raise
         _add_not_built(_name, _help)
     else:
-        app.add_typer(_group, name=_name)
+        if hasattr(_cli_module, "command"):
+            app.command(_name, context_settings=CONTEXT)(_cli_module.command)
+        else:
+            app.add_typer(_cli_module.app, name=_name)
 
 
 

@@ -1,0 +1,51 @@
+"""`macfleet trust`: first contact with each Mac's SSH host key."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+from rich.prompt import Confirm
+
+from macfleet.cli.options import InventoryOpt, JsonOpt, inventory_path
+from macfleet.errors import UsageError, most_severe_exit
+from macfleet.flow.trust import HostKeySeen, parse_fingerprints, trust_nodes
+from macfleet.inventory.load import load_inventory
+from macfleet.render import output
+from macfleet.render.output import emit, err_console
+from macfleet.render.trust import confirm_text, render_trust
+
+
+def command(
+    nodes: Annotated[list[str] | None, typer.Argument(help="Nodes (default: every node of the inventory).",
+                                                      show_default=False)] = None,
+    inventory: InventoryOpt = None,
+    fingerprint: Annotated[list[str] | None, typer.Option(
+        "--fingerprint", help="NODE=SHA256:… read at the Mac; that node's key is recorded only if it matches.",
+        show_default=False)] = None,
+    yes: Annotated[bool, typer.Option(
+        "--yes", help="Record every new key as seen (a lab, or a network you vouch for); each is printed.")] = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Fetch each Mac's SSH host key, show its fingerprint, and record it in the inventory's known_hosts once
+    confirmed (at the prompt, by --fingerprint, or --yes). A key that changed is refused, never replaced.
+
+    Exit 0 every key known or recorded, 1 a key refused or not confirmed, 3 a node unreachable."""
+    fleet = load_inventory(inventory_path(inventory))
+    all_nodes = [n.name for n in fleet.nodes]
+    chosen = list(nodes or all_nodes)
+    unknown = [n for n in chosen if n not in all_nodes]
+    if unknown:
+        raise UsageError("no node " + ", ".join(repr(n) for n in unknown) + f" in {fleet.root}",
+                         hint="nodes: " + ", ".join(all_nodes))
+    fps = parse_fingerprints(fingerprint or [], chosen)
+    interactive = sys.stdin.isatty() and not output.mode.json
+
+    def ask(seen: HostKeySeen) -> bool:
+        err_console.print(confirm_text(seen.node, seen.entry, seen.key_type or "?", seen.fingerprint or "?"))
+        return Confirm.ask("  Is this the key of that Mac? Record it", console=err_console, default=False)
+
+    report = trust_nodes(fleet, chosen, fingerprints=fps, accept_all=yes, confirm=ask if interactive else None)
+    codes = [3 if report.unreachable else 0, 1 if report.refused else 0]
+    emit(report.json_payload(), human=render_trust, exit_code=most_severe_exit(codes))

@@ -1,0 +1,211 @@
+"""First contact with a Mac: fetch its SSH host key, show its fingerprint, and record it in the inventory's
+known_hosts only when the operator confirmed it. A key that differs from the recorded one is refused with
+both fingerprints, never replaced: that is what an impersonation looks like.
+
+The key is read with a bare paramiko Transport (key exchange only, no authentication), the same exchange
+`ssh-keyscan` does; the fingerprint is OpenSSH's (`SHA256:` + unpadded base64 of the key blob's SHA-256).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import re
+import socket
+import tempfile
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import paramiko
+
+from macfleet.collect.ssh import SshTarget
+from macfleet.errors import UsageError
+from macfleet.inventory.model import Fleet
+
+FINGERPRINT = re.compile(r"^SHA256:[A-Za-z0-9+/]{43}$")
+# paramiko's preference order, newest first; when known_hosts holds a node's key, only its type is asked for.
+KEY_TYPES = tuple(paramiko.Transport._preferred_keys)
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def host_entry(host: str, port: int) -> str:
+    """How OpenSSH names a host in known_hosts."""
+    return host if port == 22 else f"[{host}]:{port}"
+
+
+@dataclass
+class HostKeySeen:
+    """One node's host key as seen now, against what known_hosts says."""
+
+    node: str
+    entry: str  # the known_hosts name: host or [host]:port
+    status: str  # new | known | changed | unreachable
+    key_type: str | None = None
+    fingerprint: str | None = None
+    known_fingerprint: str | None = None  # what known_hosts holds, when it differs
+    reason: str | None = None  # why unreachable
+    key_base64: str | None = field(default=None, repr=False)
+
+
+@dataclass
+class TrustReport:
+    known_hosts: Path
+    nodes: list[HostKeySeen]
+    recorded: list[str]  # nodes whose key was written now
+    refused: dict[str, str]  # node -> why its key was not recorded
+
+    @property
+    def unreachable(self) -> dict[str, str]:
+        return {s.node: s.reason or "unreachable" for s in self.nodes if s.status == "unreachable"}
+
+    def json_payload(self) -> dict:
+        return {
+            "known_hosts": str(self.known_hosts),
+            "nodes": [
+                {"name": s.node, "host": s.entry, "status": s.status, "key_type": s.key_type,
+                 "fingerprint": s.fingerprint, "known_fingerprint": s.known_fingerprint,
+                 "recorded": s.node in self.recorded, "refused": self.refused.get(s.node),
+                 "reason": s.reason}
+                for s in self.nodes
+            ],
+        }
+
+
+def parse_fingerprints(values: list[str], nodes: list[str]) -> dict[str, str]:
+    """`NODE=SHA256:…` options → {node: fingerprint}; bad input is a UsageError naming the value."""
+    out: dict[str, str] = {}
+    for value in values:
+        node, sep, fp = value.partition("=")
+        if not sep or not FINGERPRINT.match(fp):
+            raise UsageError(f"--fingerprint {value!r}: expected NODE=SHA256:<43 base64 characters>",
+                             hint="read it at the Mac: ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub")
+        if node not in nodes:
+            raise UsageError(f"--fingerprint {value!r}: no node {node!r} among " + ", ".join(nodes))
+        out[node] = fp
+    return out
+
+
+def _known_keys(known_hosts: Path, entry: str) -> dict[str, paramiko.PKey]:
+    if not known_hosts.is_file():
+        return {}
+    try:
+        keys = paramiko.HostKeys(str(known_hosts)).lookup(entry)
+    except (OSError, paramiko.SSHException) as exc:
+        raise UsageError(f"cannot read {known_hosts}: {exc}") from None
+    return dict(keys) if keys is not None else {}
+
+
+def _fetch_key(target: SshTarget, key_types: tuple[str, ...]) -> paramiko.PKey:
+    sock = socket.create_connection((target.host, target.port), timeout=target.connect_timeout_s)
+    transport = paramiko.Transport(sock)
+    try:
+        transport.get_security_options().key_types = key_types
+        transport.banner_timeout = target.connect_timeout_s
+        transport.start_client(timeout=target.connect_timeout_s)
+        return transport.get_remote_server_key()
+    finally:
+        transport.close()
+
+
+def see_host_key(fleet: Fleet, node_name: str, known_hosts: Path) -> HostKeySeen:
+    target = SshTarget.for_node(fleet, fleet.node(node_name))
+    entry = host_entry(target.host, target.port)
+    known = _known_keys(known_hosts, entry)
+    # known_hosts names an RSA key `ssh-rsa`; the exchange offers it as rsa-sha2-*
+    preferred = tuple(t for t in KEY_TYPES if t in known or (t.startswith("rsa-sha2") and "ssh-rsa" in known))
+    try:
+        key = _fetch_key(target, preferred or KEY_TYPES)
+    except (OSError, paramiko.SSHException, EOFError) as exc:
+        return HostKeySeen(node_name, entry, "unreachable", reason=f"cannot read the host key of {entry}: {exc}")
+    fp = fingerprint(key)
+    seen = HostKeySeen(node_name, entry, "new", key.get_name(), fp, key_base64=key.get_base64())
+    if not known:
+        return seen
+    recorded = known.get(key.get_name())
+    if recorded is not None and recorded.asbytes() == key.asbytes():
+        seen.status = "known"
+        return seen
+    seen.status = "changed"
+    other = recorded or next(iter(known.values()))
+    seen.known_fingerprint = fingerprint(other)
+    return seen
+
+
+def _append(known_hosts: Path, lines: list[str]) -> None:
+    """Add lines to known_hosts atomically (a copy, then rename), keeping what was there."""
+    known_hosts.parent.mkdir(parents=True, exist_ok=True)
+    old = known_hosts.read_text() if known_hosts.is_file() else ""
+    if old and not old.endswith("\n"):
+        old += "\n"
+    fd, tmp = tempfile.mkstemp(dir=known_hosts.parent, prefix=".known_hosts-")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(old + "".join(f"{line}\n" for line in lines))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, known_hosts)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def trust_nodes(
+    fleet: Fleet,
+    nodes: list[str],
+    *,
+    fingerprints: dict[str, str],
+    accept_all: bool,
+    confirm: Callable[[HostKeySeen], bool] | None,
+    cancel: threading.Event | None = None,
+) -> TrustReport:
+    """See every node's key in parallel, then decide node by node (in inventory order) what to record:
+    a key matching its --fingerprint, a key the operator confirms, or (accept_all) every new key. A changed key
+    is never recorded; without a way to confirm, a new key is refused."""
+    paths = {SshTarget.for_node(fleet, fleet.node(n)).known_hosts for n in nodes}
+    if None in paths or len(paths) != 1:
+        raise UsageError("trust needs one known_hosts file for these nodes (macfleet_ssh.known_hosts_file)",
+                         hint="set macfleet_ssh.known_hosts_file: known_hosts in group_vars/all")
+    known_hosts = paths.pop()
+    assert known_hosts is not None
+    with ThreadPoolExecutor(max_workers=min(32, max(1, len(nodes)))) as pool:
+        seen = list(pool.map(lambda n: see_host_key(fleet, n, known_hosts), nodes))
+    recorded: list[str] = []
+    refused: dict[str, str] = {}
+    lines: list[str] = []
+    for s in seen:
+        if cancel is not None and cancel.is_set():
+            raise KeyboardInterrupt
+        if s.status in ("known", "unreachable"):
+            continue
+        if s.status == "changed":
+            refused[s.node] = (f"the host key changed: known_hosts has {s.known_fingerprint}, the node shows "
+                               f"{s.fingerprint}; if the Mac was reinstalled, check the new key at the Mac and remove "
+                               f"the old line for {s.entry} from {known_hosts} by hand")
+            continue
+        wanted = fingerprints.get(s.node)
+        if wanted is not None:
+            ok = wanted == s.fingerprint
+            if not ok:
+                refused[s.node] = f"the node shows {s.fingerprint}, not the {wanted} given with --fingerprint"
+        elif accept_all:
+            ok = True
+        elif confirm is not None:
+            ok = confirm(s)
+            if not ok:
+                refused[s.node] = "not confirmed"
+        else:
+            ok = False
+            refused[s.node] = "not confirmed (no terminal to ask on: give --fingerprint NODE=SHA256:… or --yes)"
+        if ok:
+            lines.append(f"{s.entry} {s.key_type} {s.key_base64}")
+            recorded.append(s.node)
+    if lines:
+        _append(known_hosts, lines)
+    return TrustReport(known_hosts=known_hosts, nodes=seen, recorded=recorded, refused=refused)

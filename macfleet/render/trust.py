@@ -1,0 +1,51 @@
+"""The trust report: each node's host key, its fingerprint, and what became of it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+STATUS_STYLE = {"recorded": "green", "known": "green", "refused": "red", "changed": "bold red",
+                "unreachable": "red", "new": "yellow"}
+
+
+def _outcome(node: dict[str, Any]) -> str:
+    if node["recorded"]:
+        return "recorded"
+    if node["status"] in ("known", "changed", "unreachable"):
+        return node["status"]
+    return "refused" if node["refused"] else "new"
+
+
+def render_trust(payload: dict[str, Any]) -> RenderableType:
+    table = Table(title=Text(f"SSH host keys ({payload['known_hosts']})"), title_justify="left")
+    for col in ("node", "host", "key", "fingerprint", "result"):
+        table.add_column(col)
+    notes: list[Text] = []
+    for n in payload["nodes"]:
+        outcome = _outcome(n)
+        table.add_row(Text(n["name"]), Text(n["host"]), Text(n["key_type"] or "—"), Text(n["fingerprint"] or "—"),
+                      Text(outcome, style=STATUS_STYLE.get(outcome, "")))
+        if n["status"] == "changed":
+            notes.append(Text(f"{n['name']}: known_hosts has {n['known_fingerprint']}, the node now shows "
+                              f"{n['fingerprint']}", style="bold red"))
+        if n["refused"] and n["status"] != "changed":
+            notes.append(Text(f"{n['name']}: not recorded: {n['refused']}", style="red"))
+        elif n["refused"]:
+            notes.append(Text(f"{n['name']}: {n['refused']}"))
+        if n["reason"]:
+            notes.append(Text(f"{n['name']}: {n['reason']}", style="red"))
+    recorded = sum(1 for n in payload["nodes"] if n["recorded"])
+    notes.append(Text(f"{recorded} key(s) recorded", style="green" if recorded else "dim"))
+    return Group(table, *notes)
+
+
+def confirm_text(node: str, entry: str, key_type: str, fp: str) -> Text:
+    return Text.assemble(
+        (f"{node}", "bold"), f" ({entry}) shows a {key_type} host key\n  ", (fp, "bold yellow"),
+        "\n  Compare it with what the Mac itself prints: ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub"
+        " (run at the Mac, or over a channel you already trust)",
+    )
