@@ -114,6 +114,9 @@ class PlaybookResult:
 
 
 def _message(res: dict[str, Any]) -> str:
+    failed_items = [r for r in res.get("results") or () if isinstance(r, dict) and r.get("failed")]
+    if failed_items:  # a loop: "One or more items failed" says nothing; the first failed item does
+        return _message(failed_items[0])
     for key in ("msg", "stderr", "reason"):
         value = res.get(key)
         if value:

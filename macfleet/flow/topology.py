@@ -95,9 +95,10 @@ class PreparedApply:
     uncabled: dict[str, int]  # mesh -> pairs with no cable yet (their addresses wait for the cable)
 
 
-def prepare_apply(fleet: Fleet, meshes: list[Mesh]) -> PreparedApply:
+def prepare_apply(fleet: Fleet, meshes: list[Mesh], *, write: bool = True) -> PreparedApply:
     """One pass, then refuse (nothing written) if a node is unreachable or the pool collides; else write
-    each node's generated host_vars, so `playbooks/network.yml` applies exactly this plan."""
+    each node's generated host_vars, so `playbooks/network.yml` applies exactly this plan (`write=False`:
+    judge only, for a --check that must not touch the inventory either)."""
     live = plan_live(fleet, meshes)
     if live.gathered.unreachable:
         raise UnreachableError(live.gathered.unreachable,
@@ -107,7 +108,7 @@ def prepare_apply(fleet: Fleet, meshes: list[Mesh]) -> PreparedApply:
     if refusal is not None:
         raise Refused(refusal.reason, hint=collisions[0].fix, details={"nodes": refusal.nodes})
     nodes = [n for m in meshes for n in m.node_names]
-    for n in nodes:
+    for n in nodes if write else ():
         write_generated_hostvars(fleet, n, network_vars(live.plan, n, live.facts[n]), by="topology apply")
     diffs = {
         n: [c.what if isinstance(c, Change) else f"nothing to do: {c.reason}"
