@@ -1,0 +1,111 @@
+"""The bootstrap roles' generated files, checked by the tools that read them: the sudoers drop-in by visudo,
+its Ansible line against the command line Ansible's own sudo plugin builds, the launchd plists by plistlib."""
+
+from __future__ import annotations
+
+import fnmatch
+import plistlib
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import jinja2
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+ROLES = ROOT / "playbooks" / "roles"
+BOOTSTRAP_ROLES = ("preflight", "clt", "sudoers", "rsync", "power", "gpu", "exo", "spotlight", "pf", "filevault")
+
+
+def render(role: str, template: str, **values: object) -> str:
+    # Ansible's template module: trim_blocks on, lstrip_blocks off
+    env = jinja2.Environment(trim_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    defaults = yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text()) or {}
+    return env.from_string((ROLES / role / "templates" / template).read_text()).render(**{**defaults, **values})
+
+
+def sudoers(**values: object) -> str:
+    return render("sudoers", "macfleet.sudoers.j2", **{"sudoers_user": "admin", **values})
+
+
+@pytest.mark.parametrize("role", BOOTSTRAP_ROLES)
+def test_every_role_has_defaults_specs_and_a_readme(role: str) -> None:
+    specs = yaml.safe_load((ROLES / role / "meta" / "argument_specs.yml").read_text())
+    options = specs["argument_specs"]["main"]["options"]
+    defaults = yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text()) or {}
+    assert set(defaults) <= set(options), f"{role}: defaults without an argument spec"
+    assert all(name.startswith(f"{role}_") for name in options)
+    assert (ROLES / role / "README.md").is_file()
+
+
+@pytest.mark.skipif(shutil.which("visudo") is None, reason="needs visudo")
+@pytest.mark.parametrize("allow_ansible", [True, False])
+def test_sudoers_drop_in_passes_visudo(tmp_path: Path, allow_ansible: bool) -> None:
+    f = tmp_path / "macfleet"
+    f.write_text(sudoers(sudoers_allow_ansible=allow_ansible, sudoers_extra_commands=["/usr/bin/true x"]))
+    p = subprocess.run(["visudo", "-cf", str(f)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rule = [line for line in f.read_text().splitlines() if line.startswith("admin ")]
+    assert rule == ["admin ALL = (root) NOPASSWD: MACFLEET_READ, MACFLEET_POWER, MACFLEET_EXO"
+                    + (", MACFLEET_ANSIBLE" if allow_ansible else "") + ", MACFLEET_EXTRA"]
+    assert "ALL = (root) NOPASSWD: ALL" not in f.read_text()
+
+
+def test_sudoers_ansible_line_matches_what_ansible_runs_and_nothing_wider() -> None:
+    from ansible.plugins.loader import become_loader, shell_loader
+
+    become = become_loader.get("sudo")
+    become.set_options(direct={"become_user": "root"})
+    shell = shell_loader.get("sh")
+    shell.executable = "/bin/sh"  # what Ansible's action plugins set before a module runs
+    line = become.build_become_command("/usr/bin/python3", shell)
+    words = shlex.split(line)
+    command, args = words[words.index("root") + 1], words[words.index("root") + 2:]
+    text = sudoers()
+    alias = re.search(r"^Cmnd_Alias MACFLEET_ANSIBLE = (\S+) (.*)$", text, re.M)
+    assert alias is not None
+    assert command == alias.group(1) == "/bin/sh"
+    assert fnmatch.fnmatchcase(" ".join(args), alias.group(2))  # sudo matches arguments as one string
+    probe = ["-c", "echo BECOME-SUCCESS-macfleetprobe ; /usr/bin/python3"]  # macfleet's own `sudo -n -l` probe
+    assert fnmatch.fnmatchcase(" ".join(probe), alias.group(2))
+    assert not fnmatch.fnmatchcase("-c rm -rf /", alias.group(2))
+
+
+@pytest.mark.parametrize(("role", "template", "values"), [
+    ("gpu", "wired-limit.plist.j2", {"gpu_target_mb": 507904}),
+    ("pf", "pf.plist.j2", {}),
+    ("exo", "exo.plist.j2", {"exo_user": "admin", "exo_home": "/Users/admin", "exo_env": {"EXO_X": "a&b"},
+                             "exo_args": ["--x"], "exo_port": 52416}),
+])
+def test_launchd_plists_parse(role: str, template: str, values: dict) -> None:
+    job = plistlib.loads(render(role, template, **values).encode())
+    assert job["Label"].startswith("org.macfleet.")
+    assert job["RunAtLoad"] is True
+    assert job["ProgramArguments"][0].startswith("/")
+    if role == "exo":
+        assert job["UserName"] == "admin" and job["KeepAlive"] is True
+        assert job["ProgramArguments"] == ["/opt/exo/current/bin/exo", "--api-port", "52416", "--x"]
+        assert job["EnvironmentVariables"]["EXO_X"] == "a&b"
+    if role == "gpu":
+        assert job["ProgramArguments"] == ["/usr/sbin/sysctl", "iogpu.wired_limit_mb=507904"]
+
+
+def test_pf_anchor_lets_exo_ports_in_only_from_the_mesh_and_the_controller() -> None:
+    text = render("pf", "macfleet.pf.j2", pf_sources=["10.213.0.0/16", "198.18.1.1"], pf_interfaces=["en3", "en4"])
+    rules = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert rules == [
+        "table <macfleet_exo_peers> const { 10.213.0.0/16, 198.18.1.1 }",
+        "pass in quick on lo0 proto tcp to any port { 52415, 52414 }",
+        "pass in quick on en3 proto tcp to any port { 52415, 52414 }",
+        "pass in quick on en4 proto tcp to any port { 52415, 52414 }",
+        "pass in quick proto tcp from <macfleet_exo_peers> to any port { 52415, 52414 }",
+        "block in quick proto tcp to any port { 52415, 52414 }",
+        "pass in quick on lo0 proto udp to any port { 52413 }",
+        "pass in quick on en3 proto udp to any port { 52413 }",
+        "pass in quick on en4 proto udp to any port { 52413 }",
+        "pass in quick proto udp from <macfleet_exo_peers> to any port { 52413 }",
+        "block in quick proto udp to any port { 52413 }",
+    ]
