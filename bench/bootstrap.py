@@ -1,0 +1,93 @@
+"""Benchmark: `macfleet bootstrap` re-run time with nothing to change, on 1, 4 and 8 pods × 4 nodes.
+
+Needs the lab (Linux, root). For each size it brings a prepared lab up (what bootstrap leaves, so a run has
+nothing to change), runs `python -m macfleet bootstrap --non-interactive --json` once to settle, then times
+--repeat more runs (median) and records the `changed` total of the last one. Ratios are taken within this one
+run, so the machine's load cancels out. The last line printed is one JSON object:
+`{"rerun_4_vs_1": …, "rerun_32_vs_4": …, "changed": …, "results": […]}` (targets: rerun_4_vs_1 ≤ 1.3,
+changed 0).
+
+    python3 -m bench.bootstrap [--repeat 3] [--sizes 1,4,8x4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _macfleet(args: list[str], cwd: Path, timeout: float = 1800) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "macfleet", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def bench_size(size: str, repeat: int, workdir: Path) -> dict:
+    name = "bb" + size.replace("x", "p")
+    up_args = ["--pods", size] if "x" in size else ["--nodes", size]
+    _macfleet(["lab", "down", "--name", name], workdir)
+    up = _macfleet(["lab", "up", "--name", name, *up_args], workdir)
+    if up.returncode != 0:
+        return {"size": size, "error": (up.stderr or up.stdout).strip()[-300:]}
+    inv = workdir / "inventories" / name
+    argv = ["bootstrap", "-i", str(inv), "--non-interactive", "--json"]
+    try:
+        settle = _macfleet(argv, workdir)
+        times: list[float] = []
+        last: dict = {}
+        codes: list[int] = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            p = _macfleet(argv, workdir)
+            times.append(time.perf_counter() - t0)
+            codes.append(p.returncode)
+            try:
+                last = json.loads(p.stdout)
+            except json.JSONDecodeError:
+                last = {"error": p.stderr.strip()[-300:]}
+        return {
+            "size": size,
+            "nodes": len(last.get("nodes", {})),
+            "settle_exit": settle.returncode,
+            "rerun_s": round(statistics.median(times), 2),
+            "changed": last.get("changed"),
+            "exit_codes": sorted(set(codes)),
+        }
+    finally:
+        _macfleet(["lab", "down", "--name", name], workdir)
+
+
+def _ratio(results: dict[str, dict], a: str, b: str) -> float | None:
+    ta, tb = results.get(a, {}).get("rerun_s"), results.get(b, {}).get("rerun_s")
+    return round(ta / tb, 2) if ta and tb else None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--sizes", default="1,4,8x4")
+    args = ap.parse_args()
+    results: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="macfleet-bench-") as tmp:
+        for size in args.sizes.split(","):
+            r = bench_size(size.strip(), args.repeat, Path(tmp))
+            print(f"{size}: {r}", file=sys.stderr)
+            results[size.strip()] = r
+    changed = [r.get("changed") for r in results.values()]
+    print(json.dumps({
+        "bench": "bootstrap",
+        "repeat": args.repeat,
+        "rerun_4_vs_1": _ratio(results, "4", "1"),
+        "rerun_32_vs_4": _ratio(results, "8x4", "4"),
+        "changed": sum(c for c in changed if c is not None) if None not in changed else None,
+        "results": list(results.values()),
+    }))
+
+
+if __name__ == "__main__":
+    main()
