@@ -17,7 +17,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 ROLES = ROOT / "playbooks" / "roles"
-BOOTSTRAP_ROLES = ("preflight", "clt", "sudoers", "rsync", "power", "gpu", "exo", "spotlight", "pf", "filevault")
+BOOTSTRAP_ROLES = ("preflight", "clt", "sudoers", "rsync", "pmset", "gpu", "exo", "spotlight", "pf", "filevault")
 
 
 def render(role: str, template: str, **values: object) -> str:
