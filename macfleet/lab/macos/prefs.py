@@ -1,0 +1,72 @@
+"""Preference stand-ins: `mdutil` (Spotlight indexing per path, persisted) and `defaults` for the one key the
+lab models, loginwindow's autoLoginUser (LaunchAgents start at boot only for a user who logs in by himself,
+and automatic login is impossible while FileVault is on). Shapes of `mdutil -s` and of `defaults read` for a
+missing key follow published outputs; `mdutil -i off` on a folder is a guess (docs/lab.md)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from .common import Node, err, is_root
+
+LOGINWINDOW = "/Library/Preferences/com.apple.loginwindow"
+
+
+def mdutil(node: Node, args: list[str]) -> int:
+    off = set(node.persist.get("spotlight_off") or [])
+    if len(args) == 2 and args[0] == "-s":
+        path = os.path.abspath(args[1])
+        if not os.path.exists(path):
+            err(f"Error: unknown indexing state. {path}: No such file or directory")
+            return 1
+        sys.stdout.write(f"{path}:\n\tIndexing {'disabled' if path in off else 'enabled'}. \n")
+        return 0
+    if len(args) == 3 and args[0] == "-i" and args[1] in ("on", "off"):
+        path = os.path.abspath(args[2])
+        if not is_root():
+            err("Error: unable to perform operation. (-400) Error: unknown indexing state.")
+            return 1
+        if not os.path.exists(path):
+            err(f"Error: unknown indexing state. {path}: No such file or directory")
+            return 1
+        want_off = args[1] == "off"
+
+        def mutate(p: dict) -> None:
+            paths = set(p.get("spotlight_off") or [])
+            (paths.add if want_off else paths.discard)(path)
+            p["spotlight_off"] = sorted(paths)
+
+        node.update("persist", mutate)
+        sys.stdout.write(f"{path}:\n\tIndexing {'disabled' if want_off else 'enabled'}. \n")
+        return 0
+    err("Usage: mdutil -s path | mdutil -i (on|off) path  (what the macfleet lab simulates)")
+    return 1
+
+
+def defaults(node: Node, args: list[str]) -> int:
+    domain = args[1] if len(args) > 1 else ""
+    if domain not in (LOGINWINDOW, LOGINWINDOW + ".plist", "com.apple.loginwindow") or len(args) < 3 \
+            or args[2] != "autoLoginUser":
+        err("defaults: only `defaults read|write|delete /Library/Preferences/com.apple.loginwindow autoLoginUser`"
+            " is simulated by the macfleet lab")
+        return 1
+    verb, user = args[0], node.persist.get("auto_login_user")
+    if verb == "read":
+        if not user:
+            err(f"\nThe domain/default pair of ({LOGINWINDOW}, autoLoginUser) does not exist")
+            return 1
+        sys.stdout.write(f"{user}\n")
+        return 0
+    if verb in ("write", "delete"):
+        if not is_root():
+            err(f"Could not write domain {LOGINWINDOW}; exiting")
+            return 1
+        value = [a for a in args[3:] if a != "-string"]
+        if verb == "write" and len(value) != 1:
+            err("defaults: write needs one value")
+            return 1
+        node.update("persist", lambda p: p.__setitem__("auto_login_user", value[0] if verb == "write" else None))
+        return 0
+    err(f"defaults: {verb}: not simulated by the macfleet lab")
+    return 1
