@@ -3,8 +3,8 @@
 A cable joins A's port p and B's port q when the Mac A sees on p carries the domain UUID of B's bus q AND the
 Mac B sees on q carries the domain UUID of A's bus p. Domain UUIDs change at every boot, so only captures
 from the same pass can be matched. Macs reached through a hub or dock are matched too (`via` names the
-devices in between). Observations that are not links (one-sided views, peers not collected) are returned as
-plain-data findings; judging what they mean belongs to judge/topology.py.
+devices in between). What is seen but is not a link (a one-sided view, a peer not collected) is returned as
+an observation that only describes; what it means and what to do about it is the judge's (judge/links.py).
 """
 
 from __future__ import annotations
@@ -35,17 +35,20 @@ class Link(Facts):
     via: list[str] = Field(default_factory=list)  # hub/dock names between the two Macs; empty for a direct cable
 
 
-class LinkFinding(Facts):
-    severity: Literal["info", "warning", "error"]
-    code: str  # one_sided | peer_not_collected | speed_mismatch | duplicate_domain_uuid
+ObservationCode = Literal["one_sided", "peer_not_collected", "speed_mismatch", "duplicate_domain_uuid"]
+
+
+class LinkObservation(Facts):
+    """Something seen in the captures that is not a plain link, described, not judged."""
+
+    code: ObservationCode
     nodes: list[str]
     message: str
-    fix: str | None = None
 
 
 class LinksResult(Facts):
     links: list[Link]
-    findings: list[LinkFinding] = Field(default_factory=list)
+    observations: list[LinkObservation] = Field(default_factory=list)
 
 
 def _macs(attached: list[ThunderboltAttached], via: tuple[str, ...] = ()) -> list[tuple[ThunderboltAttached, tuple]]:
@@ -62,7 +65,7 @@ def match_links(
     hardware_ports: Mapping[str, HardwarePortsFacts] | None = None,
 ) -> LinksResult:
     """The links between `nodes` (name -> its Thunderbolt facts from one pass), each checked both ways."""
-    findings: list[LinkFinding] = []
+    observations: list[LinkObservation] = []
     index: dict[str, tuple[str, ThunderboltPort]] = {}
     for node in sorted(nodes):
         for p in nodes[node].ports:
@@ -70,10 +73,9 @@ def match_links(
                 continue
             if p.domain_uuid in index and index[p.domain_uuid][0] != node:
                 other = index[p.domain_uuid][0]
-                findings.append(LinkFinding(
-                    severity="error", code="duplicate_domain_uuid", nodes=sorted({node, other}),
+                observations.append(LinkObservation(
+                        code="duplicate_domain_uuid", nodes=sorted({node, other}),
                     message=f"{node} and {other} report the same bus domain UUID {p.domain_uuid}",
-                    fix="collect each node's own capture, all in one pass",
                 ))
                 continue
             index.setdefault(p.domain_uuid, (node, p))
@@ -92,11 +94,10 @@ def match_links(
                     continue
                 target = index.get(mac.domain_uuid)
                 if target is None:
-                    findings.append(LinkFinding(
-                        severity="info", code="peer_not_collected", nodes=[node],
+                    observations.append(LinkObservation(
+                        code="peer_not_collected", nodes=[node],
                         message=(f"{node} receptacle {p.receptacle} sees a Mac ({mac.model or mac.name}, domain "
                                  f"{mac.domain_uuid}) that is not among the captures of this pass"),
-                        fix="collect that Mac too, in the same pass (domain UUIDs change at every boot)",
                     ))
                     continue
                 other, q = target
@@ -104,12 +105,10 @@ def match_links(
                     continue
                 back = [(m, v) for m, v in _macs(q.attached) if m.domain_uuid == p.domain_uuid]
                 if not back:
-                    findings.append(LinkFinding(
-                        severity="warning", code="one_sided", nodes=sorted([node, other]),
+                    observations.append(LinkObservation(
+                        code="one_sided", nodes=sorted([node, other]),
                         message=(f"{node} receptacle {p.receptacle} sees {other} receptacle {q.receptacle}, "
                                  f"but {other} does not see {node} there"),
-                        fix="a hub or dock between them, or captures from different passes; cable the two Macs "
-                            "directly and collect again",
                     ))
                     continue
                 end_p = LinkEnd(node=node, receptacle=p.receptacle, device=device_of(node, p.receptacle),
@@ -123,13 +122,12 @@ def match_links(
                     continue
                 speeds = [s for s in (a.speed_gbps, b.speed_gbps) if s is not None]
                 if len(speeds) == 2 and speeds[0] != speeds[1]:
-                    findings.append(LinkFinding(
-                        severity="warning", code="speed_mismatch", nodes=[a.node, b.node],
+                    observations.append(LinkObservation(
+                        code="speed_mismatch", nodes=[a.node, b.node],
                         message=(f"{a.node} r{a.receptacle} reports {a.speed_gbps:g} Gb/s, "
                                  f"{b.node} r{b.receptacle} reports {b.speed_gbps:g} Gb/s"),
-                        fix="reseat the cable and collect again",
                     ))
                 links[key] = Link(a=a, b=b, speed_gbps=min(speeds) if speeds else None,
                                   via=list(via) or list(back[0][1]))
     ordered = [links[k] for k in sorted(links)]
-    return LinksResult(links=ordered, findings=findings)
+    return LinksResult(links=ordered, observations=observations)

@@ -208,19 +208,23 @@ def test_check_of_a_planned_rig_is_clean_for_every_size() -> None:
 
 
 def test_watch_events_say_what_changed() -> None:
-    from macfleet.judge.topology import diff_reports, still_missing
+    from macfleet.judge.topology import diff_reports
+    from macfleet.render.topology import event_words, missing_words
+
+    def words(events):
+        return [event_words(e) for e in events]
 
     m = mesh(*NAMES[:3])
     empty = check_cabling(m, Rig(NAMES[:3]).facts())
-    assert still_missing(empty) == ["studio-1 port 2 ↔ studio-2 port 2", "studio-1 port 3 ↔ studio-3 port 2",
+    assert missing_words(empty) == ["studio-1 port 2 ↔ studio-2 port 2", "studio-1 port 3 ↔ studio-3 port 2",
                                     "studio-2 port 3 ↔ studio-3 port 3"]
     one = Rig(NAMES[:3]).cable("studio-1", 2, "studio-2", 2)
     r1 = check_cabling(m, one.facts())
-    assert [(e.sign, e.text) for e in diff_reports(empty, r1)] == [
+    assert words(diff_reports(empty, r1)) == [
         ("+", "studio-1 port 2 ↔ studio-2 port 2, 80 Gb/s")]
     slow = Rig(NAMES[:3]).cable("studio-1", 2, "studio-2", 2).cable("studio-1", 3, "studio-3", 2, speed="40 Gb/s")
     r2 = check_cabling(m, slow.facts())
-    ev = [(e.sign, e.text) for e in diff_reports(r1, r2)]
+    ev = words(diff_reports(r1, r2))
     assert ev[0] == ("+", "studio-1 port 3 ↔ studio-3 port 2, 40 Gb/s")
     assert ev[1][0] == "!" and ev[1][1].startswith("40 Gb/s studio-1 port 3 ↔ studio-3 port 2: replace the cable")
-    assert [(e.sign, e.text) for e in diff_reports(r2, r1)] == [("-", "studio-1 port 3 ↔ studio-3 port 2")]
+    assert words(diff_reports(r2, r1)) == [("-", "studio-1 port 3 ↔ studio-3 port 2")]
