@@ -1,4 +1,5 @@
-"""The house rules on imports (design.md §6.1), checked by walking every module's imports.
+"""The house rules on imports (collect → facts → judge → act → render, thin CLI, the lab apart), checked by
+walking every module's imports.
 
 Relative imports are resolved (the lab uses only those) and imports inside functions count: a lazy import
 is still an edge, for the layers and for cycles alike.

@@ -1,4 +1,4 @@
-"""Cable matching across nodes, from one collection pass of `SPThunderboltDataType` (macos-outputs.md §4).
+"""Cable matching across nodes, from one collection pass of `system_profiler SPThunderboltDataType`.
 
 A cable joins A's port p and B's port q when the Mac A sees on p carries the domain UUID of B's bus q AND the
 Mac B sees on q carries the domain UUID of A's bus p. Domain UUIDs change at every boot, so only captures

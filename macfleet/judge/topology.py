@@ -79,11 +79,6 @@ class TopologyLink(_Model):
     problems: list[str] = Field(default_factory=list)  # finding codes about this cable
     via: list[str] = Field(default_factory=list)  # hubs/docks in the path
 
-    def touches(self, node: str, receptacle: int) -> bool:
-        return (self.a.node, self.a.receptacle) == (node, receptacle) or (
-            (self.b.node, self.b.receptacle) == (node, receptacle)
-        )
-
 
 class HalfLink(_Model):
     """A cable only one end reports (or a hub hides from one side)."""
