@@ -35,6 +35,7 @@ _JUDGEMENT: dict[str, tuple[Severity, str]] = {
     "peer_not_collected": ("info", "collect that Mac too, in the same pass (domain UUIDs change at every boot)"),
     "one_sided": ("warning", "a hub or dock between them, or captures from different passes; cable the two Macs "
                              "directly and collect again"),
+    "peer_unidentified": ("warning", "reseat the cable, check the far Mac's Thunderbolt, and collect again"),
     "speed_mismatch": ("warning", "reseat the cable and collect again"),
 }
 

@@ -14,18 +14,18 @@ Pure: facts + inventory in, decisions out. No I/O, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from macfleet.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_UNREACHABLE
 from macfleet.facts.links import Link as FactLink
-from macfleet.facts.links import match_links
+from macfleet.facts.links import LinkObservation, match_links
 from macfleet.facts.network import HardwarePortsFacts, IfconfigFacts
 from macfleet.facts.portmap import PortMap, build_port_map
 from macfleet.facts.rdma import IbvDevicesFacts, IbvDevinfoFacts
-from macfleet.facts.thunderbolt import ThunderboltAttached, ThunderboltFacts
+from macfleet.facts.thunderbolt import ThunderboltFacts
 from macfleet.inventory.model import MacModelSpec, Mesh
 from macfleet.judge.model import Finding, Severity, sort_findings
 
@@ -237,14 +237,6 @@ def plan_for_mesh(mesh: Mesh) -> CablingPlan | None:
 
 
 # ------------------------------------------------------------------------------------------- the check
-
-
-def _macs(attached: list[ThunderboltAttached], via: tuple[str, ...] = ()) -> Iterator[tuple[ThunderboltAttached,
-                                                                                            tuple[str, ...]]]:
-    for a in attached:
-        if a.kind == "mac":
-            yield a, via
-        yield from _macs(a.attached, (*via, a.name) if a.kind == "device" else via)
 
 
 def _port(receptacle: int | None) -> str:
@@ -476,51 +468,53 @@ def _half_link_finding(here: End, far: End, via: tuple[str, ...]) -> Finding:
              f"{far.receptacle}; if it stays one-sided, replace the cable"))
 
 
-def _unknown_mac_finding(mesh: Mesh, here: End, mac: ThunderboltAttached, via: tuple[str, ...]) -> Finding:
+def _unknown_mac_finding(mesh: Mesh, here: End, peer: str | None, via: list[str]) -> Finding:
     path = f" through {', '.join(via)}" if via else ""
     return Finding(
         severity="error", code="unknown-mac", nodes=[here.node],
-        message=(f"{here.node} port {here.receptacle} is cabled{path} to a Mac ({mac.model or mac.name}) that is "
+        message=(f"{here.node} port {here.receptacle} is cabled{path} to a Mac ({peer}) that is "
                  f"not in mesh {mesh.name} of the inventory"),
         fix=(f"unplug the cable from {here.node} port {here.receptacle}, or add that Mac to mesh {mesh.name} in "
              "the inventory and run the check again"))
 
 
-def _check_half_links(mesh: Mesh, tb: Mapping[str, ThunderboltFacts], covered: set[tuple[str, int]],
+_HALF_SEEN = ("one_sided", "peer_not_collected", "peer_unidentified")
+
+
+def _check_half_links(mesh: Mesh, observations: list[LinkObservation], covered: set[tuple[str, int]],
                       pool: PortPool, all_read: bool) -> tuple[list[HalfLink], list[Finding]]:
-    """What only one side sees (a hub hiding a Mac, a cable seen one way), and Macs outside the mesh.
-    The far end of a half link is marked taken in the pool: a fix must not send another cable there."""
-    uuid_owner: dict[str, tuple[str, int]] = {}
-    for node, facts in tb.items():
-        for p in facts.ports:
-            if p.domain_uuid:
-                uuid_owner.setdefault(p.domain_uuid, (node, p.receptacle))
+    """What only one side sees (a hub hiding a Mac, a cable seen one way), and Macs outside the mesh, from
+    the cable match's observations: the first Mac each port not on a confirmed cable sees (one Mac per
+    port is all a direct cable can carry). The far end of a half link is marked taken in the pool: a fix
+    must not send another cable there."""
+    order = {n: i for i, n in enumerate(mesh.node_names)}
+    seen = sorted((o for o in observations if o.code in _HALF_SEEN and o.node in order and o.receptacle is not None),
+                  key=lambda o: order[o.node or ""])  # stable: each node's ports stay in their order
+    done = set(covered)
+    reported: set[frozenset] = set()
     half: list[HalfLink] = []
     findings: list[Finding] = []
-    reported: set[frozenset] = set()
-    for node in (n for n in mesh.node_names if n in tb):
-        for p in tb[node].ports:
-            if (node, p.receptacle) in covered:
+    for o in seen:
+        assert o.node is not None and o.receptacle is not None
+        if (o.node, o.receptacle) in done:
+            continue
+        done.add((o.node, o.receptacle))
+        here = pool.end(o.node, o.receptacle)
+        if o.far_node is not None and o.far_receptacle is not None:
+            key = frozenset({(o.node, o.receptacle), (o.far_node, o.far_receptacle)})
+            if key in reported:
                 continue
-            for mac, via in _macs(p.attached):
-                owner = uuid_owner.get(mac.domain_uuid or "")
-                here = pool.end(node, p.receptacle)
-                if owner is not None and owner[0] != node:
-                    key = frozenset({(node, p.receptacle), owner})
-                    if key in reported:
-                        continue
-                    reported.add(key)
-                    far = pool.end(*owner)
-                    half.append(HalfLink(seen_from=here, far=far, via=list(via)))
-                    pool.take(*owner)
-                    findings.append(_half_link_finding(here, far, via))
-                elif owner is None:
-                    # While a node could not be read, an unknown peer is most likely that node: its own
-                    # finding says so, and calling it a stranger would send the operator the wrong way.
-                    if all_read:
-                        findings.append(_unknown_mac_finding(mesh, here, mac, via))
-                    half.append(HalfLink(seen_from=here, far=None, via=list(via)))
-                break  # one Mac per port is all a direct cable can carry
+            reported.add(key)
+            far = pool.end(o.far_node, o.far_receptacle)
+            half.append(HalfLink(seen_from=here, far=far, via=list(o.via)))
+            pool.take(o.far_node, o.far_receptacle)
+            findings.append(_half_link_finding(here, far, tuple(o.via)))
+        else:
+            # While a node could not be read, an unknown peer is most likely that node: its own
+            # finding says so, and calling it a stranger would send the operator the wrong way.
+            if all_read:
+                findings.append(_unknown_mac_finding(mesh, here, o.peer, list(o.via)))
+            half.append(HalfLink(seen_from=here, far=None, via=list(o.via)))
     return half, findings
 
 
@@ -572,7 +566,8 @@ def check_cabling(
     pool = PortPool(mesh, maps, plan_for_mesh(mesh))
     hw = {n: p for n in tb if (p := facts_by_node[n].hardware_ports) is not None}
 
-    cables = _confirmed_cables(match_links(tb, hw).links, mesh, pool)
+    matched = match_links(tb, hw)
+    cables = _confirmed_cables(matched.links, mesh, pool)
     extra, doubled = _check_doubled(cables, mesh, pool)
     findings += doubled
     for i, c in enumerate(cables):
@@ -581,7 +576,7 @@ def check_cabling(
 
     covered = {(e.node, e.receptacle) for c in cables for e in (c.a, c.b)}
     all_read = not unreachable and len(tb) == len(mesh.nodes)
-    half, one_sided = _check_half_links(mesh, tb, covered, pool, all_read)
+    half, one_sided = _check_half_links(mesh, matched.observations, covered, pool, all_read)
     findings += one_sided
 
     linked = {frozenset((c.a.node, c.b.node)) for c in cables}

@@ -300,3 +300,18 @@ def test_link_observations_are_judged_with_a_severity_and_a_fix() -> None:
         "severity": "warning", "code": "one_sided", "nodes": ["a", "b"], "message": seen.message,
         "fix": "a hub or dock between them, or captures from different passes; cable the two Macs directly and "
                "collect again"}]
+
+
+def test_a_mac_without_a_domain_uuid_is_never_silently_dropped() -> None:
+    """The cable match describes it (`peer_unidentified`); the check judges it an unknown Mac."""
+    from macfleet.facts.links import match_links
+
+    rig = Rig(["s1", "s2"]).cable("s1", 2, "s2", 2).stranger("s2", 4)
+    del rig.items[("s2", 4)][0]["domain_uuid_key"]
+    facts = rig.facts()
+    matched = match_links({n: f.thunderbolt for n, f in facts.items()})
+    assert [(o.code, o.node, o.receptacle, o.peer) for o in matched.observations] == [
+        ("peer_unidentified", "s2", 4, "Mac15,14")]
+    report = check_cabling(mesh("s1", "s2"), facts)
+    assert codes(report) == ["unknown-mac"]
+    assert report.findings[0].message.startswith("s2 port 4 is cabled to a Mac (Mac15,14)")
