@@ -37,6 +37,7 @@ from macfleet.render.topology import (
     render_look,
     render_plan,
     uncabled_notes,
+    unreachable_lines,
 )
 
 app = typer.Typer(no_args_is_help=True, help="Cabling check, cabling plan and picture, IP plan.")
@@ -199,11 +200,9 @@ def ipplan_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, json_output
     fleet = load_inventory(inventory_path(inventory))
     meshes = _meshes(fleet, mesh)
     live = plan_live(fleet, meshes)
-    for line in collision_lines(live.collisions):
+    for line in [*unreachable_lines(live.unreachable), *collision_lines(live.collisions)]:
         info(line)
     unknown = live.unknown_nodes
-    for node, why in sorted(live.unreachable.items()):
-        info(f"{node} could not be reached: {why}")
     emit(live.plan.json_payload(), human=lambda _: render_ipplan(live.plan, unknown), exit_code=live.exit_code)
 
 

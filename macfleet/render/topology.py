@@ -152,6 +152,10 @@ def collision_lines(findings: list[Finding]) -> list[Text]:
     return out
 
 
+def unreachable_lines(unreachable: Mapping[str, str]) -> list[Text]:
+    return [Text(f"{node} could not be reached: {why}", style="red") for node, why in sorted(unreachable.items())]
+
+
 def uncabled_notes(uncabled: Mapping[str, int]) -> list[Text]:
     out = []
     for mesh, n in uncabled.items():
