@@ -230,3 +230,17 @@ def test_ipplan_with_a_node_off_names_it_and_shows_its_links_unknown(cli, exampl
 @pytest.mark.parametrize("cmd", ["check", "plan", "show", "watch", "ipplan", "apply"])
 def test_help(cli, cmd: str) -> None:
     assert cli("topology", cmd, "--help").exit_code == 0
+
+
+def test_watch_says_each_change_then_stops_when_complete(cli, example_inventory: Path, monkeypatch) -> None:
+    """The watch loop lives in the flow: two looks (one cable missing, then none)."""
+    partial = healthy(NAMES)
+    del partial.items[("studio-1", 4)], partial.items[("studio-4", 2)]
+    looks = iter([fake_gather(partial), fake_gather(healthy(NAMES))])
+    monkeypatch.setattr(flow_topology, "gather", lambda *a, **kw: next(looks)(*a, **kw))
+    r = cli("topology", "watch", "-i", str(example_inventory), "--interval", "0.2")
+    assert r.exit_code == 0, r.output
+    out = r.stdout
+    assert "still missing (1): studio-1 port 4 ↔ studio-4 port 2" in out
+    assert "+ studio-1 port 4 ↔ studio-4 port 2, 80 Gb/s" in out
+    assert out.rstrip().endswith("complete: 6 cables, all at 80 Gb/s on RDMA ports")
