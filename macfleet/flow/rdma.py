@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import threading
 import time
@@ -32,7 +33,7 @@ from macfleet.collect.commands import (
     CommandSpec,
 )
 from macfleet.collect.gather import Gathered, gather
-from macfleet.errors import UsageError
+from macfleet.errors import MacfleetError, UsageError
 from macfleet.facts.registry import facts_from_outputs
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.rdma import NodeRdma, NodeRdmaFacts, RdmaReport, judge_rdma
@@ -146,6 +147,10 @@ class _Walk:
                  state: WalkState, path: Path, clock: Callable[[], float]):
         self.fleet, self.meshes, self.opts, self.op = fleet, meshes, opts, operator
         self.state, self.path, self.clock = state, path, clock
+        # Probing a Mac while it shuts down makes paramiko's transport thread log a traceback (connection
+        # reset mid-banner); that is the expected answer here, not something for the operator's screen.
+        logging.getLogger("paramiko.transport").addHandler(logging.NullHandler())
+        logging.getLogger("paramiko.transport").propagate = False
 
     def move(self, node: str, event: Event, note: str | None = None) -> NodeProgress:
         p = advance(self.state.get(node), event, self.clock(), note)
@@ -157,7 +162,12 @@ class _Walk:
         return next(m for m in self.meshes if node in m.node_names)
 
     def reachable(self, node: str) -> bool:
-        g = gather(self.fleet, [self.fleet.node(node)], (RDMA_CTL,), deadline_s=PROBE_DEADLINE_S)
+        try:
+            g = gather(self.fleet, [self.fleet.node(node)], (RDMA_CTL,), deadline_s=PROBE_DEADLINE_S)
+        except MacfleetError:
+            raise
+        except Exception:  # a Mac going down can drop the SSH handshake midway (paramiko: EOFError)
+            return False
         return RDMA_CTL.key in g.outputs.get(node, {})
 
     def look(self, node: str) -> NodeRdma:
@@ -174,6 +184,8 @@ class _Walk:
         if not todo:
             for n in group:
                 self.op.message(f"resuming at {n}: {_PHASE_WORDS[self.state.get(n).phase]}", "bold")
+                if self.state.get(n).phase in WAITING:
+                    self.move(n, "retry")  # the clock starts again: the operator is back now
             return
         order = [p.node for p in self.state.nodes]
         for n in todo:

@@ -114,6 +114,7 @@ class _Lines:
                 if self.buf:
                     break
                 return None
+            self.buf += chunk
         line, _, self.buf = self.buf.partition(b"\n")
         return line.decode(errors="replace").strip().lower()
 
