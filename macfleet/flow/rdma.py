@@ -292,6 +292,11 @@ def _candidates(report: RdmaReport, opts: EnableOptions, previous: WalkState | N
     never: list[str] = []
     needed: list[str] = []
     for n in report.nodes:
+        if n.can_do_rdma is False and (n.name in asked or not asked):
+            never.append(n.name)
+            why = next((p.message for p in n.problems if p.code in ("not-tb5", "os-too-old")), "")
+            operator.message(f"{n.name} is not walked through: {why}", "bold yellow")
+            continue
         wanted = n.name in asked if asked else (n.needs_enable or n.name in in_progress)
         if not wanted:
             continue
