@@ -48,6 +48,7 @@ def startup_steps(marketing_name: str | None, *, shut_down_by_macfleet: bool = T
         "If asked, pick an administrator you know the password of and enter that password.",
         "From the menu bar choose Utilities → Terminal.",
         "Type `rdma_ctl enable` and press Return. Read what it prints: an error means it did not work.",
-        "Choose Apple menu → Restart. macfleet sees the Mac come back and checks RDMA.",
+        "Choose Apple menu → Restart. " + ("macfleet sees the Mac come back and checks RDMA." if shut_down_by_macfleet
+                                           else "Then check it with `macfleet rdma status`."),
     ]
     return steps

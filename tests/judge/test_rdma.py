@@ -281,3 +281,16 @@ def test_all_at_once_takes_every_node_together() -> None:
     assert next_group(state) == ["a", "c"]
     done = state.put(NodeProgress(node="a", phase="done")).put(NodeProgress(node="c", phase="skipped"))
     assert next_group(done) == [] and done.finished
+
+
+@pytest.mark.parametrize(("cable", "speed", "code", "fix"), [
+    (("a", 2, "b", 2), "40 Gb/s", "slow-link", "replace the cable between a port 2 and b port 2 with a Thunderbolt 5"),
+    (("a", 1, "b", 2), "80 Gb/s", "port-not-rdma", "move the cable from a port 1 to a free RDMA-capable port of a"),
+])
+def test_a_down_port_between_two_rdma_macs_says_which_cable_or_port(cable, speed, code, fix) -> None:
+    rig = Rig(["a", "b"]).cable(*cable, speed=speed)
+    report = judge(["a", "b"], {n: node_facts(rig, n, active={"rdma_en2": False, "rdma_en3": False})
+                                for n in ("a", "b")})
+    a = report.nodes[0]
+    assert codes(a) == [code] and a.problems[0].fix.startswith(fix)
+    assert [(p.peer, p.state) for p in a.ports] == [("b", "down")]
