@@ -361,6 +361,9 @@ def enable_rdma(fleet: Fleet, meshes: list[Mesh], opts: EnableOptions, operator:
             walk.start(group, boxes)
             walk.wait(group)
             walk.verify(group)
+    except KeyboardInterrupt:
+        operator.end_poll()  # leave the terminal clean; the state file already holds the place
+        raise
     except _Stop:
         first = next_group(walk.state)
         operator.message(f"stopped; `macfleet rdma enable` continues at {first[0] if first else 'the end'}", "bold")

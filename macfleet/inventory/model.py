@@ -110,7 +110,8 @@ MAC_MODELS: dict[str, MacModelSpec] = {
             ),
         ),
         # Thunderbolt 4 only (idle "Up to 40 Gb/s"): it can never do RDMA over Thunderbolt. Its rear ports are
-        # named Thunderbolt 1, 2 and 4 on en2, en3, en4 (a real -listallhardwareports, macos-outputs.md §4).
+        # named Thunderbolt 1, 2 and 4 on en2, en3, en4 (a real capture: tests/fixtures/captures/hardware-ports/
+        # macos__networksetup_listallhardwareports_macmini_m4_1.txt).
         MacModelSpec(
             slug="mac-mini-m4",
             model_identifier="Mac16,10",

@@ -166,10 +166,10 @@ class ConsoleOperator:
         text = f"{label}  {minutes}:{seconds:02d}"
         if err_console.is_terminal:
             if self.status is None:
-                self.status = err_console.status(text)
+                self.status = err_console.status(Text(text))
                 self.status.start()
             else:
-                self.status.update(text)
+                self.status.update(Text(text))
         elif label != self.last_label:
             err_console.print(Text(label), soft_wrap=True)
         self.last_label = label

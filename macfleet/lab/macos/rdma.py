@@ -16,7 +16,8 @@ from .common import Links, Node, err, eui64_fe80, secured_fe80
 
 def has_devices(node: Node) -> bool:
     """RDMA devices exist only while RDMA is on, and only on a Thunderbolt 5 Mac: on a Thunderbolt 4 Mac
-    `rdma_ctl enable` succeeds but `ibv_devices` stays empty (research/macos-outputs.md §8)."""
+    `rdma_ctl enable` succeeds but `ibv_devices` stays empty (as reported on an M4 Mac mini in
+    github.com/jundot/omlx/issues/3037)."""
     return node.rdma_enabled and any(p["max_speed_gbps"] >= 80 for p in node.ports)
 
 
