@@ -61,7 +61,7 @@ def bench_size(size: str, repeat: int, workdir: Path) -> dict:
         findings: list[int] = []
 
         def in_process() -> None:
-            reports, _ = check_topology(fleet, list(fleet.meshes))
+            reports = check_topology(fleet, list(fleet.meshes)).reports
             findings.append(sum(len(r.findings) for r in reports))
 
         check_in = _median_s(in_process, repeat)

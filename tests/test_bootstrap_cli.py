@@ -30,6 +30,8 @@ class Rig:
         self.unreachable: dict[str, str] = {}
         self.runs: list[dict] = []
         self.prepared: list[bool] = []
+        self.inventories: list[Path] = []
+        self.generated: list[list[str]] = []
         self.events: dict[str, list[ProgressEvent]] = {}
         monkeypatch.setattr(flow_bootstrap, "gather", self.gather)
         monkeypatch.setattr(flow_bootstrap, "prepare_apply", self.prepare_apply)
@@ -50,14 +52,17 @@ class Rig:
             }
         return g
 
-    def prepare_apply(self, fleet, meshes, *, write=True) -> PreparedApply:
-        self.prepared.append(write)
+    def prepare_apply(self, fleet, meshes) -> PreparedApply:
+        self.prepared.append(True)
         nodes = [n for m in meshes for n in m.node_names]
-        return PreparedApply(nodes=nodes, diffs={n: ["set en3 to 10.213.0.1/30"] for n in nodes}, uncabled={})
+        return PreparedApply(nodes=nodes, hostvars={n: {"ipplan_interfaces": []} for n in nodes},
+                             diffs={n: ["set en3 to 10.213.0.1/30"] for n in nodes}, uncabled={})
 
     def run_playbook(self, run, *, on_event=None, cancel=None, raise_on_failure=True, become_password=None):
         self.runs.append({"playbook": run.playbook, "limit": run.limit, "check": run.check,
                           "extravars": run.extravars, "become_password": become_password})
+        self.inventories.append(run.inventory)
+        self.generated.append(sorted(p.parent.name for p in run.inventory.rglob("macfleet_generated.yml")))
         hosts = {}
         for n in run.limit:
             for e in self.events.get(n, [ProgressEvent(n, "Install macfleet's sudoers drop-in.", "changed", True,
@@ -89,7 +94,7 @@ def test_ready_mesh_exits_0_with_exact_json(cli, example_inventory: Path, rig: R
                                                    for n in NODES}}
     assert rig.runs == [{"playbook": "bootstrap", "limit": tuple(NODES), "check": False,
                          "extravars": {"bootstrap_ipplan": True}, "become_password": None}]
-    assert rig.prepared == [True]
+    assert rig.prepared == [True] and rig.generated == [NODES]
     record = (example_inventory / "host_vars" / "studio-1" / "macfleet_generated.yml").read_text()
     assert "macfleet_filevault:" in record and "unattended_reboot: true" in record
 
@@ -140,10 +145,11 @@ def test_unreachable_node_exits_3_and_the_others_still_run(cli, example_inventor
 def test_check_changes_nothing_on_the_controller_either(cli, example_inventory: Path, rig: Rig) -> None:
     r = cli("bootstrap", "-i", str(example_inventory), "--check", "--json")
     assert r.exit_code == 0, r.output
-    assert rig.runs[0]["check"] is True and rig.runs[0]["extravars"] == {"bootstrap_ipplan": False}
-    assert rig.prepared == [False]
+    assert rig.runs[0]["check"] is True and rig.runs[0]["extravars"] == {"bootstrap_ipplan": True}
+    # the playbook read the plan from a private copy of the inventory, now gone; the inventory is untouched
+    assert rig.inventories[0] != example_inventory and not rig.inventories[0].exists()
+    assert rig.generated == [NODES]
     assert not (example_inventory / "host_vars").exists()
-    assert cli.json(r)["changed"] == 8  # one playbook change and one IP-plan change per node
 
 
 def test_rdma_off_is_handed_to_rdma_enable(cli, example_inventory: Path, rig: Rig) -> None:

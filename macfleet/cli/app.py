@@ -56,7 +56,7 @@ GROUPS: list[tuple[str, str, str]] = [
     ("bootstrap", "macfleet.cli.bootstrap", "Prepare every node: power, memory, OS checks, IP plan, RDMA."),
     ("doctor", "macfleet.cli.doctor", "Every health probe, each with its fix."),
     ("rollout", "macfleet.cli.rollout", "Push exo builds and model weights once, fanned out over the mesh."),
-    ("rdma", "macfleet.cli.rdma", "The guided Recovery-mode steps that switch RDMA on."),
+    ("rdma", "macfleet.cli.rdma", "RDMA status, and the guided Recovery-mode steps that switch it on."),
     ("reboot", "macfleet.cli.reboot", "The coordinated whole-mesh reboot."),
     ("watch", "macfleet.cli.watch", "The watcher that heals a wedged mesh."),
 ]

@@ -66,7 +66,8 @@ def up_cmd(
     name: NameOpt = "lab",
     nodes: Annotated[int | None, typer.Option("--nodes", min=1, help="Nodes in one full mesh (default 4).")] = None,
     pods: Annotated[str | None, typer.Option("--pods", help="PODSxNODES meshes, e.g. 8x4.")] = None,
-    model: Annotated[str, typer.Option("--model", help="mac-studio-m3-ultra | mac-studio-m4-max | mac-mini-m4-pro")]
+    model: Annotated[str, typer.Option("--model", help="mac-studio-m3-ultra | mac-studio-m4-max | mac-mini-m4-pro "
+                                       "| mac-mini-m4")]
     = "mac-studio-m3-ultra",
     tb_rate: Annotated[str, typer.Option("--tb-rate", help="Thunderbolt link rate (tc units).")] = "1gbit",
     mgmt_rate: Annotated[str, typer.Option("--mgmt-rate", help="Management link rate (tc units).")] = "125mbit",

@@ -1,14 +1,18 @@
-"""The catalogue: every macOS command macfleet runs to read a node, and nothing else.
+"""The command specs the collector runs, built from the one table of KINDs (`facts/registry.py`).
 
-Each spec's `kind` is a facts KIND (facts/registry.py): the same string names the parser, the fixture
-folder of real captures (tests/fixtures/captures/<kind>/), the lab's stand-in and the --json key.
-A test fails if any spec here has no real capture to prove its parser on.
+Each spec's `kind` is a facts KIND: the same string names the parser, the fixture folder of real captures
+(tests/fixtures/captures/<kind>/), the lab's stand-in and the --json key. The command line, timeout and
+sudo flag come from the KIND's entry; nothing here repeats them. A test fails if any spec has no real
+capture to prove its parser on.
 """
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+from macfleet.facts.registry import KINDS
 
 
 @dataclass(frozen=True)
@@ -30,50 +34,22 @@ class CommandSpec:
         return shlex.join(argv)
 
 
-THUNDERBOLT = CommandSpec("thunderbolt", ("system_profiler", "SPThunderboltDataType", "-json"), timeout_s=30)
-HARDWARE_PORTS = CommandSpec("hardware-ports", ("networksetup", "-listallhardwareports"))
-SERVICE_ORDER = CommandSpec("service-order", ("networksetup", "-listnetworkserviceorder"))
-SERVICES = CommandSpec("services", ("networksetup", "-listallnetworkservices"))
-IFCONFIG = CommandSpec("ifconfig", ("ifconfig",))
-# ibv_devinfo hangs on a wedged RDMA stack (exo.md §5): a short timeout is itself a finding.
-IBV_DEVICES = CommandSpec("ibv-devices", ("ibv_devices",), timeout_s=10)
-IBV_DEVINFO = CommandSpec("ibv-devinfo", ("ibv_devinfo",), timeout_s=10)
-IBV_DEVINFO_VERBOSE = CommandSpec("ibv-devinfo", ("ibv_devinfo", "-v"), timeout_s=10, variant="verbose")
-RDMA_CTL = CommandSpec("rdma-ctl", ("rdma_ctl", "status"), timeout_s=10)
-# Not read: `nvram rdma-enable` (no real capture of its output exists yet; rdma_ctl status answers the same).
-SW_VERS = CommandSpec("sw-vers", ("sw_vers",), timeout_s=10)
-SYSCTL = CommandSpec("sysctl", ("sysctl", "hw.memsize", "hw.ncpu", "hw.model", "iogpu.wired_limit_mb"), timeout_s=10)
-HARDWARE = CommandSpec("hardware", ("system_profiler", "SPHardwareDataType", "-json"), timeout_s=30)
-PMSET = CommandSpec("pmset", ("pmset", "-g"), timeout_s=10)
-FDESETUP = CommandSpec("fdesetup", ("fdesetup", "status"), timeout_s=10)
-CSRUTIL = CommandSpec("csrutil", ("csrutil", "status"), timeout_s=10)
-# The IPv4 routing table: the IP plan must not take addresses a node already routes elsewhere (a VPN).
-NETSTAT_ROUTES = CommandSpec("netstat-routes", ("netstat", "-rn", "-f", "inet"), timeout_s=10)
-REMOTE_LOGIN = CommandSpec("remote-login", ("systemsetup", "-getremotelogin"), timeout_s=10, needs_sudo=True)
+def spec_for(kind: str, variant: str | None = None) -> CommandSpec:
+    """KIND's command as the collector runs it (KeyError for a KIND that is not in the table)."""
+    k = KINDS[kind]
+    extra = k.variants[variant] if variant is not None else ()
+    return CommandSpec(kind, (*k.argv, *extra), timeout_s=k.timeout_s, needs_sudo=k.needs_sudo, variant=variant)
 
-ALL_SPECS: tuple[CommandSpec, ...] = (
-    THUNDERBOLT,
-    HARDWARE_PORTS,
-    SERVICE_ORDER,
-    SERVICES,
-    IFCONFIG,
-    IBV_DEVICES,
-    IBV_DEVINFO,
-    IBV_DEVINFO_VERBOSE,
-    RDMA_CTL,
-    SW_VERS,
-    SYSCTL,
-    HARDWARE,
-    PMSET,
-    FDESETUP,
-    CSRUTIL,
-    REMOTE_LOGIN,
-    NETSTAT_ROUTES,
-)
 
-# What `topology check` reads: the cabling, the port names, the RDMA ports and the addresses.
-TOPOLOGY_SPECS: tuple[CommandSpec, ...] = (THUNDERBOLT, HARDWARE_PORTS, IBV_DEVICES, IBV_DEVINFO, IFCONFIG)
-# What the IP plan reads before changing anything: services, their order, and live addresses/routes.
-NETWORK_SPECS: tuple[CommandSpec, ...] = (
-    THUNDERBOLT, HARDWARE_PORTS, SERVICE_ORDER, SERVICES, IFCONFIG, NETSTAT_ROUTES,
+def specs_for(kinds: Iterable[str]) -> tuple[CommandSpec, ...]:
+    """The specs that read `kinds`, each once, in the order given."""
+    return tuple(spec_for(k) for k in dict.fromkeys(kinds))
+
+
+# Every command macfleet may run to read a node, variants included.
+ALL_SPECS: tuple[CommandSpec, ...] = tuple(
+    s
+    for k in KINDS.values()
+    if k.collected
+    for s in (spec_for(k.kind), *(spec_for(k.kind, v) for v in k.variants))
 )

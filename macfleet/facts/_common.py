@@ -22,29 +22,21 @@ class Facts(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-# The command each KIND stands for, as the user would type it (used in error messages and to recognise
-# the command line of a pasted terminal transcript).
-COMMANDS: dict[str, str] = {
-    "thunderbolt": "system_profiler SPThunderboltDataType",
-    "hardware-ports": "networksetup -listallhardwareports",
-    "service-order": "networksetup -listnetworkserviceorder",
-    "services": "networksetup -listallnetworkservices",
-    "getinfo": "networksetup -getinfo",
-    "ifconfig": "ifconfig",
-    "ibv-devices": "ibv_devices",
-    "ibv-devinfo": "ibv_devinfo",
-    "rdma-ctl": "rdma_ctl status",
-    "nvram": "nvram rdma-enable",
-    "sw-vers": "sw_vers",
-    "sysctl": "sysctl",
-    "hardware": "system_profiler SPHardwareDataType -json",
-    "pmset": "pmset -g",
-    "fdesetup": "fdesetup status",
-    "csrutil": "csrutil status",
-    "remote-login": "systemsetup -getremotelogin",
-    "netstat-routes": "netstat -rn -f inet",
-}
+# The command line each KIND's output comes from, named in parse errors. `facts/registry.py` declares every
+# KIND with its command and registers it here, so the parsers (which the registry imports) can name it.
+_COMMAND_LINES: dict[str, str] = {}
 
+
+def register_command_line(kind: str, command: str) -> None:
+    _COMMAND_LINES[kind] = command
+
+
+def command_line(kind: str) -> str:
+    """The command KIND stands for, as the user would type it (the KIND itself if none is registered)."""
+    return _COMMAND_LINES.get(kind, kind)
+
+
+# The programs whose typed command lines mark the start of an output in a pasted terminal transcript.
 _COMMAND_WORDS = (
     "system_profiler", "networksetup", "ifconfig", "ibv_devices", "ibv_devinfo", "rdma_ctl", "nvram", "sw_vers",
     "sysctl", "pmset", "fdesetup", "csrutil", "systemsetup", "netstat",
@@ -147,7 +139,7 @@ def lines_for(kind: str, text: str) -> list[Line]:
     above it, or the matching section of a transcript. Raises FactsParseError when the transcript holds
     only other commands."""
     if not isinstance(text, str):
-        raise FactsParseError(COMMANDS.get(kind, kind), "text", found=type(text).__name__)
+        raise FactsParseError(command_line(kind), "text", found=type(text).__name__)
     sections = split_transcript(text)
     for s in sections:
         if s.kind == kind:
@@ -157,8 +149,8 @@ def lines_for(kind: str, text: str) -> list[Line]:
             return s.lines
     first = sections[0]
     raise FactsParseError(
-        COMMANDS.get(kind, kind),
-        f"the output of `{COMMANDS.get(kind, kind)}`",
+        command_line(kind),
+        f"the output of `{command_line(kind)}`",
         line=(first.lines[0][0] - 1) if first.lines else None,
         found=first.command,
     )
@@ -172,7 +164,7 @@ def fail(kind: str, expected: str, line: int | None = None, found: str | None = 
     """Build (not raise) the FactsParseError for KIND, shortening what was found."""
     if found is not None and len(found) > 120:
         found = found[:117] + "..."
-    return FactsParseError(COMMANDS.get(kind, kind), expected, line=line, found=found)
+    return FactsParseError(command_line(kind), expected, line=line, found=found)
 
 
 def is_elision(line: str) -> bool:

@@ -13,18 +13,19 @@ import os
 import stat
 import threading
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from macfleet.act.ansible import PlaybookRun, ProgressEvent, run_playbook
 from macfleet.act.hostvars import write_generated_hostvars
-from macfleet.collect.commands import FDESETUP, RDMA_CTL, CommandSpec
+from macfleet.collect.commands import CommandSpec, specs_for
 from macfleet.collect.gather import Gathered, gather
 from macfleet.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_UNREACHABLE, Refused, UnreachableError, UsageError
 from macfleet.facts.rdma import RdmaCtlFacts
 from macfleet.facts.registry import facts_from_outputs
 from macfleet.facts.system import FdesetupFacts
-from macfleet.flow.topology import prepare_apply
+from macfleet.flow.topology import PreparedApply, inventory_for_run, prepare_apply
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.bootstrap import filevault_record, rdma_needs
 
@@ -104,26 +105,21 @@ def _facts(gathered: Gathered, node: str) -> tuple[RdmaCtlFacts | None, Fdesetup
     return (rdma if isinstance(rdma, RdmaCtlFacts) else None, fde if isinstance(fde, FdesetupFacts) else None)
 
 
-def _prepare_ipplan(fleet: Fleet, meshes: list[Mesh], check: bool, outcomes: dict[str, NodeOutcome]) -> bool:
-    """Judge the IP plan and (unless --check) write it as generated host_vars; False when it cannot be applied
-    now, with the reason added to every node."""
+def _prepare_ipplan(fleet: Fleet, meshes: list[Mesh], outcomes: dict[str, NodeOutcome]) -> PreparedApply | None:
+    """Judge the IP plan on the live cables; None when it cannot be applied now, with the reason added to every
+    node (the rest of bootstrap still runs)."""
     try:
-        prepared = prepare_apply(fleet, meshes, write=not check)
+        prepared = prepare_apply(fleet, meshes)
     except (UnreachableError, Refused) as exc:
         why = exc.hint if isinstance(exc, Refused) and exc.hint else exc.message
         for o in outcomes.values():
             o.needs_human.append(f"the IP plan was not applied ({exc.message}). Fix: {why}; then run bootstrap again.")
-        return False
+        return None
     for mesh_name, pairs in prepared.uncabled.items():
         for n in fleet.mesh(mesh_name).node_names:
             outcomes[n].needs_human.append(f"{pairs} pair(s) of mesh {mesh_name} have no cable yet. Fix: cable them "
                                            "as `macfleet topology plan` shows, then run bootstrap again.")
-    if check:
-        for n, lines in prepared.diffs.items():
-            todo = [line for line in lines if not line.startswith("nothing to do")]
-            outcomes[n].changes += [f"IP plan: {line}" for line in todo]
-            outcomes[n].changed += len(todo)
-    return True
+    return prepared
 
 
 def _record(outcome: NodeOutcome, e: ProgressEvent) -> None:
@@ -156,7 +152,8 @@ def bootstrap(
     reported). `on_step(node, step, status)` follows the playbook live."""
     names = [n for m in meshes for n in m.node_names]
     outcomes = {n: NodeOutcome() for n in names}
-    gathered = gather(fleet, [n for m in meshes for n in m.nodes], (BECOME_PROBE, RDMA_CTL, FDESETUP), cancel=cancel)
+    gathered = gather(fleet, [n for m in meshes for n in m.nodes], (BECOME_PROBE, *specs_for(("rdma-ctl", "fdesetup"))),
+                      cancel=cancel)
     unreachable = dict(gathered.unreachable)
     for n, why in unreachable.items():
         outcomes[n].failed = True
@@ -180,7 +177,7 @@ def bootstrap(
                 "sudo asks for the admin password and none may be asked for here. Fix: run bootstrap at a terminal, "
                 "or give --become-password-file FILE (readable only by you); bootstrap then installs macfleet's "
                 "scoped sudoers drop-in, so later runs need no password.")
-    ipplan = _prepare_ipplan(fleet, meshes, check, outcomes) if not unreachable else False
+    prepared = _prepare_ipplan(fleet, meshes, outcomes) if not unreachable else None
     if unreachable:
         for n in reachable:
             outcomes[n].notes.append("the IP plan waits until every node of the mesh answers")
@@ -193,10 +190,12 @@ def bootstrap(
             if on_step is not None:
                 on_step(e.host, e.role or "preflight", e.status)
 
-    result = run_playbook(
-        PlaybookRun(playbook="bootstrap", inventory=fleet.root, limit=tuple(run_nodes), check=check, diff=check,
-                    extravars={"bootstrap_ipplan": ipplan and not check}),
-        on_event=on_event, cancel=cancel, raise_on_failure=False, become_password=password)
+    # the plan goes into generated host_vars (under --check, into a private copy of the inventory)
+    with inventory_for_run(fleet, prepared, check) if prepared else nullcontext(fleet.root) as inventory:
+        result = run_playbook(
+            PlaybookRun(playbook="bootstrap", inventory=inventory, limit=tuple(run_nodes), check=check, diff=check,
+                        extravars={"bootstrap_ipplan": prepared is not None}),
+            on_event=on_event, cancel=cancel, raise_on_failure=False, become_password=password)
     if result.status == "canceled":
         raise KeyboardInterrupt
     for n, why in result.unreachable.items():

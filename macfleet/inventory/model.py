@@ -109,6 +109,20 @@ MAC_MODELS: dict[str, MacModelSpec] = {
                 where=["rear, left", "rear, middle", "rear, right"],
             ),
         ),
+        # Thunderbolt 4 only (idle "Up to 40 Gb/s"): it can never do RDMA over Thunderbolt. Its rear ports are
+        # named Thunderbolt 1, 2 and 4 on en2, en3, en4 (a real capture: tests/fixtures/captures/hardware-ports/
+        # macos__networksetup_listallhardwareports_macmini_m4_1.txt).
+        MacModelSpec(
+            slug="mac-mini-m4",
+            model_identifier="Mac16,10",
+            marketing_name="Mac mini",
+            chip="Apple M4",
+            memory_bytes=16 * 1024**3,
+            thunderbolt_ports=tuple(
+                ThunderboltPortSpec(receptacle=r, device=d, max_speed_gbps=40, rdma_capable=False, where=w)
+                for r, d, w in ((1, "en2", "rear, left"), (2, "en3", "rear, middle"), (4, "en4", "rear, right"))
+            ),
+        ),
     )
 }
 MODEL_BY_IDENTIFIER: dict[str, MacModelSpec] = {m.model_identifier: m for m in MAC_MODELS.values()}

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from macfleet.facts.network import HardwarePortsFacts, IfconfigFacts, RoutesFacts, ServiceOrderFacts
+from macfleet.facts.registry import KINDS
 from macfleet.inventory.model import SUBNETS_PER_MESH, Fleet, Mesh
 from macfleet.judge.model import Change, Finding, Noop, Refusal
 from macfleet.judge.topology import TopologyReport
@@ -189,6 +190,7 @@ class NodeNetworkFacts(_Model):
     service_order: ServiceOrderFacts | None = None
     ifconfig: IfconfigFacts | None = None
     netstat_routes: RoutesFacts | None = None
+    problems: list[str] = Field(default_factory=list)  # why a fact above is None: "ifconfig: timed out..."
 
 
 def _iface_addrs(ifconfig: IfconfigFacts | None, device: str) -> list[str]:
@@ -227,25 +229,15 @@ def find_collisions(plan: IpPlan, facts: Mapping[str, NodeNetworkFacts],
                     management: Mapping[str, str] | None = None) -> list[Finding]:
     """Planned subnets that overlap a network a node already uses on a non-Thunderbolt interface (its LAN,
     Wi-Fi, a VPN...), a route of its own to such a network, or a node's management address. Thunderbolt
-    ports are the plan's own: an address there is drift, not a collision."""
+    ports are the plan's own: an address there is drift, not a collision. A node whose addresses or routes
+    could not be read gets an `unread` finding: the check cannot say it is clear."""
     nets = [(lk, ipaddress.IPv4Network(lk.subnet)) for lk in plan.links]
     found: list[Finding] = []
     for node in sorted(facts):
         f = facts[node]
+        found += _unread_findings(node, f)
         found += _route_collisions(node, f, nets)
-        if f.ifconfig is None:
-            continue
-        tb = _thunderbolt_devices(f)
-        for iface in f.ifconfig.interfaces:
-            if iface.name is None or iface.name in tb:
-                continue
-            for a in iface.inet:
-                prefix = a.prefixlen if a.prefixlen is not None else 32
-                theirs = ipaddress.IPv4Network(f"{a.address}/{prefix}", strict=False)
-                hits = [lk for lk, net in nets if net.overlaps(theirs)]
-                if hits:
-                    found.append(_pool_collision(node, hits, f"{node} {iface.name} has {a.address}/{prefix}",
-                                                 f"{iface.name} inet {a.address}/{prefix}"))
+        found += _interface_collisions(node, f, nets)
     for node, addr in sorted((management or {}).items()):
         try:
             ip = ipaddress.IPv4Address(addr)
@@ -258,6 +250,44 @@ def find_collisions(plan: IpPlan, facts: Mapping[str, NodeNetworkFacts],
                     message=f"{node}'s management address {addr} is inside the planned subnet {lk.subnet}",
                     fix="choose another pool (macfleet_ipplan.pool in group_vars)",
                 ))
+    return found
+
+
+# What the collision check reads from each node: its addresses, its routes, and which interfaces are
+# Thunderbolt ports (the plan's own, never a collision).
+_COLLISION_INPUTS = ("ifconfig", "netstat-routes", "hardware-ports")
+
+
+def _unread_findings(node: str, f: NodeNetworkFacts) -> list[Finding]:
+    unread = [(kind, KINDS[kind].command) for kind in _COLLISION_INPUTS if getattr(f, kind.replace("-", "_")) is None]
+    out = []
+    for kind, command in unread:
+        why = "; ".join(p.removeprefix(f"{kind}: ") for p in f.problems if p.startswith(f"{kind}:")) or "not read"
+        out.append(Finding(
+            severity="error", code="unread", nodes=[node],
+            message=f"{node}: could not read `{command}` ({why}), so whether the plan collides with its "
+                    "networks is unknown",
+            fix=f"make `{command}` answer on {node} (run it there by hand), then run the command again",
+        ))
+    return out
+
+
+def _interface_collisions(node: str, f: NodeNetworkFacts, nets: list[tuple[Any, ipaddress.IPv4Network]]
+                          ) -> list[Finding]:
+    if f.ifconfig is None:
+        return []
+    tb = _thunderbolt_devices(f)
+    found = []
+    for iface in f.ifconfig.interfaces:
+        if iface.name is None or iface.name in tb:
+            continue
+        for a in iface.inet:
+            prefix = a.prefixlen if a.prefixlen is not None else 32
+            theirs = ipaddress.IPv4Network(f"{a.address}/{prefix}", strict=False)
+            hits = [lk for lk, net in nets if net.overlaps(theirs)]
+            if hits:
+                found.append(_pool_collision(node, hits, f"{node} {iface.name} has {a.address}/{prefix}",
+                                             f"{iface.name} inet {a.address}/{prefix}"))
     return found
 
 
@@ -303,8 +333,13 @@ def refuse_on_collision(collisions: list[Finding]) -> Refusal | None:
     if not collisions:
         return None
     nodes = sorted({n for f in collisions for n in f.nodes})
-    return Refusal(reason="the IP plan collides with networks already in use; nothing was changed: "
-                   + "; ".join(f.message for f in collisions), nodes=nodes)
+    if all(f.code == "unread" for f in collisions):
+        head = "the IP plan cannot be checked against every node's networks"
+    elif any(f.code == "unread" for f in collisions):
+        head = "the IP plan collides with networks already in use, and some could not be read"
+    else:
+        head = "the IP plan collides with networks already in use"
+    return Refusal(reason=f"{head}; nothing was changed: " + "; ".join(f.message for f in collisions), nodes=nodes)
 
 
 # -------------------------------------------------------------------------------------- what to change

@@ -14,19 +14,20 @@ Pure: facts + inventory in, decisions out. No I/O, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from macfleet.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_UNREACHABLE
 from macfleet.facts.links import Link as FactLink
-from macfleet.facts.links import match_links
+from macfleet.facts.links import LinkObservation, match_links
 from macfleet.facts.network import HardwarePortsFacts, IfconfigFacts
 from macfleet.facts.portmap import PortMap, build_port_map
 from macfleet.facts.rdma import IbvDevicesFacts, IbvDevinfoFacts
-from macfleet.facts.thunderbolt import ThunderboltAttached, ThunderboltFacts
+from macfleet.facts.thunderbolt import ThunderboltFacts
 from macfleet.inventory.model import MacModelSpec, Mesh
-from macfleet.judge.model import Finding, sort_findings
+from macfleet.judge.model import Finding, Severity, sort_findings
 
 RDMA_SPEED_GBPS = 80.0
 
@@ -77,11 +78,6 @@ class TopologyLink(_Model):
     state: LinkState = "ok"
     problems: list[str] = Field(default_factory=list)  # finding codes about this cable
     via: list[str] = Field(default_factory=list)  # hubs/docks in the path
-
-    def touches(self, node: str, receptacle: int) -> bool:
-        return (self.a.node, self.a.receptacle) == (node, receptacle) or (
-            (self.b.node, self.b.receptacle) == (node, receptacle)
-        )
 
 
 class HalfLink(_Model):
@@ -243,14 +239,6 @@ def plan_for_mesh(mesh: Mesh) -> CablingPlan | None:
 # ------------------------------------------------------------------------------------------- the check
 
 
-def _macs(attached: list[ThunderboltAttached], via: tuple[str, ...] = ()) -> Iterator[tuple[ThunderboltAttached,
-                                                                                            tuple[str, ...]]]:
-    for a in attached:
-        if a.kind == "mac":
-            yield a, via
-        yield from _macs(a.attached, (*via, a.name) if a.kind == "device" else via)
-
-
 def _port(receptacle: int | None) -> str:
     return f"port {receptacle}" if receptacle is not None else "a free RDMA-capable port"
 
@@ -259,8 +247,11 @@ def _gbps(v: float | None) -> str:
     return "unknown speed" if v is None else f"{v:g} Gb/s"
 
 
-class _Ports:
-    """Which ports of each node can carry a mesh cable, which are taken, and the fixes' picks."""
+class PortPool:
+    """Which ports of each node can carry a mesh cable, which are taken, and the fixes' picks.
+
+    The rules that suggest a port share one pool and pick in a fixed order (wrong-port moves, then the
+    ports half-links hold, then missing pairs), so two fixes never send two cables into one port."""
 
     def __init__(self, mesh: Mesh, maps: Mapping[str, PortMap | None], plan: CablingPlan | None):
         self.nodes = {n.name: n for n in mesh.nodes}
@@ -291,7 +282,7 @@ class _Ports:
             return port.rdma_capable if port else False
         pm = self.maps.get(node)
         entry = pm.entry(receptacle) if pm else None
-        if entry is None or entry.device is None:
+        if pm is None or entry is None or entry.device is None:
             return None
         if any(e.rdma_device for e in pm.entries):  # RDMA devices were listed: this port has none
             return entry.rdma_device is not None
@@ -301,42 +292,62 @@ class _Ports:
         spec = self.nodes[node].model_spec
         return _where(spec, receptacle) if spec else None
 
+    def device(self, node: str, receptacle: int) -> str | None:
+        pm = self.maps.get(node)
+        entry = pm.entry(receptacle) if pm else None
+        return entry.device if entry else None
+
+    def end(self, node: str, receptacle: int) -> End:
+        return End(node=node, receptacle=receptacle, device=self.device(node, receptacle))
+
+    def take(self, node: str, receptacle: int) -> None:
+        self.taken[node].add(receptacle)
+
     def pick(self, node: str, peer: str) -> int | None:
         """A free RDMA-capable port on `node` for the cable to `peer`: the plan's port when free, else the
-        lowest free one. Marks it taken, so two fixes never send two cables into one port."""
+        lowest free one. Marks it taken."""
         free = [r for r in self.capable(node) if r not in self.taken[node]]
         preferred = self.plan.port_for(node, peer) if self.plan else None
         choice = preferred if preferred in free else (free[0] if free else None)
         if choice is not None:
-            self.taken[node].add(choice)
+            self.take(node, choice)
         return choice
 
 
-def _device(maps: Mapping[str, PortMap | None], node: str, receptacle: int) -> str | None:
-    pm = maps.get(node)
-    entry = pm.entry(receptacle) if pm else None
-    return entry.device if entry else None
+class _Cable:
+    """A confirmed cable, ends in inventory order, with the finding codes raised about it."""
+
+    def __init__(self, a: End, b: End, link: FactLink):
+        self.a, self.b, self.link = a, b, link
+        self.codes: list[str] = []
+
+    @property
+    def text(self) -> str:
+        return f"{self.a.node} port {self.a.receptacle} ↔ {self.b.node} port {self.b.receptacle}"
+
+    @property
+    def between(self) -> str:
+        return f"{self.a.node} port {self.a.receptacle} and {self.b.node} port {self.b.receptacle}"
+
+    def finding(self, code: str, severity: Severity, message: str, fix: str) -> Finding:
+        self.codes.append(code)
+        return Finding(severity=severity, code=code, nodes=[self.a.node, self.b.node], message=message, fix=fix)
 
 
-def check_cabling(
-    mesh: Mesh,
-    facts_by_node: Mapping[str, NodeTopologyFacts],
-    unreachable: Mapping[str, str] | None = None,
-) -> TopologyReport:
-    """Judge one pass of facts against the full mesh `mesh` implies."""
-    unreachable = dict(unreachable or {})
-    order = {n: i for i, n in enumerate(mesh.node_names)}
-    findings: list[Finding] = []
-
-    for name in mesh.node_names:
-        if name in unreachable:
-            findings.append(Finding(
-                severity="error", code="unreachable", nodes=[name],
+def _unreachable_findings(mesh: Mesh, unreachable: Mapping[str, str]) -> list[Finding]:
+    return [
+        Finding(severity="error", code="unreachable", nodes=[name],
                 message=f"{name} could not be reached: {unreachable[name]}; its cables are not judged",
-                fix=f"check that {name} is powered on, on the network and accepts SSH, then run the check again",
-            ))
+                fix=f"check that {name} is powered on, on the network and accepts SSH, then run the check again")
+        for name in mesh.node_names if name in unreachable
+    ]
 
+
+def _readable_thunderbolt(mesh: Mesh, facts_by_node: Mapping[str, NodeTopologyFacts],
+                          unreachable: Mapping[str, str]) -> tuple[dict[str, ThunderboltFacts], list[Finding]]:
+    """Each reached node's Thunderbolt facts; a node whose ports could not be read gets a finding instead."""
     tb: dict[str, ThunderboltFacts] = {}
+    findings: list[Finding] = []
     for name in mesh.node_names:
         if name in unreachable:
             continue
@@ -350,166 +361,172 @@ def check_cabling(
             ))
             continue
         tb[name] = f.thunderbolt
-    seen = set(tb)
-    maps = {name: facts_by_node[name].port_map() for name in tb}
-    ports = _Ports(mesh, maps, plan_for_mesh(mesh))
+    return tb, findings
 
-    hw = {n: facts_by_node[n].hardware_ports for n in tb if facts_by_node[n].hardware_ports is not None}
-    matched = match_links(tb, hw)  # type: ignore[arg-type]
 
-    def end(node: str, receptacle: int) -> End:
-        return End(node=node, receptacle=receptacle, device=_device(maps, node, receptacle))
-
-    # --- confirmed cables, grouped by pair -----------------------------------------------------
-    raw_links: list[FactLink] = matched.links
-    cables: list[tuple[End, End, FactLink]] = []
-    for lk in raw_links:
-        ea, eb = end(lk.a.node, lk.a.receptacle), end(lk.b.node, lk.b.receptacle)
+def _confirmed_cables(links: list[FactLink], mesh: Mesh, pool: PortPool) -> list[_Cable]:
+    """The cables both ends confirm, each with its ends in inventory order, sorted by inventory order."""
+    order = {n: i for i, n in enumerate(mesh.node_names)}
+    cables = []
+    for lk in links:
+        ea, eb = pool.end(lk.a.node, lk.a.receptacle), pool.end(lk.b.node, lk.b.receptacle)
         if order.get(ea.node, 1 << 30) > order.get(eb.node, 1 << 30):
             ea, eb = eb, ea
-        cables.append((ea, eb, lk))
-    cables.sort(key=lambda c: (order.get(c[0].node, 99), order.get(c[1].node, 99), c[0].receptacle, c[1].receptacle))
-    covered = {(e.node, e.receptacle) for a, b, _ in cables for e in (a, b)}
+        cables.append(_Cable(ea, eb, lk))
+    cables.sort(key=lambda c: (order.get(c.a.node, 99), order.get(c.b.node, 99), c.a.receptacle, c.b.receptacle))
+    return cables
 
-    problems: dict[int, list[str]] = {i: [] for i in range(len(cables))}
 
-    def say(i: int, code: str, severity: str, message: str, fix: str, evidence: list[str] | None = None) -> None:
-        a, b, _ = cables[i]
-        problems[i].append(code)
-        findings.append(Finding(severity=severity, code=code, nodes=[a.node, b.node], message=message, fix=fix,
-                                evidence=evidence or []))  # type: ignore[arg-type]
-
-    def desc(i: int) -> str:
-        a, b, _ = cables[i]
-        return f"{a.node} port {a.receptacle} ↔ {b.node} port {b.receptacle}"
-
-    # Doubled pairs: keep the best cable, unplug the others.
+def _check_doubled(cables: list[_Cable], mesh: Mesh, pool: PortPool) -> tuple[set[int], list[Finding]]:
+    """Pairs cabled more than once: keep the best cable, unplug the others. Returns the extras' indices."""
     by_pair: dict[tuple[str, str], list[int]] = {}
-    for i, (a, b, _) in enumerate(cables):
-        by_pair.setdefault((a.node, b.node), []).append(i)
+    for i, c in enumerate(cables):
+        by_pair.setdefault((c.a.node, c.b.node), []).append(i)
 
     def goodness(i: int) -> tuple:
-        a, b, lk = cables[i]
-        ok_ports = ports.rdma_ok(a.node, a.receptacle) is not False and ports.rdma_ok(b.node, b.receptacle) is not False
-        fast = (lk.speed_gbps or 0) >= RDMA_SPEED_GBPS
-        return (not ok_ports, not fast, bool(lk.via), a.receptacle, b.receptacle)
+        c = cables[i]
+        ports_ok = (pool.rdma_ok(c.a.node, c.a.receptacle) is not False
+                    and pool.rdma_ok(c.b.node, c.b.receptacle) is not False)
+        fast = (c.link.speed_gbps or 0) >= RDMA_SPEED_GBPS
+        return (not ports_ok, not fast, bool(c.link.via), c.a.receptacle, c.b.receptacle)
 
     extra: set[int] = set()
+    findings: list[Finding] = []
+    members = set(mesh.node_names)
     for (x, y), idx in by_pair.items():
-        if x not in order or y not in order or len(idx) < 2:
+        if x not in members or y not in members or len(idx) < 2:
             continue
         keep = min(idx, key=goodness)
+        listed = ", ".join(cables[j].text for j in sorted(idx))
         for i in sorted(idx):
             if i == keep:
                 continue
             extra.add(i)
-            a, b, _ = cables[i]
-            say(i, "doubled-pair", "error",
-                f"{x} and {y} are cabled {len(idx)} times ({', '.join(desc(j) for j in sorted(idx))}); "
+            findings.append(cables[i].finding(
+                "doubled-pair", "error",
+                f"{x} and {y} are cabled {len(idx)} times ({listed}); "
                 "a pair must have exactly one cable (extra cables mismatch RDMA interface pairing)",
-                f"unplug the cable between {a.node} port {a.receptacle} and {b.node} port {b.receptacle}")
+                f"unplug the cable between {cables[i].between}"))
+    return extra, findings
 
-    for i, (a, b, lk) in enumerate(cables):
-        if i in extra:
-            continue
-        if lk.via:
-            hubs = ", ".join(lk.via)
-            say(i, "hub-in-path", "error",
-                f"{desc(i)} goes through {hubs}; RDMA needs a direct Mac-to-Mac cable",
-                f"take out {hubs} and plug a Thunderbolt 5 cable from {a.node} port {a.receptacle} "
-                f"into {b.node} port {b.receptacle}")
-        bad_ends = [e for e in (a, b) if ports.rdma_ok(e.node, e.receptacle) is False]
-        if bad_ends:
-            moves = []
-            for e in bad_ends:
-                other = b.node if e is a else a.node
-                to = ports.pick(e.node, other)
-                moves.append((e, to))
-            what = "; ".join(
-                f"{e.node} port {e.receptacle}" + (f" ({w})" if (w := ports.where(e.node, e.receptacle)) else "")
-                + " cannot do RDMA" for e, _ in moves)
-            fix = " and ".join(f"move the {e.node} end from port {e.receptacle} to {_port(to)}" for e, to in moves)
-            say(i, "wrong-port", "error", f"{desc(i)}: {what}", fix)
-        ends = [s for s in (lk.a.speed_gbps, lk.b.speed_gbps) if s is not None]
-        if lk.speed_gbps is not None and lk.speed_gbps < RDMA_SPEED_GBPS:
-            say(i, "slow-link", "error",
-                f"{desc(i)} links at {_gbps(lk.speed_gbps)}; RDMA needs an 80 Gb/s Thunderbolt 5 link "
-                "(a Thunderbolt 4 or USB cable, or a Thunderbolt 4 port, gives 40 Gb/s)",
-                f"replace the cable between {a.node} port {a.receptacle} and {b.node} port {b.receptacle} "
-                "with an 80 Gb/s Thunderbolt 5 cable")
-        elif len(ends) == 2 and ends[0] != ends[1]:
-            say(i, "ends-disagree", "warning",
-                f"{desc(i)}: the two ends report different speeds ({_gbps(lk.a.speed_gbps)} and "
-                f"{_gbps(lk.b.speed_gbps)})",
-                f"reseat the cable between {a.node} port {a.receptacle} and {b.node} port {b.receptacle}, "
-                "then run the check again")
 
-    # --- what only one side sees, and Macs outside the mesh ------------------------------------
-    uuid_owner: dict[str, tuple[str, int]] = {}
-    for node, facts in tb.items():
-        for p in facts.ports:
-            if p.domain_uuid:
-                uuid_owner.setdefault(p.domain_uuid, (node, p.receptacle))
+def _check_hub(c: _Cable) -> list[Finding]:
+    if not c.link.via:
+        return []
+    hubs = ", ".join(c.link.via)
+    return [c.finding("hub-in-path", "error", f"{c.text} goes through {hubs}; RDMA needs a direct Mac-to-Mac cable",
+                      f"take out {hubs} and plug a Thunderbolt 5 cable from {c.a.node} port {c.a.receptacle} "
+                      f"into {c.b.node} port {c.b.receptacle}")]
+
+
+def _check_rdma_ports(c: _Cable, pool: PortPool) -> list[Finding]:
+    """Ends on ports that cannot do RDMA: move each to a free capable port (picked from the pool)."""
+    bad_ends = [e for e in (c.a, c.b) if pool.rdma_ok(e.node, e.receptacle) is False]
+    if not bad_ends:
+        return []
+    moves = [(e, pool.pick(e.node, c.b.node if e is c.a else c.a.node)) for e in bad_ends]
+    what = "; ".join(
+        f"{e.node} port {e.receptacle}" + (f" ({w})" if (w := pool.where(e.node, e.receptacle)) else "")
+        + " cannot do RDMA" for e, _ in moves)
+    fix = " and ".join(f"move the {e.node} end from port {e.receptacle} to {_port(to)}" for e, to in moves)
+    return [c.finding("wrong-port", "error", f"{c.text}: {what}", fix)]
+
+
+def _check_speed(c: _Cable) -> list[Finding]:
+    lk = c.link
+    if lk.speed_gbps is not None and lk.speed_gbps < RDMA_SPEED_GBPS:
+        return [c.finding(
+            "slow-link", "error",
+            f"{c.text} links at {_gbps(lk.speed_gbps)}; RDMA needs an 80 Gb/s Thunderbolt 5 link "
+            "(a Thunderbolt 4 or USB cable, or a Thunderbolt 4 port, gives 40 Gb/s)",
+            f"replace the cable between {c.between} with an 80 Gb/s Thunderbolt 5 cable")]
+    ends = [s for s in (lk.a.speed_gbps, lk.b.speed_gbps) if s is not None]
+    if len(ends) == 2 and ends[0] != ends[1]:
+        return [c.finding(
+            "ends-disagree", "warning",
+            f"{c.text}: the two ends report different speeds ({_gbps(lk.a.speed_gbps)} and "
+            f"{_gbps(lk.b.speed_gbps)})",
+            f"reseat the cable between {c.between}, then run the check again")]
+    return []
+
+
+def _half_link_finding(here: End, far: End, via: tuple[str, ...]) -> Finding:
+    nodes = [here.node, far.node]
+    if via:
+        hubs = ", ".join(via)
+        return Finding(
+            severity="error", code="hub-in-path", nodes=nodes,
+            message=(f"{here.node} port {here.receptacle} reaches {far.node} port {far.receptacle} through "
+                     f"{hubs}; RDMA needs a direct Mac-to-Mac cable"),
+            fix=(f"take out {hubs} and plug a Thunderbolt 5 cable from {here.node} port {here.receptacle} "
+                 f"into {far.node} port {far.receptacle}"))
+    return Finding(
+        severity="error", code="one-sided", nodes=nodes,
+        message=(f"{here.node} port {here.receptacle} sees {far.node} port {far.receptacle}, but {far.node} "
+                 f"does not see {here.node} there"),
+        fix=(f"reseat the cable between {here.node} port {here.receptacle} and {far.node} port "
+             f"{far.receptacle}; if it stays one-sided, replace the cable"))
+
+
+def _unknown_mac_finding(mesh: Mesh, here: End, peer: str | None, via: list[str]) -> Finding:
+    path = f" through {', '.join(via)}" if via else ""
+    return Finding(
+        severity="error", code="unknown-mac", nodes=[here.node],
+        message=(f"{here.node} port {here.receptacle} is cabled{path} to a Mac ({peer}) that is "
+                 f"not in mesh {mesh.name} of the inventory"),
+        fix=(f"unplug the cable from {here.node} port {here.receptacle}, or add that Mac to mesh {mesh.name} in "
+             "the inventory and run the check again"))
+
+
+_HALF_SEEN = ("one_sided", "peer_not_collected", "peer_unidentified")
+
+
+def _check_half_links(mesh: Mesh, observations: list[LinkObservation], covered: set[tuple[str, int]],
+                      pool: PortPool, all_read: bool) -> tuple[list[HalfLink], list[Finding]]:
+    """What only one side sees (a hub hiding a Mac, a cable seen one way), and Macs outside the mesh, from
+    the cable match's observations: the first Mac each port not on a confirmed cable sees (one Mac per
+    port is all a direct cable can carry). The far end of a half link is marked taken in the pool: a fix
+    must not send another cable there."""
+    order = {n: i for i, n in enumerate(mesh.node_names)}
+    seen = sorted((o for o in observations if o.code in _HALF_SEEN and o.node in order and o.receptacle is not None),
+                  key=lambda o: order[o.node or ""])  # stable: each node's ports stay in their order
+    done = set(covered)
+    reported: set[frozenset] = set()
     half: list[HalfLink] = []
-    reported_half: set[frozenset] = set()
-    for node in mesh.node_names:
-        if node not in tb:
+    findings: list[Finding] = []
+    for o in seen:
+        assert o.node is not None and o.receptacle is not None
+        if (o.node, o.receptacle) in done:
             continue
-        for p in tb[node].ports:
-            if (node, p.receptacle) in covered:
+        done.add((o.node, o.receptacle))
+        here = pool.end(o.node, o.receptacle)
+        if o.far_node is not None and o.far_receptacle is not None:
+            key = frozenset({(o.node, o.receptacle), (o.far_node, o.far_receptacle)})
+            if key in reported:
                 continue
-            for mac, via in _macs(p.attached):
-                owner = uuid_owner.get(mac.domain_uuid or "")
-                here = end(node, p.receptacle)
-                if owner is not None and owner[0] != node:
-                    far = end(*owner)
-                    key = frozenset({(node, p.receptacle), owner})
-                    if key in reported_half:
-                        continue
-                    reported_half.add(key)
-                    half.append(HalfLink(seen_from=here, far=far, via=list(via)))
-                    ports.taken[owner[0]].add(owner[1])
-                    if via:
-                        hubs = ", ".join(via)
-                        findings.append(Finding(
-                            severity="error", code="hub-in-path", nodes=[node, owner[0]],
-                            message=(f"{node} port {p.receptacle} reaches {owner[0]} port {owner[1]} through "
-                                     f"{hubs}; RDMA needs a direct Mac-to-Mac cable"),
-                            fix=(f"take out {hubs} and plug a Thunderbolt 5 cable from {node} port {p.receptacle} "
-                                 f"into {owner[0]} port {owner[1]}"),
-                        ))
-                    else:
-                        findings.append(Finding(
-                            severity="error", code="one-sided", nodes=[node, owner[0]],
-                            message=(f"{node} port {p.receptacle} sees {owner[0]} port {owner[1]}, but {owner[0]} "
-                                     f"does not see {node} there"),
-                            fix=(f"reseat the cable between {node} port {p.receptacle} and {owner[0]} port "
-                                 f"{owner[1]}; if it stays one-sided, replace the cable"),
-                        ))
-                elif owner is None:
-                    model = mac.model or mac.name
-                    path = f" through {', '.join(via)}" if via else ""
-                    # While a node could not be read, an unknown peer is most likely that node: its own
-                    # finding says so, and calling it a stranger would send the operator the wrong way.
-                    if not unreachable and len(seen) == len(mesh.nodes):
-                        findings.append(Finding(
-                            severity="error", code="unknown-mac", nodes=[node],
-                            message=(f"{node} port {p.receptacle} is cabled{path} to a Mac ({model}) that is not in "
-                                     f"mesh {mesh.name} of the inventory"),
-                            fix=(f"unplug the cable from {node} port {p.receptacle}, or add that Mac to mesh "
-                                 f"{mesh.name} in the inventory and run the check again"),
-                        ))
-                    half.append(HalfLink(seen_from=here, far=None, via=list(via)))
-                break  # one Mac per port is all a direct cable can carry
+            reported.add(key)
+            far = pool.end(o.far_node, o.far_receptacle)
+            half.append(HalfLink(seen_from=here, far=far, via=list(o.via)))
+            pool.take(o.far_node, o.far_receptacle)
+            findings.append(_half_link_finding(here, far, tuple(o.via)))
+        else:
+            # While a node could not be read, an unknown peer is most likely that node: its own
+            # finding says so, and calling it a stranger would send the operator the wrong way.
+            if all_read:
+                findings.append(_unknown_mac_finding(mesh, here, o.peer, list(o.via)))
+            half.append(HalfLink(seen_from=here, far=None, via=list(o.via)))
+    return half, findings
 
-    # --- pairs with no cable at all ------------------------------------------------------------
-    linked = {frozenset((a.node, b.node)) for a, b, _ in cables}
-    linked |= {frozenset((h.seen_from.node, h.far.node)) for h in half if h.far is not None}
+
+def _check_missing(mesh: Mesh, read: set[str], linked: set[frozenset], pool: PortPool
+                   ) -> tuple[list[MissingPair], list[Finding]]:
+    """Pairs of read nodes with no cable at all, each with the ports to use (picked from the pool)."""
     missing: list[MissingPair] = []
+    findings: list[Finding] = []
     for x, y in mesh.pairs:
-        if x not in seen or y not in seen or frozenset((x, y)) in linked:
+        if x not in read or y not in read or frozenset((x, y)) in linked:
             continue
-        px, py = ports.pick(x, y), ports.pick(y, x)
+        px, py = pool.pick(x, y), pool.pick(y, x)
         missing.append(MissingPair(a=x, b=y, a_receptacle=px, b_receptacle=py))
         if px is not None and py is not None:
             fix = f"plug a Thunderbolt 5 cable from {x} {_port(px)} into {y} {_port(py)}"
@@ -517,85 +534,110 @@ def check_cabling(
             full = [n for n, pr in ((x, px), (y, py)) if pr is None]
             fix = (f"free an RDMA-capable port on {' and '.join(full)} (every one is in use), then plug a "
                    f"Thunderbolt 5 cable from {x} {_port(px)} into {y} {_port(py)}")
-        where = [f"{n} port {pr}: {w}" for n, pr in ((x, px), (y, py)) if pr is not None and (w := ports.where(n, pr))]
+        where = [f"{n} port {pr}: {w}" for n, pr in ((x, px), (y, py)) if pr is not None and (w := pool.where(n, pr))]
         findings.append(Finding(severity="error", code="missing-pair", nodes=[x, y],
                                 message=f"{x} and {y} have no cable between them", fix=fix, evidence=where))
+    return missing, findings
 
-    links = []
-    for i, (a, b, lk) in enumerate(cables):
-        codes = problems[i]
-        state_of = {"hub-in-path": "hub", "wrong-port": "wrong-port", "doubled-pair": "doubled",
-                    "slow-link": "slow", "ends-disagree": "disagree"}
-        states = [state_of[c] for c in codes if c in state_of] or ["ok"]
-        state = min(states, key=STATE_ORDER.index)
-        links.append(TopologyLink(a=a, b=b, speed_gbps=lk.speed_gbps, state=state, problems=codes,  # type: ignore[arg-type]
-                                  via=list(lk.via)))
+
+_STATE_OF_CODE: dict[str, LinkState] = {"hub-in-path": "hub", "wrong-port": "wrong-port", "doubled-pair": "doubled",
+                                        "slow-link": "slow", "ends-disagree": "disagree"}
+
+
+def _topology_link(c: _Cable) -> TopologyLink:
+    states: list[LinkState] = [_STATE_OF_CODE[code] for code in c.codes if code in _STATE_OF_CODE] or ["ok"]
+    state = min(states, key=STATE_ORDER.index)
+    return TopologyLink(a=c.a, b=c.b, speed_gbps=c.link.speed_gbps, state=state, problems=list(c.codes),
+                        via=list(c.link.via))
+
+
+def check_cabling(
+    mesh: Mesh,
+    facts_by_node: Mapping[str, NodeTopologyFacts],
+    unreachable: Mapping[str, str] | None = None,
+) -> TopologyReport:
+    """Judge one pass of facts against the full mesh `mesh` implies: every rule below adds its findings,
+    and the rules that suggest ports pick them from one pool, in this order."""
+    unreachable = dict(unreachable or {})
+    findings = _unreachable_findings(mesh, unreachable)
+    tb, unread = _readable_thunderbolt(mesh, facts_by_node, unreachable)
+    findings += unread
+    maps = {name: facts_by_node[name].port_map() for name in tb}
+    pool = PortPool(mesh, maps, plan_for_mesh(mesh))
+    hw = {n: p for n in tb if (p := facts_by_node[n].hardware_ports) is not None}
+
+    matched = match_links(tb, hw)
+    cables = _confirmed_cables(matched.links, mesh, pool)
+    extra, doubled = _check_doubled(cables, mesh, pool)
+    findings += doubled
+    for i, c in enumerate(cables):
+        if i not in extra:
+            findings += _check_hub(c) + _check_rdma_ports(c, pool) + _check_speed(c)
+
+    covered = {(e.node, e.receptacle) for c in cables for e in (c.a, c.b)}
+    all_read = not unreachable and len(tb) == len(mesh.nodes)
+    half, one_sided = _check_half_links(mesh, matched.observations, covered, pool, all_read)
+    findings += one_sided
+
+    linked = {frozenset((c.a.node, c.b.node)) for c in cables}
+    linked |= {frozenset((h.seen_from.node, h.far.node)) for h in half if h.far is not None}
+    missing, unplugged = _check_missing(mesh, set(tb), linked, pool)
+    findings += unplugged
 
     return TopologyReport(
         mesh=mesh.name,
         nodes=list(mesh.node_names),
-        links=links,
+        links=[_topology_link(c) for c in cables],
         findings=sort_findings(findings),
         missing=missing,
         half_links=half,
         unreachable=unreachable,
-        ports={n: ports.capable(n) for n in mesh.node_names},
+        ports={n: pool.capable(n) for n in mesh.node_names},
     )
 
 
 def judge_exit_code(report: TopologyReport) -> int:
-    """3 when a node could not be reached (the verdict is incomplete), 1 for any finding, 0 when clean."""
+    """Unreachable when a node could not be reached (the verdict is incomplete), problems for any finding,
+    ok when clean."""
     if report.unreachable:
-        return 3
-    return 1 if report.findings else 0
+        return EXIT_UNREACHABLE
+    return EXIT_PROBLEMS if report.findings else EXIT_OK
 
 
 # ---------------------------------------------------------------------------------------------- watching
 
 
 class WatchEvent(_Model):
-    sign: Literal["+", "-", "!"]  # cable plugged, cable gone, something to act on
-    text: str
+    """One change between two looks: a cable plugged or pulled, or a new finding to act on (with the cable it
+    is about, when there is one). Render words it."""
+
+    kind: Literal["plugged", "pulled", "finding", "unreachable"]
+    link: TopologyLink | None = None
+    finding: Finding | None = None
+    node: str | None = None  # for "unreachable"
+    reason: str | None = None
 
 
 def _cable_key(lk: TopologyLink) -> tuple[str, int, str, int]:
     return (lk.a.node, lk.a.receptacle, lk.b.node, lk.b.receptacle)
 
 
-def _cable_text(lk: TopologyLink) -> str:
-    return f"{lk.a.node} port {lk.a.receptacle} ↔ {lk.b.node} port {lk.b.receptacle}"
-
-
 def diff_reports(old: TopologyReport | None, new: TopologyReport) -> list[WatchEvent]:
-    """What changed between two checks, as an operator cabling the mesh wants to hear it."""
+    """What changed between two checks, in the order an operator cabling the mesh wants to hear it."""
     before = {_cable_key(lk): lk for lk in (old.links if old else [])}
     after = {_cable_key(lk): lk for lk in new.links}
-    events: list[WatchEvent] = []
-    for key in sorted(before.keys() - after.keys()):
-        events.append(WatchEvent(sign="-", text=_cable_text(before[key])))
-    for key in sorted(after.keys() - before.keys()):
-        lk = after[key]
-        speed = f"{lk.speed_gbps:g} Gb/s" if lk.speed_gbps is not None else "speed unknown"
-        events.append(WatchEvent(sign="+", text=f"{_cable_text(lk)}, {speed}"))
+    events = [WatchEvent(kind="pulled", link=before[k]) for k in sorted(before.keys() - after.keys())]
+    events += [WatchEvent(kind="plugged", link=after[k]) for k in sorted(after.keys() - before.keys())]
     old_findings = {(f.code, f.message) for f in (old.findings if old else [])}
     for f in new.findings:
         if f.code == "missing-pair" or (f.code, f.message) in old_findings:
             continue
+        about = None
         if f.code == "slow-link":
-            lk = next((x for x in new.links if "slow-link" in x.problems and x.a.node in f.nodes
-                       and x.b.node in f.nodes), None)
-            if lk is not None and lk.speed_gbps is not None:
-                events.append(WatchEvent(sign="!", text=f"{lk.speed_gbps:g} Gb/s {_cable_text(lk)}: {f.fix}"))
-                continue
-        events.append(WatchEvent(sign="!", text=f"{f.message}: {f.fix}"))
+            about = next((x for x in new.links if "slow-link" in x.problems and x.a.node in f.nodes
+                          and x.b.node in f.nodes and x.speed_gbps is not None), None)
+        events.append(WatchEvent(kind="finding", finding=f, link=about))
+    for node, why in new.unreachable.items():
+        if old is None or node not in old.unreachable:
+            events.append(WatchEvent(kind="unreachable", node=node, reason=why))
     return events
-
-
-def still_missing(report: TopologyReport) -> list[str]:
-    """The pairs still to cable, each with the ports the check suggests."""
-    out = []
-    for m in report.missing:
-        a = f"{m.a} port {m.a_receptacle}" if m.a_receptacle is not None else m.a
-        b = f"{m.b} port {m.b_receptacle}" if m.b_receptacle is not None else m.b
-        out.append(f"{a} ↔ {b}")
-    return out

@@ -18,8 +18,10 @@ from macfleet.inventory.model import MAC_MODELS, MacModelSpec
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]*$")
 RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$")
-SHORT = {"mac-studio-m3-ultra": "studio", "mac-studio-m4-max": "studio", "mac-mini-m4-pro": "mini"}
-MODEL_NUMBERS = {"mac-studio-m3-ultra": "MU973LL/A", "mac-studio-m4-max": "MU963LL/A", "mac-mini-m4-pro": "MCX44LL/A"}
+SHORT = {"mac-studio-m3-ultra": "studio", "mac-studio-m4-max": "studio", "mac-mini-m4-pro": "mini",
+         "mac-mini-m4": "mini"}
+MODEL_NUMBERS = {"mac-studio-m3-ultra": "MU973LL/A", "mac-studio-m4-max": "MU963LL/A", "mac-mini-m4-pro": "MCX44LL/A",
+                 "mac-mini-m4": "MU9D3LL/A"}
 ADMIN_USER = "macadmin"
 TB_POOL = ipaddress.IPv4Network("10.213.0.0/16")  # same pool and per-mesh stride as inventory IpPlanSettings
 SUBNETS_PER_MESH = 32
@@ -96,6 +98,8 @@ def plan(
         raise UsageError("a lab needs at least one node")
     # With all_ports the port that cannot do RDMA carries the last peer's cable (IP only), as an operator
     # with seven Mac Studios must do; `topology check` then reports it as a wrong port.
+    # A Thunderbolt 4 Mac has no RDMA-capable port at all: its mesh is cabled over every port (IP only).
+    all_ports = all_ports or not spec.rdma_ports
     usable = len(spec.thunderbolt_ports) + 1 if all_ports else spec.max_full_mesh_nodes
     if per_pod > usable:
         raise UsageError(

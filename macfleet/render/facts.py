@@ -10,10 +10,10 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from macfleet.facts.links import LinksResult
 from macfleet.facts.network import HardwarePortsFacts, IfconfigFacts
 from macfleet.facts.rdma import IbvDevicesFacts, IbvDevinfoFacts
 from macfleet.facts.thunderbolt import ThunderboltAttached, ThunderboltFacts
+from macfleet.judge.links import LinksReport
 
 
 def _speed(v: float | None) -> str:
@@ -91,7 +91,7 @@ def render_ifconfig(facts: IfconfigFacts) -> RenderableType:
     return table
 
 
-def render_links(result: LinksResult) -> RenderableType:
+def render_links(result: LinksReport) -> RenderableType:
     table = Table(title="Thunderbolt links")
     for col in ("A", "B", "speed", "via"):
         table.add_column(col)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from macfleet.judge.ipplan import IpPlan
-from macfleet.judge.topology import CablingPlan, TopologyReport, WatchEvent
+from macfleet.judge.ipplan import IpEnd, IpLink, IpPlan
+from macfleet.judge.model import Finding
+from macfleet.judge.topology import CablingPlan, TopologyLink, TopologyReport, WatchEvent
 
 STATE_STYLES = {
     "ok": "green",
@@ -106,22 +108,70 @@ def render_plan(plan: CablingPlan) -> RenderableType:
     return Group(*parts)
 
 
-def render_ipplan(plan: IpPlan) -> RenderableType:
+def render_ipplan(plan: IpPlan, unknown: Mapping[str, str] | None = None) -> RenderableType:
+    """The plan, its ports and its drift. `unknown`: nodes that could not be read (node -> why): a link
+    touching one has an unknown port (its cable cannot be matched), and drift cannot be ruled out there."""
+    unknown = unknown or {}
     t = Table(title="IP plan: one subnet per cable, keyed by the pair of Macs")
     for col in ("subnet", "node", "port", "address", "node", "port", "address"):
         t.add_column(col, no_wrap=True)  # addresses are copied by hand: never cut one
+
+    def port(lk: IpLink, e: IpEnd) -> str | Text:
+        if e.port:
+            return e.port
+        if lk.a.node in unknown or lk.b.node in unknown:
+            return Text("unknown", style="yellow")
+        return Text("no cable", style="dim")
+
     for lk in plan.links:
-        t.add_row(lk.subnet, lk.a.node, lk.a.port or Text("no cable", style="dim"), lk.a.address,
-                  lk.b.node, lk.b.port or Text("no cable", style="dim"), lk.b.address)
+        t.add_row(lk.subnet, lk.a.node, port(lk, lk.a), lk.a.address, lk.b.node, port(lk, lk.b), lk.b.address)
     parts: list[RenderableType] = [t]
     if plan.drift:
         d = Text("Drift (live addresses differ from the plan):\n", style="bold yellow")
         for x in plan.drift:
             d.append(f"  {x.node} {x.port}: has {', '.join(x.found) or 'no IPv4 address'}, plan says {x.expected}\n")
         parts.append(d)
-    else:
+    if unknown:
+        u = Text("Not read, so its ports and drift are unknown:\n", style="bold yellow")
+        for node, why in sorted(unknown.items()):
+            u.append(f"  {node}: {why}\n")
+        parts.append(u)
+    elif not plan.drift:
         parts.append(Text("No drift: every cabled port carries its planned address.", style="green"))
     return Group(*parts)
+
+
+def collision_lines(findings: list[Finding]) -> list[Text]:
+    """The IP plan's collisions (and what could not be checked), one line each, for stderr."""
+    out = []
+    for f in findings:
+        label = "cannot check:" if f.code == "unread" else "collision:"
+        line = Text(label, style="red")
+        line.append(f" {f.message}")
+        out.append(line)
+    return out
+
+
+def unreachable_lines(unreachable: Mapping[str, str]) -> list[Text]:
+    return [Text(f"{node} could not be reached: {why}", style="red") for node, why in sorted(unreachable.items())]
+
+
+def uncabled_notes(uncabled: Mapping[str, int]) -> list[Text]:
+    out = []
+    for mesh, n in uncabled.items():
+        line = Text("note:", style="yellow")
+        line.append(f" {n} pair(s) of mesh {mesh} have no cable yet; their addresses are applied once cabled "
+                    "(see `macfleet topology check`)")
+        out.append(line)
+    return out
+
+
+def progress_line(host: str, status: str, task: str, verbose: bool) -> Text | None:
+    """A playbook event as one line: changes and failures always, the rest with -v."""
+    if status not in ("changed", "failed", "unreachable") and not verbose:
+        return None
+    style = {"changed": "yellow", "failed": "red", "unreachable": "red"}.get(status, "dim")
+    return Text(f"{host}: {status}: {task}", style=style)
 
 
 def render_apply(result: dict[str, Any], check: bool) -> RenderableType:
@@ -139,7 +189,46 @@ def render_apply(result: dict[str, Any], check: bool) -> RenderableType:
     return Group(t, lines) if lines else t
 
 
+def _cable_text(lk: TopologyLink) -> str:
+    return f"{lk.a.node} port {lk.a.receptacle} ↔ {lk.b.node} port {lk.b.receptacle}"
+
+
+def event_words(e: WatchEvent) -> tuple[str, str]:
+    """(sign, text) of a watch event: + a cable plugged, - a cable gone, ! something to act on."""
+    if e.kind == "pulled" and e.link is not None:
+        return "-", _cable_text(e.link)
+    if e.kind == "plugged" and e.link is not None:
+        speed = f"{e.link.speed_gbps:g} Gb/s" if e.link.speed_gbps is not None else "speed unknown"
+        return "+", f"{_cable_text(e.link)}, {speed}"
+    if e.kind == "unreachable":
+        return "!", f"{e.node} unreachable: {e.reason}"
+    assert e.finding is not None
+    if e.link is not None and e.link.speed_gbps is not None:
+        return "!", f"{e.link.speed_gbps:g} Gb/s {_cable_text(e.link)}: {e.finding.fix}"
+    return "!", f"{e.finding.message}: {e.finding.fix}"
+
+
 def format_event(e: WatchEvent) -> Text:
-    style = {"+": "green", "-": "red", "!": "yellow"}.get(e.sign, "")
-    sign = {"-": "−"}.get(e.sign, e.sign)
-    return Text(f"{sign} {e.text}", style=style)
+    sign, text = event_words(e)
+    style = {"+": "green", "-": "red", "!": "yellow"}.get(sign, "")
+    shown = "−" if sign == "-" else sign  # a true minus sign lines up with +
+    return Text(f"{shown} {text}", style=style)
+
+
+def missing_words(report: TopologyReport) -> list[str]:
+    """The pairs still to cable, each with the ports the check suggests."""
+    out = []
+    for m in report.missing:
+        a = f"{m.a} port {m.a_receptacle}" if m.a_receptacle is not None else m.a
+        b = f"{m.b} port {m.b_receptacle}" if m.b_receptacle is not None else m.b
+        out.append(f"{a} ↔ {b}")
+    return out
+
+
+def render_look(report: TopologyReport, events: list[WatchEvent], missing_changed: bool) -> RenderableType:
+    """One look of `topology watch`: what changed, then the pairs still to cable when that list changed."""
+    lines: list[RenderableType] = [format_event(e) for e in events]
+    missing = missing_words(report)
+    if missing_changed and missing:
+        lines.append(Text(f"  still missing ({len(missing)}): " + "; ".join(missing)))
+    return Group(*lines)

@@ -238,7 +238,7 @@ def test_s8_through_a_hub_only_one_side_names_the_other() -> None:
     # and with the hub hiding A completely, A's view is one-sided
     bus1["_items"] = [{"_name": "Hub", "mode_key": "usb_four", "switch_uid_key": "0x1", "route_string_key": "1"}]
     res = match_links({"a": parse_thunderbolt(json.dumps(a)), "b": parse_thunderbolt(json.dumps(b))})
-    assert res.links == [] and [f.code for f in res.findings] == ["one_sided"]
+    assert res.links == [] and [o.code for o in res.observations] == ["one_sided"]
 
 
 def test_s9_whitespace_variants() -> None:
@@ -257,7 +257,7 @@ def test_s9_whitespace_variants() -> None:
 
 def test_m5_max_pair_matches_into_exactly_one_link() -> None:
     res = match_links({"local": tb(M5_LOCAL), "peer": tb(M5_PEER)})
-    assert res.findings == []
+    assert res.observations == []
     (link,) = res.links
     assert (link.a.node, link.a.receptacle, link.b.node, link.b.receptacle) == ("local", 2, "peer", 2)
     assert link.speed_gbps == 80 and link.via == []

@@ -1,6 +1,6 @@
 """Small builders for judge tests: a mesh from names, and per-node `SPThunderboltDataType -json` /
-`networksetup -listallhardwareports` text in the shape real Macs print (macos-outputs.md §2, §6), parsed by
-the real parsers, so the judge is tested on what it will really be given."""
+`networksetup -listallhardwareports` text in the shape real Macs print (see tests/fixtures/captures/),
+parsed by the real parsers, so the judge is tested on what it will really be given."""
 
 from __future__ import annotations
 

@@ -135,10 +135,13 @@ def _two_node_plan():
 
 
 def _net(lan: str = "192.168.1.20", order: str = ORDER) -> NodeNetworkFacts:
+    from macfleet.facts.network import parse_netstat_routes
+
     return NodeNetworkFacts(
         hardware_ports=parse_hardware_ports(Rig(["x"]).hardware_ports_text()),
         service_order=parse_service_order(order),
         ifconfig=parse_ifconfig(IFCONFIG_AFTER.format(lan=lan)),
+        netstat_routes=parse_netstat_routes(capture("donbulinux-2021_netstat_rn_macos11_3_1.txt")),
     )
 
 
@@ -198,7 +201,8 @@ def test_pool_collision_on_the_lan_is_found() -> None:
 def test_real_tn3205_interface_with_link_local_is_no_collision() -> None:
     text = capture("mlx__apple-tn3205_ifconfig_en2_thunderbolt-ip.txt")
     facts = NodeNetworkFacts(ifconfig=parse_ifconfig(text))
-    assert find_collisions(plan_ip(fleet(("mesh1", NAMES))), {"studio-1": facts}) == []
+    found = find_collisions(plan_ip(fleet(("mesh1", NAMES))), {"studio-1": facts})
+    assert [f.code for f in found if f.code != "unread"] == []
     assert all(
         ipaddress.IPv4Network(lk.subnet).subnet_of(ipaddress.IPv4Network("10.213.0.0/16"))
         for lk in plan_ip(fleet(("mesh1", NAMES))).links
@@ -244,3 +248,24 @@ def test_real_routing_table_with_vmware_networks_is_no_collision() -> None:
         update={"netstat_routes": parse_netstat_routes(capture("apple-se-336888_netstat_rn_vmware_1.txt"))}
     )
     assert find_collisions(plan_ip(fleet(("mesh1", NAMES))), {"studio-1": facts}) == []
+
+
+# ------------------------------------------------------------------------------- could not read: refuse
+
+@pytest.mark.parametrize("missing", ["ifconfig", "netstat_routes", "hardware_ports"])
+def test_a_node_that_could_not_be_read_is_never_clear_of_collisions(missing: str) -> None:
+    """A colliding LAN on a node whose command failed: the check says it cannot tell, and apply refuses."""
+    from macfleet.judge.ipplan import refuse_on_collision
+
+    plan = _two_node_plan()
+    kind = missing.replace("_", "-")
+    facts = _net(lan="10.213.0.2").model_copy(update={missing: None, "problems": [f"{kind}: channel closed"]})
+    found = find_collisions(plan, {"studio-1": facts})
+    unread = [f for f in found if f.code == "unread"]
+    assert len(unread) == 1 and unread[0].nodes == ["studio-1"] and "channel closed" in unread[0].message
+    refusal = refuse_on_collision(found)
+    assert refusal is not None and refusal.nodes == ["studio-1"] and "could not read" in refusal.reason
+    # and with every input missing and no reason given, still a refusal naming what was not read
+    bare = find_collisions(plan, {"studio-2": NodeNetworkFacts()})
+    assert {f.code for f in bare} == {"unread"} and len(bare) == 3
+    assert all("studio-2" in f.message and "not read" in f.message for f in bare)

@@ -208,19 +208,110 @@ def test_check_of_a_planned_rig_is_clean_for_every_size() -> None:
 
 
 def test_watch_events_say_what_changed() -> None:
-    from macfleet.judge.topology import diff_reports, still_missing
+    from macfleet.judge.topology import diff_reports
+    from macfleet.render.topology import event_words, missing_words
+
+    def words(events):
+        return [event_words(e) for e in events]
 
     m = mesh(*NAMES[:3])
     empty = check_cabling(m, Rig(NAMES[:3]).facts())
-    assert still_missing(empty) == ["studio-1 port 2 ↔ studio-2 port 2", "studio-1 port 3 ↔ studio-3 port 2",
+    assert missing_words(empty) == ["studio-1 port 2 ↔ studio-2 port 2", "studio-1 port 3 ↔ studio-3 port 2",
                                     "studio-2 port 3 ↔ studio-3 port 3"]
     one = Rig(NAMES[:3]).cable("studio-1", 2, "studio-2", 2)
     r1 = check_cabling(m, one.facts())
-    assert [(e.sign, e.text) for e in diff_reports(empty, r1)] == [
+    assert words(diff_reports(empty, r1)) == [
         ("+", "studio-1 port 2 ↔ studio-2 port 2, 80 Gb/s")]
     slow = Rig(NAMES[:3]).cable("studio-1", 2, "studio-2", 2).cable("studio-1", 3, "studio-3", 2, speed="40 Gb/s")
     r2 = check_cabling(m, slow.facts())
-    ev = [(e.sign, e.text) for e in diff_reports(r1, r2)]
+    ev = words(diff_reports(r1, r2))
     assert ev[0] == ("+", "studio-1 port 3 ↔ studio-3 port 2, 40 Gb/s")
     assert ev[1][0] == "!" and ev[1][1].startswith("40 Gb/s studio-1 port 3 ↔ studio-3 port 2: replace the cable")
-    assert [(e.sign, e.text) for e in diff_reports(r2, r1)] == [("-", "studio-1 port 3 ↔ studio-3 port 2")]
+    assert words(diff_reports(r2, r1)) == [("-", "studio-1 port 3 ↔ studio-3 port 2")]
+
+
+# ------------------------------------------------------------------- rules no other test reached
+
+
+def test_ends_that_report_different_speeds_disagree() -> None:
+    rig = healthy(["s1", "s2"])
+    rig.speeds[("s1", 2)] = "120 Gb/s"  # both fast enough, but not the same: a badly seated cable
+    report = check_cabling(mesh("s1", "s2"), rig.facts())
+    assert codes(report) == ["ends-disagree"]
+    f = report.findings[0]
+    assert f.severity == "warning" and "(120 Gb/s and 80 Gb/s)" in f.message
+    assert f.fix == "reseat the cable between s1 port 2 and s2 port 2, then run the check again"
+    assert report.links[0].state == "disagree" and judge_exit_code(report) == 1
+
+
+def test_a_hub_hiding_one_side_is_a_hub_in_path_half_link() -> None:
+    rig = Rig(["s1", "s2"]).hub("s1", 2, "s2", 2)
+    rig.items[("s2", 2)] = []  # s2's port is connected, but the dock hides s1 from it
+    report = check_cabling(mesh("s1", "s2"), rig.facts())
+    assert codes(report) == ["hub-in-path"] and report.links == []
+    f = report.findings[0]
+    assert f.message == "s1 port 2 reaches s2 port 2 through TS5 Plus; RDMA needs a direct Mac-to-Mac cable"
+    assert f.fix == "take out TS5 Plus and plug a Thunderbolt 5 cable from s1 port 2 into s2 port 2"
+    (half,) = report.half_links
+    assert (half.seen_from.node, half.far.node, half.via) == ("s1", "s2", ["TS5 Plus"])
+
+
+def test_fixes_pick_ports_in_rule_order_and_say_when_none_is_free() -> None:
+    """s1's only free RDMA-capable port (3) goes to the wrong-port move, which is judged first; the missing
+    pair s1-s3 then has none left on s1, and its fix says to free one."""
+    rig = Rig(["s1", "s2", "s3"]).cable("s1", 1, "s2", 2).cable("s2", 3, "s3", 3)
+    for r in (2, 4, 5, 6):
+        rig.stranger("s1", r)
+    report = check_cabling(mesh("s1", "s2", "s3"), rig.facts())
+    by_code = {f.code: f for f in report.findings}
+    assert by_code["wrong-port"].fix == "move the s1 end from port 1 to port 3"
+    assert by_code["missing-pair"].fix == (
+        "free an RDMA-capable port on s1 (every one is in use), then plug a Thunderbolt 5 cable from "
+        "s1 a free RDMA-capable port into s3 port 2")
+    (gap,) = report.missing
+    assert (gap.a, gap.a_receptacle, gap.b, gap.b_receptacle) == ("s1", None, "s3", 2)
+
+
+@pytest.mark.parametrize("problems", [[], ["thunderbolt: channel closed"], ["thunderbolt: no output was collected"]])
+def test_no_node_read_is_never_a_clean_verdict(problems: list[str]) -> None:
+    facts = {n: NodeTopologyFacts(problems=problems) for n in NAMES[:3]}
+    report = check_cabling(mesh(*NAMES[:3]), facts)
+    assert codes(report) == ["no-facts"] * 3 and not report.clean and report.missing == []
+    assert judge_exit_code(report) == 1
+    nothing = check_cabling(mesh(*NAMES[:3]), {})
+    assert codes(nothing) == ["no-facts"] * 3
+
+
+def test_an_unanswered_command_is_a_recorded_problem() -> None:
+    from macfleet.facts.registry import facts_from_outputs
+
+    facts, problems = facts_from_outputs({}, {"ifconfig": "channel refused"}, ["thunderbolt", "ifconfig"])
+    assert facts == {"thunderbolt": None, "ifconfig": None}
+    assert problems == ["thunderbolt: no output was collected", "ifconfig: channel refused"]
+
+
+def test_link_observations_are_judged_with_a_severity_and_a_fix() -> None:
+    from macfleet.facts.links import LinkObservation, LinksResult
+    from macfleet.judge.links import judge_links
+
+    seen = LinkObservation(code="one_sided", nodes=["a", "b"], message="a receptacle 2 sees b receptacle 2, but ...")
+    report = judge_links(LinksResult(links=[], observations=[seen]))
+    assert report.model_dump()["findings"] == [{
+        "severity": "warning", "code": "one_sided", "nodes": ["a", "b"], "message": seen.message,
+        "fix": "a hub or dock between them, or captures from different passes; cable the two Macs directly and "
+               "collect again"}]
+
+
+def test_a_mac_without_a_domain_uuid_is_never_silently_dropped() -> None:
+    """The cable match describes it (`peer_unidentified`); the check judges it an unknown Mac."""
+    from macfleet.facts.links import match_links
+
+    rig = Rig(["s1", "s2"]).cable("s1", 2, "s2", 2).stranger("s2", 4)
+    del rig.items[("s2", 4)][0]["domain_uuid_key"]
+    facts = rig.facts()
+    matched = match_links({n: f.thunderbolt for n, f in facts.items()})
+    assert [(o.code, o.node, o.receptacle, o.peer) for o in matched.observations] == [
+        ("peer_unidentified", "s2", 4, "Mac15,14")]
+    report = check_cabling(mesh("s1", "s2"), facts)
+    assert codes(report) == ["unknown-mac"]
+    assert report.findings[0].message.startswith("s2 port 4 is cabled to a Mac (Mac15,14)")

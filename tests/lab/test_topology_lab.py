@@ -77,6 +77,12 @@ def _route_iface(lab, node: str, address: str) -> str | None:
     return None
 
 
+def _tree(root) -> dict[str, tuple[int, bytes]]:
+    """Every file under `root` with its mode and content: what "nothing changed on disk" compares."""
+    return {str(p.relative_to(root)): (p.stat().st_mode, p.read_bytes())
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
 def _apply(lab, *extra: str) -> dict:
     p = lab.macfleet("topology", "apply", "-i", str(lab.inventory), "--json", *extra, timeout=600, check=False)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -89,9 +95,11 @@ def test_apply_fresh_mesh_then_idempotent_and_survives_reboot(make_lab) -> None:
     before = _json(lab.macfleet("topology", "ipplan", "-i", inv, "--json"))
     assert before["drift"], "a fresh lab has no planned address yet"
 
+    tree = _tree(lab.inventory)
     checked = _apply(lab, "--check")
     assert checked["changed"] > 0, "check mode must see the changes (else the test proves nothing)"
     assert _json(lab.macfleet("topology", "ipplan", "-i", inv, "--json")) == before, "--check changed something"
+    assert _tree(lab.inventory) == tree, "--check changed the inventory on the controller"
 
     first = _apply(lab)
     assert first["changed"] > 0 and not any(n["failed"] for n in first["nodes"].values())

@@ -33,6 +33,7 @@ COMMANDS = {
     "plutil": "tools:plutil",
     "route": "tools:route",
     "netstat": "tools:netstat",
+    "afplay": "sound:afplay",
 }
 STANDINS = (*COMMANDS, "ping")
 

@@ -1,0 +1,220 @@
+"""`macfleet trust` and `macfleet bootstrap` against the lab, over real SSH and real Ansible.
+
+A fresh lab is what a Mac out of the box is, as far as bootstrap touches it. The tests of one module share it
+and run in order: what bootstrap refuses (nothing half done), --check (nothing changed), the real run (every
+step done, the password in no file), the second run (changed=0), the packet filter, one node unreachable.
+A prepared lab with exo checks that it is a bootstrapped mesh (changed=0) and that exo, a LaunchDaemon, comes
+back after every node reboots with nobody logged in, while a LaunchAgent-only exo does not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.lab.conftest import STATE_ROOT, Lab
+
+pytestmark = pytest.mark.lab
+
+CHECK_TIMEOUT = 900
+
+
+def _persist(lab: Lab, node: str, **values: object) -> None:
+    """Set persist.json keys of a node, under its lock, as the lab's own faults do."""
+    from macfleet.lab.macos.common import Lab as Userland
+
+    node_obj = Userland(STATE_ROOT / lab.name).node(node)
+    node_obj.update("persist", lambda p: p.update(values))
+
+
+def _snapshot(lab: Lab) -> dict[str, object]:
+    """Each node's persisted state and the files of its own filesystem view (what bootstrap would change)."""
+    snap: dict[str, object] = {}
+    for node in lab.nodes:
+        d = STATE_ROOT / lab.name / "nodes" / node
+        persist = json.loads((d / "persist.json").read_text())
+        files = sorted(str(p.relative_to(d / "fs")) for p in (d / "fs").rglob("*")
+                       if "exo_log" not in p.parts and ".ansible" not in p.parts)
+        snap[node] = {"persist": persist, "files": files,
+                      "wired": lab.node_state(node).get("wired_limit_mb"), "pf": lab.node_state(node).get("pf_anchors")}
+    return snap
+
+
+def _bootstrap(lab: Lab, *args: str, password: bool = True, env: dict[str, str] | None = None,
+               timeout: float = CHECK_TIMEOUT) -> tuple[int, dict]:
+    pw = ["--become-password-file", str(lab.inventory / "admin-password")] if password else []
+    p = subprocess.run([os.sys.executable, "-m", "macfleet", "bootstrap", "-i", str(lab.inventory),
+                        "--non-interactive", "--json", *pw, *args], cwd=lab.workdir, capture_output=True, text=True,
+                       timeout=timeout, env={**os.environ, **(env or {})})
+    try:
+        data = json.loads(p.stdout)
+    except json.JSONDecodeError:
+        raise AssertionError(f"bootstrap -> {p.returncode}\n{p.stdout}\n{p.stderr}") from None
+    return p.returncode, data
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory) -> Lab:
+    from tests.lab.conftest import _down, _up
+
+    lab = _up("bf", tmp_path_factory.mktemp("fresh"), "--nodes", "2", "--fresh", "--boot-seconds", "1",
+              "--tb-rate", "80mbit")
+    yield lab
+    _down(lab)
+
+
+def test_fresh_lab_is_a_mac_out_of_the_box(fresh: Lab) -> None:
+    pw = fresh.inventory / "admin-password"
+    assert stat.S_IMODE(pw.stat().st_mode) == 0o600 and pw.read_text().strip()
+    assert (fresh.inventory / "known_hosts").read_text().strip() == ""
+    trusted = fresh.macfleet("trust", "-i", str(fresh.inventory), "--yes", "--json")
+    assert all(n["recorded"] for n in json.loads(trusted.stdout)["nodes"])
+    n1 = fresh.nodes[0]
+    stub = fresh.ssh(n1, "/usr/bin/python3 -c 'print(1)'", check=False)
+    assert stub.returncode == 1 and "No developer tools were found" in stub.stderr
+    assert fresh.ssh(n1, "xcode-select -p", check=False).returncode == 2
+    assert fresh.ssh(n1, "sudo -n true", check=False).returncode != 0  # sudo asks for a password
+    assert fresh.ssh(n1, "test -e /opt/homebrew/bin/rsync", check=False).returncode != 0
+    assert "Enabled" in fresh.ssh(n1, "networksetup -getnetworkserviceenabled 'Thunderbolt Bridge'").stdout
+
+
+def test_without_a_password_nothing_is_done_and_the_fix_is_named(fresh: Lab) -> None:
+    before = _snapshot(fresh)
+    rc, data = _bootstrap(fresh, password=False)
+    assert rc == 1
+    for node in fresh.nodes:
+        assert data["nodes"][node]["failed"] is True
+        assert any("--become-password-file" in line for line in data["nodes"][node]["needs_human"])
+    assert _snapshot(fresh) == before
+
+
+def test_preflight_failures_name_their_fix_and_leave_nothing_half_done(fresh: Lab) -> None:
+    n1, n2 = fresh.nodes
+    before = _snapshot(fresh)
+    _persist(fresh, n1, os={"version": "26.1", "build": "25B78"})
+    fresh.fault("disk-full", n2)
+    try:
+        rc, data = _bootstrap(fresh)
+        assert rc == 1
+        assert "older than 26.2" in " ".join(data["nodes"][n1]["needs_human"])
+        assert "GB free" in " ".join(data["nodes"][n2]["needs_human"])
+    finally:
+        _persist(fresh, n1, os={"version": "26.5.1", "build": "25F80"})
+        fresh.fault("disk-full", n2, clear=True)
+    _persist(fresh, n1, clt_unavailable=True)
+    _persist(fresh, n2, clt_unavailable=True)
+    try:
+        rc, data = _bootstrap(fresh)
+        assert rc == 1
+        for node in fresh.nodes:
+            assert data["nodes"][node]["failed"] is True
+            assert "xcode-select --install" in " ".join(data["nodes"][node]["needs_human"])
+    finally:
+        _persist(fresh, n1, clt_unavailable=False)
+        _persist(fresh, n2, clt_unavailable=False)
+    after = _snapshot(fresh)
+    for node in fresh.nodes:
+        after[node]["persist"].pop("clt_unavailable", None)  # type: ignore[union-attr]
+    assert after == before
+
+
+def test_check_reports_changes_and_changes_nothing(fresh: Lab) -> None:
+    before = _snapshot(fresh)
+    generated = sorted(fresh.inventory.rglob("macfleet_generated.yml"))
+    rc, data = _bootstrap(fresh, "--check")
+    assert data["changed"] > 0 and rc in (0, 1)
+    assert _snapshot(fresh) == before
+    assert sorted(fresh.inventory.rglob("macfleet_generated.yml")) == generated
+
+
+def test_fresh_to_ready_then_nothing_to_change(fresh: Lab, tmp_path: Path) -> None:
+    for node in fresh.nodes:  # the operator's visit at the rack (Recovery), which bootstrap only lists
+        fresh.macfleet("lab", "power", "--name", fresh.name, node, "off")
+        fresh.macfleet("lab", "recovery", "--name", fresh.name, node, "--", "rdma_ctl", "enable")
+        fresh.wait_ssh(node, timeout=120)
+    state = tmp_path / "state"
+    rc, data = _bootstrap(fresh, env={"MACFLEET_STATE_DIR": str(state)})
+    assert rc == 0, data
+    assert all(n["changed"] > 0 and not n["failed"] and not n["needs_human"] for n in data["nodes"].values())
+    rc, again = _bootstrap(fresh, env={"MACFLEET_STATE_DIR": str(state)})
+    assert rc == 0 and again["changed"] == 0, again
+    assert all(n["changed"] == 0 for n in again["nodes"].values())
+    password = (fresh.inventory / "admin-password").read_text().strip()
+    leaks = subprocess.run(["grep", "-rlF", password, str(state)], capture_output=True, text=True)
+    assert leaks.stdout == "", f"the password is in {leaks.stdout}"
+    n1 = fresh.nodes[0]
+    assert fresh.ssh(n1, "sudo -n true", check=False).returncode != 0  # scoped: not NOPASSWD: ALL
+    assert fresh.ssh(n1, "/usr/bin/python3 -c 'print(1)'").stdout.strip() == "1"
+    assert fresh.ssh(n1, "test -x /opt/homebrew/bin/rsync", check=False).returncode == 0
+    assert "Indexing disabled" in fresh.ssh(n1, "mdutil -s ~/.exo/models").stdout
+    assert fresh.macfleet("topology", "check", "-i", str(fresh.inventory), check=False).returncode == 0
+
+
+def _connects(lab: Lab, node: str, address: str, port: int = 52415) -> bool:
+    code = f"import socket; socket.create_connection(({address!r}, {port}), timeout=2).close()"
+    return lab.ssh(node, f"/usr/bin/python3 -c {code!r}", check=False).returncode == 0
+
+
+def test_packet_filter_lets_exo_in_from_the_mesh_and_the_controller_only(fresh: Lab) -> None:
+    import socket
+
+    n1, n2 = fresh.nodes
+    truth = fresh.truth()
+    lan = truth["nodes"][n1]["address"]
+    tb = next(a for r, (a, _) in truth["addresses"][n1].items() if truth["addresses"][n2].get(r) is None or True)
+    server = fresh.ssh(n1, "nohup /usr/bin/python3 -m http.server 52415 >/dev/null 2>&1 & echo $!").stdout.strip()
+    try:
+        fresh.wait(lambda: _connects(fresh, n1, "127.0.0.1"), 20, "a listener on 52415")
+        assert not _connects(fresh, n2, lan), "a LAN address got through to exo's port"
+        assert _connects(fresh, n2, tb), "the Thunderbolt peer was refused"
+        with socket.create_connection((lan, 52415), timeout=5):
+            pass  # the controller is let in
+    finally:
+        fresh.ssh(n1, f"kill {server}", check=False)
+
+
+def test_one_node_unreachable_the_other_done_exit_3(fresh: Lab) -> None:
+    n1, n2 = fresh.nodes
+    fresh.macfleet("lab", "power", "--name", fresh.name, n2, "off")
+    try:
+        rc, data = _bootstrap(fresh)
+        assert rc == 3
+        assert data["nodes"][n2]["failed"] is True and data["nodes"][n2]["needs_human"][0].startswith("unreachable")
+        assert data["nodes"][n1]["failed"] is False
+    finally:
+        fresh.macfleet("lab", "power", "--name", fresh.name, n2, "on")
+        fresh.wait_ssh(n2, timeout=120)
+
+
+def test_prepared_lab_is_a_bootstrapped_mesh_and_exo_survives_a_reboot(make_lab) -> None:
+    lab = make_lab("bp", "--nodes", "2", "--boot-seconds", "1", "--tb-rate", "80mbit")
+    rc, data = _bootstrap(lab)
+    assert rc == 0 and data["changed"] == 0, data
+    for node in lab.nodes:
+        lab.ssh(node, "sudo -n shutdown -r now", check=False)
+    for node in lab.nodes:
+        lab.wait(lambda n=node: lab.status()[n]["state"] == "up" and lab.ssh(n, "true", check=False).returncode == 0,
+                 120, f"{node} back")
+        lab.wait(lambda n=node: lab.ssh(n, "launchctl print system/org.macfleet.exo", check=False).returncode == 0,
+                 60, f"exo's LaunchDaemon on {node}")
+    assert lab.macfleet("topology", "check", "-i", str(lab.inventory), check=False).returncode == 0
+    # exo as a LaunchAgent only: with nobody logged in it stays down after a reboot; automatic login brings it
+    n1 = lab.nodes[0]
+    agent = "~/Library/LaunchAgents/org.macfleet.exo.plist"
+    lab.sudo(n1, "launchctl bootout system/org.macfleet.exo; "
+                 f"mv /Library/LaunchDaemons/org.macfleet.exo.plist /tmp/mf-exo-{lab.name}.plist")
+    lab.ssh(n1, f"mkdir -p ~/Library/LaunchAgents && cp /tmp/mf-exo-{lab.name}.plist {agent}")
+    lab.ssh(n1, "sudo -n shutdown -r now", check=False)
+    lab.wait(lambda: lab.ssh(n1, "true", check=False).returncode == 0, 120, f"{n1} back")
+    uid = lab.ssh(n1, "id -u").stdout.strip()
+    assert lab.ssh(n1, f"launchctl print gui/{uid}/org.macfleet.exo", check=False).returncode != 0
+    lab.sudo(n1, "defaults write /Library/Preferences/com.apple.loginwindow autoLoginUser \"$SUDO_USER\"")
+    lab.ssh(n1, "sudo -n shutdown -r now", check=False)
+    lab.wait(lambda: lab.ssh(n1, "true", check=False).returncode == 0, 120, f"{n1} back")
+    lab.wait(lambda: lab.ssh(n1, f"launchctl print gui/{uid}/org.macfleet.exo", check=False).returncode == 0, 60,
+             "exo's LaunchAgent after an automatic login")
