@@ -81,6 +81,13 @@ def release_name(version: str, manifest: Manifest) -> str:
     return f"{version}-{manifest.digest()[:12]}"
 
 
+def check_release_name(name: str) -> str:
+    """A release directory name read from a node or a flag: one path component, no leading dot."""
+    if not VERSION_RE.match(name) or len(name) > 80:
+        raise ValueError(f"bad release name {name!r}: expected VERSION-HASH")
+    return name
+
+
 def model_dir_name(model: str) -> str:
     """exo's layout: `org/name` lives in `<models dir>/org--name` (ModelId.normalize)."""
     if not MODEL_RE.match(model) or ".." in model:
@@ -229,3 +236,27 @@ def judge_health(answers: Mapping[str, NodeAnswer]) -> HealthVerdict:
             continue
         reasons += _state_reasons(node, a.state, ids)
     return HealthVerdict(healthy=not reasons, reasons=tuple(reasons))
+
+
+# ------------------------------------------------------------------------------------------------------
+# Reports (the --json contracts)
+# ------------------------------------------------------------------------------------------------------
+
+
+class NodeStatus(_Model):
+    version: str | None  # the release `current` points at; None: could not tell (no `current`)
+    running: bool
+
+
+class RolloutStatus(_Model):
+    current: str | None  # the release every node is on; None when they differ
+    nodes: dict[str, NodeStatus]
+
+
+class RolloutReport(_Model):
+    result: str  # "switched", "already", "repaired"
+    release: str | None
+    previous: str | None
+    took_s: float
+    staged: list[str] = Field(default_factory=list)
+    status: RolloutStatus

@@ -1,0 +1,43 @@
+"""Human renderings of rollout results: which release each node runs, and what a rollout did."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from macfleet.judge.rollout import RolloutReport, RolloutStatus
+
+
+def render_status(status: RolloutStatus) -> RenderableType:
+    title = f"exo release: {status.current}" if status.current else "exo release: nodes differ"
+    t = Table(title=title)
+    t.add_column("node")
+    t.add_column("release")
+    t.add_column("running")
+    for node, s in status.nodes.items():
+        t.add_row(Text(node), Text(s.version or "(none)"),
+                  Text("yes", style="green") if s.running else Text("no", style="red"))
+    return t
+
+
+def render_report(report: RolloutReport) -> RenderableType:
+    what = {
+        "switched": f"switched to {report.release}" + (f" (from {report.previous})" if report.previous else ""),
+        "already": f"already on {report.release}, healthy: nothing to do",
+        "repaired": f"repaired an interrupted switch: back on {report.release}",
+    }.get(report.result, report.result)
+    line = Text(what + (f" in {report.took_s:g} s" if report.took_s else ""), style="bold green")
+    if report.staged:
+        line.append(Text(f"; staged on {', '.join(report.staged)}", style=""))
+    return Group(line, render_status(report.status))
+
+
+def render_history(entries: list[dict]) -> RenderableType:
+    t = Table(title="rollout history (oldest first)")
+    for col in ("time", "action", "from", "to", "healthy"):
+        t.add_column(col)
+    for e in entries:
+        t.add_row(*(Text(str(e.get(k, "")) if e.get(k) is not None else "") for k in ("time", "action", "from", "to")),
+                  Text("yes", style="green") if e.get("healthy") else Text("no", style="red"))
+    return t
