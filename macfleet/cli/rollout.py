@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from macfleet.cli.options import InventoryOpt, JsonOpt, MeshOpt, inventory_path
+from macfleet.errors import UsageError
+from macfleet.flow import models as model_flow
 from macfleet.flow import rollout as flow
 from macfleet.inventory.load import load_inventory
 from macfleet.render.output import emit, info
-from macfleet.render.rollout import render_history, render_report, render_status
+from macfleet.render.rollout import (
+    render_history,
+    render_model_push,
+    render_model_verify,
+    render_report,
+    render_status,
+)
 
 app = typer.Typer(no_args_is_help=True, help="Push exo builds and model weights once, fanned out over the mesh.")
 
@@ -60,3 +69,27 @@ def history_cmd(inventory: InventoryOpt = None, json_output: JsonOpt = False) ->
     fleet = load_inventory(inventory_path(inventory))
     entries = flow.read_history(fleet)
     emit({"history": entries}, human=lambda r: render_history(r["history"]))
+
+
+@app.command("model")
+def model_cmd(
+    model: Annotated[str, typer.Argument(help="ORG/NAME, as on Hugging Face (e.g. mlx-community/Qwen3-0.6B-4bit).")],
+    from_: Annotated[Path | None, typer.Option("--from", help="A local directory holding the model's files.")] = None,
+    hf: Annotated[bool, typer.Option("--hf", help="Download it once from Hugging Face onto the controller.")] = False,
+    nodes: Annotated[list[str] | None, typer.Option("--nodes", help="Only these nodes (repeat).")] = None,
+    verify: Annotated[bool, typer.Option("--verify", help="Send nothing: re-check every digest on every node.")]
+    = False,
+    inventory: InventoryOpt = None,
+    mesh: MeshOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Push a model's weights once and fan them out over the Thunderbolt mesh into exo's models dir."""
+    if (from_ is None) == (not hf) or (verify and from_ is None):
+        raise UsageError("say where the model comes from: --from DIR or --hf (--verify needs --from DIR)")
+    fleet = load_inventory(inventory_path(inventory))
+    if verify:
+        report = model_flow.verify_model(fleet, model, from_, mesh=mesh, nodes=nodes)
+        emit(report, human=render_model_verify, exit_code=1 if report.differ else 0)
+        return
+    emit(model_flow.push_model(fleet, model, from_, hf=hf, mesh=mesh, nodes=nodes, say=info),
+         human=render_model_push)

@@ -260,3 +260,26 @@ class RolloutReport(_Model):
     took_s: float
     staged: list[str] = Field(default_factory=list)
     status: RolloutStatus
+
+
+class ModelNodeReport(_Model):
+    had_files: int  # complete, verified files it already held
+    received_bytes: int  # what it still needed (less what was already staged)
+
+
+class ModelPushReport(_Model):
+    model: str
+    directory: str  # under the models dir: org--name
+    files: int
+    bytes: int
+    result: str  # "pushed", "already"
+    took_s: float
+    seed: str | None = None
+    nodes: dict[str, ModelNodeReport]
+    rerouted: list[str] = Field(default_factory=list)  # cables that failed, and what was done instead
+
+
+class ModelVerifyReport(_Model):
+    model: str
+    files: int
+    differ: dict[str, dict[str, str]]  # node -> path -> why (absent, size, digest)

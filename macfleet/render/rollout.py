@@ -6,7 +6,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from macfleet.judge.rollout import RolloutReport, RolloutStatus
+from macfleet.judge.rollout import ModelPushReport, ModelVerifyReport, RolloutReport, RolloutStatus
 
 
 def render_status(status: RolloutStatus) -> RenderableType:
@@ -40,4 +40,31 @@ def render_history(entries: list[dict]) -> RenderableType:
     for e in entries:
         t.add_row(*(Text(str(e.get(k, "")) if e.get(k) is not None else "") for k in ("time", "action", "from", "to")),
                   Text("yes", style="green") if e.get("healthy") else Text("no", style="red"))
+    return t
+
+
+def render_model_push(report: ModelPushReport) -> RenderableType:
+    head = Text(f"{report.model}: {report.files} files, {report.bytes / 1e6:.1f} MB "
+                f"{'already on every node' if report.result == 'already' else 'pushed'} "
+                f"in {report.took_s:g} s" + (f" (seed {report.seed})" if report.seed else ""), style="bold green")
+    t = Table()
+    t.add_column("node")
+    t.add_column("had files", justify="right")
+    t.add_column("received MB", justify="right")
+    for node, n in report.nodes.items():
+        t.add_row(Text(node), str(n.had_files), f"{n.received_bytes / 1e6:.1f}")
+    notes = [Text(f"rerouted: {r}", style="yellow") for r in report.rerouted]
+    return Group(head, t, *notes)
+
+
+def render_model_verify(report: ModelVerifyReport) -> RenderableType:
+    if not report.differ:
+        return Text(f"{report.model}: all {report.files} files match on every node", style="bold green")
+    t = Table(title=f"{report.model}: files that differ")
+    t.add_column("node")
+    t.add_column("file")
+    t.add_column("why")
+    for node, files in report.differ.items():
+        for path, why in files.items():
+            t.add_row(Text(node), Text(path), Text(why))
     return t

@@ -1,0 +1,283 @@
+"""`rollout model`: model weights fetched once, sent once over the management network, fanned out over the
+Thunderbolt cables, every file landing under exo's layout only after its digest matched.
+
+Order: lock → manifest of the source → preflight on every node (what it has, what is staged, free space;
+refuse before a byte moves) → controller → seed (the files the seed lacks) → round 1: the seed sends a
+different slice to each peer, each over its own cable → round 2: the peers exchange their slices over
+their cables → anything a failed cable left missing comes from the controller over management → unlock.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from macfleet.act import transfer
+from macfleet.act.lock import ClusterLock, lock_path
+from macfleet.errors import FactsParseError, Refused, RemoteCommandError, RolloutFailed, UnreachableError, UsageError
+from macfleet.facts.disk import parse_df
+from macfleet.inventory.model import Fleet, Mesh
+from macfleet.judge.rollout import (
+    Hop,
+    Manifest,
+    ModelNodeReport,
+    ModelPushReport,
+    ModelVerifyReport,
+    fanout_slices,
+    missing_files,
+    model_dir_name,
+)
+
+from .rollout import Say, _quiet, link_addresses, one_mesh
+
+DISK_MARGIN_BYTES = 256 * 1024 * 1024  # room left for exo's logs and the OS after the push
+
+# Runs on the node: where the models dir is, free space (df -k), what is final and what is staged.
+_PREFLIGHT = r"""
+import hashlib, json, os, subprocess, sys
+models, name = os.path.expanduser(sys.argv[1]), sys.argv[2]
+manifest = json.load(sys.stdin)
+final = os.path.join(models, name)
+staging = os.path.join(models, ".macfleet-staging", name)
+probe = models
+while not os.path.exists(probe):
+    probe = os.path.dirname(probe)
+df = subprocess.run(["df", "-k", probe], capture_output=True, text=True)
+def digest(p):
+    h = hashlib.blake2b(digest_size=32)
+    with open(p, "rb") as f:
+        for c in iter(lambda: f.read(4 << 20), b""):
+            h.update(c)
+    return h.hexdigest()
+have, staged = {}, {}
+for f in manifest["files"]:
+    p = os.path.join(final, f["path"])
+    if os.path.isfile(p) and not os.path.islink(p):
+        size = os.path.getsize(p)
+        have[f["path"]] = [size, digest(p) if size == f["size"] else None]
+    s = os.path.join(staging, f["path"])
+    if os.path.isfile(s):
+        staged[f["path"]] = os.path.getsize(s)
+print(json.dumps({"final": final, "staging": staging, "df": df.stdout, "df_rc": df.returncode,
+                  "have": have, "staged": staged}))
+"""
+
+
+def _preflight(fleet: Fleet, nodes: list[str], models_dir: str, name: str, manifest: Manifest) -> dict[str, dict]:
+    cmd = shlex.join([transfer.REMOTE_PYTHON, "-c", _PREFLIGHT, models_dir, name])
+
+    def one(a: transfer.SshArgs) -> dict:
+        out = transfer.run_remote(a, cmd, stdin=manifest.model_dump_json(), timeout_s=1800)
+        try:
+            return json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise RemoteCommandError(a.node, "preflight", 0, f"unexpected answer {out[-200:]!r}") from None
+
+    return transfer.on_nodes(fleet, nodes, one)  # type: ignore[return-value]
+
+
+def _free_space_refusals(pre: dict[str, dict], need: dict[str, int]) -> dict[str, str]:
+    out = {}
+    for node, p in sorted(pre.items()):
+        if need[node] == 0:
+            continue
+        try:
+            free = parse_df(p["df"]).available_bytes
+        except FactsParseError as exc:
+            out[node] = f"free space unknown ({exc.message})"
+            continue
+        if free < need[node] + DISK_MARGIN_BYTES:
+            out[node] = (f"needs {need[node] / 1e9:.2f} GB + {DISK_MARGIN_BYTES / 1e9:.2f} GB margin, "
+                         f"has {free / 1e9:.2f} GB free")
+    return out
+
+
+def fetch_hf(model: str, into: Path) -> Path:
+    """Hugging Face, once, onto the controller (huggingface_hub, optional dependency)."""
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise UsageError("--hf needs huggingface_hub on the controller: pip install huggingface_hub") from None
+    return Path(snapshot_download(repo_id=model, local_dir=into))
+
+
+def _run_hops(fleet: Fleet, hops: list[Hop], src_dirs: dict[str, str], dst_dirs: dict[str, str],
+              agent: dict[str, str]) -> dict[tuple[str, str], str]:
+    """Every hop at once (each on its own cable); failures by (src, dst), each naming its cable."""
+    failed: dict[tuple[str, str], str] = {}
+    lock = threading.Lock()
+
+    def one(h: Hop) -> None:
+        if not h.files:
+            return
+        try:
+            transfer.rsync_node_to_node(transfer.SshArgs.for_node(fleet, fleet.node(h.src)), src_dirs[h.src],
+                                        fleet.node(h.dst).user, h.dst_address, dst_dirs[h.dst], list(h.files),
+                                        agent)
+        except (RemoteCommandError, UnreachableError) as exc:
+            with lock:
+                failed[(h.src, h.dst)] = (f"cable {h.src}–{h.dst} ({h.dst_address}): "
+                                          f"{exc.message.splitlines()[0][-200:]}")
+
+    with ThreadPoolExecutor(max_workers=max(1, len(hops))) as pool:
+        list(pool.map(one, hops))
+    return failed
+
+
+def _land_all(fleet: Fleet, manifest: Manifest, nodes: list[str], pre: dict[str, dict],
+              only: dict[str, set[str]] | None = None) -> dict[str, dict[str, str]]:
+    """Verify and put in place what each node received (`only[node]`: the files it was sent this round)."""
+    def part(node: str) -> Manifest:
+        if only is None:
+            return manifest
+        return Manifest(files=tuple(f for f in manifest.files if f.path in only.get(node, set())))
+
+    nodes = [n for n in nodes if only is None or only.get(n)]
+    res = transfer.on_nodes(fleet, nodes, lambda a: transfer.land(a, part(a.node), pre[a.node]["staging"],
+                                                                   pre[a.node]["final"]))
+    return {n: r.bad for n, r in res.items()}  # type: ignore[attr-defined]
+
+
+def push_model(fleet: Fleet, model: str, source: Path | None, *, hf: bool = False, mesh: str | None = None,
+               nodes: list[str] | None = None, say: Say = _quiet) -> ModelPushReport:
+    name = _checked_name(model)
+    m = one_mesh(fleet, mesh)
+    targets = _targets(m, nodes)
+    if hf:
+        source = fetch_hf(model, transfer_cache(fleet) / name)
+    if source is None or not source.is_dir():
+        raise UsageError(f"--from {source}: not a directory")
+    t0 = time.monotonic()
+    manifest = transfer.local_manifest(source)
+    say(f"{model}: {len(manifest.files)} files, {manifest.total_bytes / 1e6:.1f} MB, digests in "
+        f"{time.monotonic() - t0:.1f} s")
+    lock = ClusterLock(lock_path(fleet.root))
+    with lock.hold("rollout model", f"push {model} to {m.name}") as held:
+        if held.taken_over is not None:
+            say(held.explain() or "")
+        return _push(fleet, m, targets, model, name, source, manifest, say)
+
+
+def _push(fleet: Fleet, m: Mesh, targets: list[str], model: str, name: str, source: Path, manifest: Manifest,
+          say: Say) -> ModelPushReport:
+    t0 = time.monotonic()
+    pre = _preflight(fleet, targets, m.settings.exo.models_dir, name, manifest)
+    lacking = {n: missing_files(manifest, {k: (v[0], v[1]) for k, v in pre[n]["have"].items()}) for n in targets}
+    need = {n: sum(f.size - min(pre[n]["staged"].get(f.path, 0), f.size) for f in lacking[n]) for n in targets}
+    refusals = _free_space_refusals(pre, need)
+    if refusals:
+        raise Refused("not enough disk space; nothing was sent: " + "; ".join(f"{n}: {w}" for n, w in
+                                                                              refusals.items()),
+                      details={"nodes": refusals})
+    report_nodes = {n: ModelNodeReport(had_files=len(manifest.files) - len(lacking[n]), received_bytes=need[n])
+                    for n in targets}
+    holders = [n for n in targets if not lacking[n]]
+    needing = [n for n in targets if lacking[n]]
+    if not needing:
+        return ModelPushReport(model=model, directory=name, files=len(manifest.files), bytes=manifest.total_bytes,
+                               result="already", took_s=round(time.monotonic() - t0, 2), nodes=report_nodes)
+    seed = holders[0] if holders else needing[0]
+    if seed in needing:
+        t1 = time.monotonic()
+        seed_args = transfer.SshArgs.for_node(fleet, fleet.node(seed))
+        transfer.rsync_from_controller(seed_args, source, pre[seed]["staging"], [f.path for f in lacking[seed]])
+        _raise_bad(_land_all(fleet, manifest, [seed], pre))
+        say(f"{seed}: {need[seed] / 1e6:.1f} MB from the controller in {time.monotonic() - t1:.1f} s")
+    peers = [n for n in needing if n != seed]
+    rerouted = _fan_out(fleet, m, manifest, seed, peers, lacking, pre, say) if peers else []
+    for node, how in rerouted:
+        say(f"{node}: {how}; its remaining files came from the controller over the management network")
+        rest = transfer.land(transfer.SshArgs.for_node(fleet, fleet.node(node)), manifest, pre[node]["staging"],
+                             pre[node]["final"], check_only=True)
+        files = sorted(rest.bad)
+        transfer.rsync_from_controller(transfer.SshArgs.for_node(fleet, fleet.node(node)), source,
+                                       pre[node]["staging"], files)
+    if rerouted:
+        _raise_bad(_land_all(fleet, manifest, sorted({n for n, _ in rerouted}), pre))
+    return ModelPushReport(model=model, directory=name, files=len(manifest.files), bytes=manifest.total_bytes,
+                           result="pushed", took_s=round(time.monotonic() - t0, 2), seed=seed, nodes=report_nodes,
+                           rerouted=[f"{n}: {how}" for n, how in rerouted])
+
+
+def _fan_out(fleet: Fleet, m: Mesh, manifest: Manifest, seed: str, peers: list[str],
+             lacking: dict[str, list], pre: dict[str, dict], say: Say) -> list[tuple[str, str]]:
+    """Rounds 1 and 2 over the cables; returns (node, why) for nodes a failed cable left short."""
+    addresses = link_addresses(fleet, m)
+    everyone = [seed, *peers]
+    transfer.install_mesh_known_hosts(fleet, everyone, transfer.mesh_known_hosts(
+        fleet, {k: v for k, v in addresses.items() if k[0] in everyone and k[1] in everyone}))
+    need = {n: {f.path for f in lacking[n]} for n in peers}
+    first, second = fanout_slices(seed, peers, manifest, addresses)
+    first = [h.model_copy(update={"files": tuple(f for f in h.files if f in need[h.dst])}) for h in first]
+    # round 2 sends everything of the sender's slice that the receiver lacks
+    second = [h.model_copy(update={"files": tuple(f for f in h.files if f in need[h.dst])}) for h in second]
+    finals = {n: pre[n]["final"] for n in everyone}
+    stagings = {n: pre[n]["staging"] for n in everyone}
+    short: dict[str, str] = {}
+    with transfer.transfer_agent(fleet, fleet.node(seed)) as agent:
+        for label, hops in (("round 1 (seed → peers)", first), ("round 2 (peers ↔ peers)", second)):
+            t = time.monotonic()
+            live = [h for h in hops if h.src not in short]
+            failed = _run_hops(fleet, live, finals, stagings, agent)
+            got: dict[str, set[str]] = {}
+            for h in live:
+                if (h.src, h.dst) not in failed:
+                    got.setdefault(h.dst, set()).update(h.files)
+            _raise_bad(_land_all(fleet, manifest, [n for n in peers if n not in short], pre, got))
+            moved = sum(f.size for h in live for f in manifest.files if f.path in h.files)
+            dt = time.monotonic() - t
+            say(f"{label}: {moved / 1e6:.1f} MB over {len(live)} cables in {dt:.1f} s "
+                f"({moved * 8 / 1e6 / max(dt, 1e-3):.0f} Mb/s in all)")
+            for (src, dst), why in failed.items():
+                short.setdefault(dst, why)
+                if src != seed:
+                    short.setdefault(src, why)
+    return sorted(short.items())
+
+
+def _raise_bad(bad: dict[str, dict[str, str]]) -> None:
+    bad = {n: b for n, b in bad.items() if b}
+    if bad:
+        node, files = next(iter(sorted(bad.items())))
+        path, why = next(iter(sorted(files.items())))
+        raise RolloutFailed(f"{node}: {path} did not arrive intact ({why}); it was not put in place",
+                            hint="run the same command again: complete files are kept, partial ones continue",
+                            details={"bad": bad})
+
+
+def verify_model(fleet: Fleet, model: str, source: Path, *, mesh: str | None = None,
+                 nodes: list[str] | None = None) -> ModelVerifyReport:
+    name = _checked_name(model)
+    m = one_mesh(fleet, mesh)
+    targets = _targets(m, nodes)
+    manifest = transfer.local_manifest(source)
+    pre = _preflight(fleet, targets, m.settings.exo.models_dir, name, manifest)
+    res = transfer.on_nodes(fleet, targets, lambda a: transfer.land(a, manifest, pre[a.node]["staging"],
+                                                                     pre[a.node]["final"], check_only=True))
+    return ModelVerifyReport(model=model, files=len(manifest.files),
+                             differ={n: r.bad for n, r in sorted(res.items()) if r.bad})  # type: ignore[attr-defined]
+
+
+def _checked_name(model: str) -> str:
+    try:
+        return model_dir_name(model)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _targets(m: Mesh, nodes: list[str] | None) -> list[str]:
+    if not nodes:
+        return list(m.node_names)
+    unknown = [n for n in nodes if n not in m.node_names]
+    if unknown:
+        raise UsageError(f"--nodes: {', '.join(unknown)} not in mesh {m.name}",
+                         hint="nodes: " + ", ".join(m.node_names))
+    return [n for n in m.node_names if n in nodes]
+
+
+def transfer_cache(fleet: Fleet) -> Path:
+    return lock_path(fleet.root).parent.parent / "models"
