@@ -119,3 +119,85 @@ def test_second_rollout_refused_naming_the_holder(lab4: Lab, controller: Path, t
         holder.kill()
         holder.wait()
     assert _status(lab4)["nodes"] and all(n["running"] for n in _status(lab4)["nodes"].values())
+
+
+# ------------------------------------------------------------------------------------------------------
+# Model weights
+# ------------------------------------------------------------------------------------------------------
+
+MODEL = "test-org/tiny-model"
+MODEL_DIR = "~/.exo/models/test-org--tiny-model"
+
+
+def _model(tmp_path: Path, files: int = 6, size: int = 3_000_000) -> Path:
+    d = tmp_path / "model"
+    d.mkdir()
+    rng = __import__("random").Random(7)
+    for i in range(files):
+        (d / f"model-{i:05d}-of-{files:05d}.safetensors").write_bytes(rng.randbytes(size))
+    (d / "config.json").write_text('{"model_type": "qwen3"}\n')
+    return d
+
+
+def _push(lab: Lab, src: Path, *extra: str, check: bool = False) -> subprocess.CompletedProcess:
+    return lab.macfleet("rollout", "model", MODEL, "--from", str(src), "-i", str(lab.inventory), *extra,
+                        check=check, timeout=600)
+
+
+def _clean_models(lab: Lab) -> None:
+    for n in lab.nodes:
+        lab.ssh(n, f"rm -rf {MODEL_DIR} ~/.exo/models/.macfleet-staging")
+
+
+def test_model_disk_full_refused_before_anything_moves(lab4: Lab, controller: Path, tmp_path: Path) -> None:
+    src = _model(tmp_path, files=2)
+    victim = lab4.nodes[2]
+    lab4.fault("disk-full", victim)
+    try:
+        p = _push(lab4, src, "--json")
+        assert p.returncode == 1, p.stderr
+        err = json.loads(p.stdout)["error"]
+        assert err["code"] == "refused" and victim in err["message"] and "nothing was sent" in err["message"]
+        for n in lab4.nodes:
+            assert lab4.ssh(n, f"ls {MODEL_DIR} ~/.exo/models/.macfleet-staging 2>/dev/null | wc -l").stdout.strip() \
+                == "0"
+    finally:
+        lab4.fault("disk-full", victim, clear=True)
+
+
+def test_model_killed_mid_push_and_unplugged_cable(lab4: Lab, controller: Path, tmp_path: Path) -> None:
+    src = _model(tmp_path)
+    _clean_models(lab4)
+    argv = [PY, "-m", "macfleet", "rollout", "model", MODEL, "--from", str(src), "-i", str(lab4.inventory)]
+    log = tmp_path / "push.log"
+    with log.open("w") as fh:
+        proc = subprocess.Popen(argv, cwd=lab4.workdir, stdout=subprocess.DEVNULL, stderr=fh)
+        try:
+            # kill once the seed has its copy and the cables are busy
+            lab4.wait(lambda: "from the controller" in log.read_text() or proc.poll() is not None, 300,
+                      "the seed to be served")
+            assert proc.poll() is None, log.read_text()
+        finally:
+            proc.kill()
+            proc.wait()
+    # never a partial or corrupt file under its final name: what is there matches, the rest is absent
+    p = _push(lab4, src, "--verify", "--json")
+    differ = json.loads(p.stdout)["differ"]
+    assert all(why == "absent" for files in differ.values() for why in files.values()), differ
+
+    a, b = lab4.nodes[1], lab4.nodes[2]  # a cable between two peers, used by the exchange round
+    lab4.fault("unplug", a, b)
+    try:
+        p = _push(lab4, src, "--json")
+        assert p.returncode == 0, p.stderr
+        report = json.loads(p.stdout)
+        assert "took over a stale cluster lock" in p.stderr
+        assert report["result"] == "pushed"
+        assert report["rerouted"] and any(f"cable {a}–{b}" in r or f"cable {b}–{a}" in r for r in report["rerouted"])
+    finally:
+        lab4.fault("unplug", a, b, clear=True)
+    p = _push(lab4, src, "--verify", "--json")
+    assert p.returncode == 0 and json.loads(p.stdout)["differ"] == {}, p.stdout
+    again = json.loads(_push(lab4, src, "--json", check=True).stdout)
+    assert again["result"] == "already"  # a complete verified file is never sent again
+    _clean_models(lab4)
