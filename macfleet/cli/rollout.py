@@ -14,6 +14,7 @@ from macfleet.flow import rollout as flow
 from macfleet.inventory.load import load_inventory
 from macfleet.render.output import emit, info
 from macfleet.render.rollout import (
+    push_progress,
     render_history,
     render_model_push,
     render_model_verify,
@@ -91,5 +92,7 @@ def model_cmd(
         report = model_flow.verify_model(fleet, model, from_, mesh=mesh, nodes=nodes)
         emit(report, human=render_model_verify, exit_code=1 if report.differ else 0)
         return
-    emit(model_flow.push_model(fleet, model, from_, hf=hf, mesh=mesh, nodes=nodes, say=info),
-         human=render_model_push)
+    with push_progress() as progress:
+        report = model_flow.push_model(fleet, model, from_, hf=hf, mesh=mesh, nodes=nodes, say=info,
+                                       progress=progress)
+    emit(report, human=render_model_push)

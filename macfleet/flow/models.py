@@ -9,10 +9,12 @@ their cables → anything a failed cable left missing comes from the controller 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import threading
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -35,6 +37,22 @@ from macfleet.judge.rollout import (
 from .rollout import Say, _quiet, link_addresses, one_mesh
 
 DISK_MARGIN_BYTES = 256 * 1024 * 1024  # room left for exo's logs and the OS after the push
+PROGRESS_EVERY_S = 2.0
+Progress = Callable[[str, int, int], None]  # (node, bytes received so far, bytes it needs)
+
+# Runs on the node: bytes under the final and staging directories (for progress).
+_SIZE_PROGRAM = r"""
+import os, sys
+total = 0
+for top in sys.argv[1:]:
+    for d, _, files in os.walk(top):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(d, f)).st_size
+            except OSError:
+                pass
+print(total)
+"""
 
 # Runs on the node: where the models dir is, free space (df -k), what is final and what is staged.
 _PREFLIGHT = r"""
@@ -142,8 +160,43 @@ def _land_all(fleet: Fleet, manifest: Manifest, nodes: list[str], pre: dict[str,
     return {n: r.bad for n, r in res.items()}  # type: ignore[attr-defined]
 
 
+@contextlib.contextmanager
+def _watch(fleet: Fleet, pre: dict[str, dict], base: dict[str, int], need: dict[str, int],
+           progress: Progress | None) -> Iterator[None]:
+    """While the transfer runs, report each receiving node's bytes every few seconds (one SSH command each)."""
+    if progress is None:
+        yield
+        return
+    stop = threading.Event()
+    nodes = [n for n in need if need[n]]
+
+    def size(a: transfer.SshArgs) -> int:
+        out = transfer.run_remote(a, shlex.join([transfer.REMOTE_PYTHON, "-c", _SIZE_PROGRAM,
+                                                 pre[a.node]["final"], pre[a.node]["staging"]]), timeout_s=20)
+        return int(out.strip() or 0)
+
+    def loop() -> None:
+        while not stop.wait(PROGRESS_EVERY_S):
+            with contextlib.suppress(Exception):  # progress is best effort; the transfer reports its own errors
+                for n, got in transfer.on_nodes(fleet, nodes, size).items():
+                    progress(n, max(0, min(int(got) - base[n], need[n])), need[n])  # type: ignore[call-overload]
+
+    for n in nodes:
+        progress(n, 0, need[n])
+    t = threading.Thread(target=loop, daemon=True, name="push-progress")
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join(timeout=25)
+        for n in nodes:
+            progress(n, need[n], need[n])
+
+
 def push_model(fleet: Fleet, model: str, source: Path | None, *, hf: bool = False, mesh: str | None = None,
-               nodes: list[str] | None = None, say: Say = _quiet) -> ModelPushReport:
+               nodes: list[str] | None = None, say: Say = _quiet, progress: Progress | None = None,
+               ) -> ModelPushReport:
     name = _checked_name(model)
     m = one_mesh(fleet, mesh)
     targets = _targets(m, nodes)
@@ -159,11 +212,11 @@ def push_model(fleet: Fleet, model: str, source: Path | None, *, hf: bool = Fals
     with lock.hold("rollout model", f"push {model} to {m.name}") as held:
         if held.taken_over is not None:
             say(held.explain() or "")
-        return _push(fleet, m, targets, model, name, source, manifest, say)
+        return _push(fleet, m, targets, model, name, source, manifest, say, progress)
 
 
 def _push(fleet: Fleet, m: Mesh, targets: list[str], model: str, name: str, source: Path, manifest: Manifest,
-          say: Say) -> ModelPushReport:
+          say: Say, progress: Progress | None) -> ModelPushReport:
     t0 = time.monotonic()
     pre = _preflight(fleet, targets, m.settings.exo.models_dir, name, manifest)
     lacking = {n: missing_files(manifest, {k: (v[0], v[1]) for k, v in pre[n]["have"].items()}) for n in targets}
@@ -181,6 +234,17 @@ def _push(fleet: Fleet, m: Mesh, targets: list[str], model: str, name: str, sour
         return ModelPushReport(model=model, directory=name, files=len(manifest.files), bytes=manifest.total_bytes,
                                result="already", took_s=round(time.monotonic() - t0, 2), nodes=report_nodes)
     seed = holders[0] if holders else needing[0]
+    base = {n: sum(v[0] for v in pre[n]["have"].values()) + sum(pre[n]["staged"].values()) for n in targets}
+    with _watch(fleet, pre, base, need, progress):
+        rerouted = _transfer(fleet, m, manifest, source, seed, needing, lacking, need, pre, say)
+    return ModelPushReport(model=model, directory=name, files=len(manifest.files), bytes=manifest.total_bytes,
+                           result="pushed", took_s=round(time.monotonic() - t0, 2), seed=seed, nodes=report_nodes,
+                           rerouted=[f"{n}: {how}" for n, how in rerouted])
+
+
+def _transfer(fleet: Fleet, m: Mesh, manifest: Manifest, source: Path, seed: str, needing: list[str],
+              lacking: dict[str, list], need: dict[str, int], pre: dict[str, dict], say: Say,
+              ) -> list[tuple[str, str]]:
     if seed in needing:
         t1 = time.monotonic()
         seed_args = transfer.SshArgs.for_node(fleet, fleet.node(seed))
@@ -188,24 +252,30 @@ def _push(fleet: Fleet, m: Mesh, targets: list[str], model: str, name: str, sour
         _raise_bad(_land_all(fleet, manifest, [seed], pre))
         say(f"{seed}: {need[seed] / 1e6:.1f} MB from the controller in {time.monotonic() - t1:.1f} s")
     peers = [n for n in needing if n != seed]
-    rerouted = _fan_out(fleet, m, manifest, seed, peers, lacking, pre, say) if peers else []
-    for node, how in rerouted:
-        say(f"{node}: {how}; its remaining files came from the controller over the management network")
-        rest = transfer.land(transfer.SshArgs.for_node(fleet, fleet.node(node)), manifest, pre[node]["staging"],
-                             pre[node]["final"], check_only=True)
-        files = sorted(rest.bad)
+    failed = _fan_out(fleet, m, manifest, seed, peers, lacking, pre, say) if peers else {}
+    # Whatever a failed cable did not carry (to a node, or to the node that was to pass it on) comes from the
+    # controller over the management network; a final check finds it, whichever hop it was.
+    short = transfer.on_nodes(fleet, peers, lambda a: transfer.land(a, manifest, pre[a.node]["staging"],
+                                                                     pre[a.node]["final"], check_only=True))
+    rerouted = []
+    for node, res in sorted(short.items()):
+        files = sorted(res.bad)  # type: ignore[attr-defined]
+        if not files:
+            continue
+        why = next((w for (src, dst), w in sorted(failed.items()) if dst == node), None) or \
+            "; ".join(sorted(set(failed.values()))) or "files missing after the fan-out"
+        say(f"{node}: {why}; {len(files)} files come from the controller over the management network")
         transfer.rsync_from_controller(transfer.SshArgs.for_node(fleet, fleet.node(node)), source,
                                        pre[node]["staging"], files)
+        rerouted.append((node, why))
     if rerouted:
-        _raise_bad(_land_all(fleet, manifest, sorted({n for n, _ in rerouted}), pre))
-    return ModelPushReport(model=model, directory=name, files=len(manifest.files), bytes=manifest.total_bytes,
-                           result="pushed", took_s=round(time.monotonic() - t0, 2), seed=seed, nodes=report_nodes,
-                           rerouted=[f"{n}: {how}" for n, how in rerouted])
+        _raise_bad(_land_all(fleet, manifest, [n for n, _ in rerouted], pre))
+    return rerouted
 
 
 def _fan_out(fleet: Fleet, m: Mesh, manifest: Manifest, seed: str, peers: list[str],
-             lacking: dict[str, list], pre: dict[str, dict], say: Say) -> list[tuple[str, str]]:
-    """Rounds 1 and 2 over the cables; returns (node, why) for nodes a failed cable left short."""
+             lacking: dict[str, list], pre: dict[str, dict], say: Say) -> dict[tuple[str, str], str]:
+    """Rounds 1 and 2 over the cables; returns the hops that failed, each naming its cable."""
     addresses = link_addresses(fleet, m)
     everyone = [seed, *peers]
     transfer.install_mesh_known_hosts(fleet, everyone, transfer.mesh_known_hosts(
@@ -217,26 +287,24 @@ def _fan_out(fleet: Fleet, m: Mesh, manifest: Manifest, seed: str, peers: list[s
     second = [h.model_copy(update={"files": tuple(f for f in h.files if f in need[h.dst])}) for h in second]
     finals = {n: pre[n]["final"] for n in everyone}
     stagings = {n: pre[n]["staging"] for n in everyone}
-    short: dict[str, str] = {}
+    all_failed: dict[tuple[str, str], str] = {}
     with transfer.transfer_agent(fleet, fleet.node(seed)) as agent:
         for label, hops in (("round 1 (seed → peers)", first), ("round 2 (peers ↔ peers)", second)):
             t = time.monotonic()
-            live = [h for h in hops if h.src not in short]
+            # a node whose own slice did not arrive has nothing to pass on
+            live = [h for h in hops if not any(d == h.src for (_, d) in all_failed)]
             failed = _run_hops(fleet, live, finals, stagings, agent)
             got: dict[str, set[str]] = {}
             for h in live:
                 if (h.src, h.dst) not in failed:
                     got.setdefault(h.dst, set()).update(h.files)
-            _raise_bad(_land_all(fleet, manifest, [n for n in peers if n not in short], pre, got))
+            _raise_bad(_land_all(fleet, manifest, peers, pre, got))
             moved = sum(f.size for h in live for f in manifest.files if f.path in h.files)
             dt = time.monotonic() - t
             say(f"{label}: {moved / 1e6:.1f} MB over {len(live)} cables in {dt:.1f} s "
                 f"({moved * 8 / 1e6 / max(dt, 1e-3):.0f} Mb/s in all)")
-            for (src, dst), why in failed.items():
-                short.setdefault(dst, why)
-                if src != seed:
-                    short.setdefault(src, why)
-    return sorted(short.items())
+            all_failed.update(failed)
+    return all_failed
 
 
 def _raise_bad(bad: dict[str, dict[str, str]]) -> None:

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
+
 from rich.console import Group, RenderableType
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
 from macfleet.judge.rollout import ModelPushReport, ModelVerifyReport, RolloutReport, RolloutStatus
+from macfleet.render.output import err_console, mode
 
 
 def render_status(status: RolloutStatus) -> RenderableType:
@@ -68,3 +81,22 @@ def render_model_verify(report: ModelVerifyReport) -> RenderableType:
         for path, why in files.items():
             t.add_row(Text(node), Text(path), Text(why))
     return t
+
+
+@contextlib.contextmanager
+def push_progress() -> Iterator[Callable[[str, int, int], None] | None]:
+    """Per-node bytes, rate and ETA on stderr while a push runs (only on a terminal, never with --json)."""
+    if mode.json or not err_console.is_terminal:
+        yield None
+        return
+    bars = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                    TimeRemainingColumn(), console=err_console, transient=False)
+    tasks: dict[str, TaskID] = {}
+
+    def update(node: str, done: int, total: int) -> None:
+        if node not in tasks:
+            tasks[node] = bars.add_task(Text(node).plain, total=total)
+        bars.update(tasks[node], completed=done, total=total)
+
+    with bars:
+        yield update
