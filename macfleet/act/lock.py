@@ -106,6 +106,7 @@ class Acquired:
     path: Path
     taken_over: LockRecord | None = None
     stale_because: str | None = None
+    critical: bool = False  # in the middle of a step that must be repaired if we die or fail here
 
     def explain(self) -> str | None:
         if self.taken_over is None:
@@ -116,7 +117,8 @@ class Acquired:
 
 class ClusterLock:
     """`with ClusterLock(path).hold(owner, reason) as held:` … `held` is an `Acquired`; `set_phase` records
-    progress; leaving the block releases the lock, unless the process dies (then the next holder repairs)."""
+    progress; leaving the block releases the lock, except by an error during a critical phase, or when the
+    process dies: then the lock stays, becomes stale with its phase, and the next holder repairs."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -177,14 +179,16 @@ class ClusterLock:
             self._write(record)
         return Acquired(record=record, path=self.path, taken_over=current, stale_because=why)
 
-    def set_phase(self, held: Acquired, phase: dict[str, Any]) -> None:
-        """Record what we are in the middle of (written atomically before the step starts)."""
+    def set_phase(self, held: Acquired, phase: dict[str, Any], *, critical: bool = False) -> None:
+        """Record what we are in the middle of (written atomically before the step starts). While a critical
+        phase is recorded, an error leaves the lock in place, so the next holder finds it and repairs."""
         with self._guarded():
             current = self.read()
             if current is None or current.pid != held.record.pid or current.created != held.record.created:
                 raise LockHeld(f"lost the cluster lock {self.path}", details={"path": str(self.path)})
             held.record.phase = dict(phase)
             self._write(held.record)
+        held.critical = critical
 
     def release(self, held: Acquired) -> None:
         with self._guarded():
@@ -197,5 +201,8 @@ class ClusterLock:
         held = self.acquire(owner, reason, ttl_s=ttl_s)
         try:
             yield held
-        finally:
-            self.release(held)
+        except BaseException:
+            if not held.critical:
+                self.release(held)
+            raise
+        self.release(held)

@@ -188,15 +188,15 @@ def switch(fleet: Fleet, mesh: Mesh, lock: ClusterLock, held: Acquired, root: st
            timeout_s: float, say: Say) -> HealthVerdict:
     nodes = list(mesh.node_names)
     phase = {"action": "switch", "from": frm, "to": to, "mesh": mesh.name}
-    lock.set_phase(held, {**phase, "step": "stop"})
+    lock.set_phase(held, {**phase, "step": "stop"}, critical=True)
     t0 = time.monotonic()
     rel.stop_exo(fleet, nodes)
-    lock.set_phase(held, {**phase, "step": "flip"})
+    lock.set_phase(held, {**phase, "step": "flip"}, critical=True)
     rel.flip_current(fleet, nodes, root, to)
-    lock.set_phase(held, {**phase, "step": "start"})
+    lock.set_phase(held, {**phase, "step": "start"}, critical=True)
     rel.start_exo(fleet, nodes)
     say(f"switched {len(nodes)} nodes to {to} in {time.monotonic() - t0:.1f} s; waiting for health")
-    lock.set_phase(held, {**phase, "step": "health"})
+    lock.set_phase(held, {**phase, "step": "health"}, critical=True)
     return wait_healthy(fleet, mesh, timeout_s)
 
 
@@ -212,6 +212,7 @@ def repair(fleet: Fleet, mesh: Mesh, lock: ClusterLock, held: Acquired, root: st
     say(f"repairing: a switch to {old.phase.get('to')} was interrupted at '{old.phase.get('step')}'; "
         f"putting every node back on {back}")
     verdict = switch(fleet, mesh, lock, held, root, old.phase.get("to"), back, timeout_s, say)
+    lock.set_phase(held, {"action": "repaired", "to": back})
     _history(fleet, {"action": "repair", "to": back, "healthy": verdict.healthy, "reasons": list(verdict.reasons)})
     return back
 
@@ -276,9 +277,11 @@ def _finish(fleet: Fleet, m: Mesh, lock: ClusterLock, held: Acquired, root: str,
     why = "; ".join(verdict.reasons[:6])
     say(f"health gate failed: {why}")
     if not frm:
+        lock.set_phase(held, {"action": "failed", "to": to})
         _history(fleet, {"action": action, "from": frm, "to": to, "healthy": False, "reasons": list(verdict.reasons)})
         raise RolloutFailed(f"{to} did not become healthy and there is no previous release to go back to: {why}")
     back = switch(fleet, m, lock, held, root, to, frm, timeout_s, say)
+    lock.set_phase(held, {"action": "rolled back", "to": frm})
     _history(fleet, {"action": action, "from": frm, "to": to, "healthy": False, "reasons": list(verdict.reasons),
                      "rolled_back_healthy": back.healthy})
     after = "healthy again" if back.healthy else "NOT healthy either: " + "; ".join(back.reasons[:3])

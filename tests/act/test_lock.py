@@ -83,3 +83,17 @@ def test_phase_is_recorded_and_garbage_refused(tmp_path) -> None:
     path.write_text("not json")
     with pytest.raises(LockHeld, match="not a readable cluster lock"):
         lock.acquire("reboot", "y")
+
+
+def test_error_in_a_critical_phase_leaves_the_lock_for_repair(tmp_path) -> None:
+    path = tmp_path / "c.lock.json"
+    lock = ClusterLock(path)
+    with pytest.raises(RuntimeError), lock.hold("rollout exo", "x") as held:
+        lock.set_phase(held, {"action": "switch", "step": "flip", "from": "a", "to": "b"}, critical=True)
+        raise RuntimeError("node unreachable mid-flip")
+    assert json.loads(path.read_text())["phase"]["step"] == "flip"  # the next holder repairs from this
+    path.unlink()
+    with pytest.raises(RuntimeError), lock.hold("rollout exo", "x") as held:
+        lock.set_phase(held, {"action": "prune"})
+        raise RuntimeError("not critical")
+    assert not path.exists()
