@@ -245,14 +245,13 @@ def _push(fleet: Fleet, m: Mesh, targets: list[str], model: str, name: str, sour
 def _transfer(fleet: Fleet, m: Mesh, manifest: Manifest, source: Path, seed: str, needing: list[str],
               lacking: dict[str, list], need: dict[str, int], pre: dict[str, dict], say: Say,
               ) -> list[tuple[str, str]]:
-    if seed in needing:
-        t1 = time.monotonic()
-        seed_args = transfer.SshArgs.for_node(fleet, fleet.node(seed))
-        transfer.rsync_from_controller(seed_args, source, pre[seed]["staging"], [f.path for f in lacking[seed]])
-        _raise_bad(_land_all(fleet, manifest, [seed], pre))
-        say(f"{seed}: {need[seed] / 1e6:.1f} MB from the controller in {time.monotonic() - t1:.1f} s")
     peers = [n for n in needing if n != seed]
-    failed = _fan_out(fleet, m, manifest, seed, peers, lacking, pre, say) if peers else {}
+    lack = {n: {f.path for f in lacking[n]} for n in needing}
+    if not peers:
+        _from_controller(fleet, manifest, source, seed, sorted(lack[seed]), pre)
+        say(f"{seed}: {need[seed] / 1e6:.1f} MB from the controller")
+        return []
+    failed = _pipeline(fleet, m, manifest, source, seed, peers, lack, pre, say)
     # Whatever a failed cable did not carry (to a node, or to the node that was to pass it on) comes from the
     # controller over the management network; a final check finds it, whichever hop it was.
     short = transfer.on_nodes(fleet, peers, lambda a: transfer.land(a, manifest, pre[a.node]["staging"],
@@ -265,46 +264,65 @@ def _transfer(fleet: Fleet, m: Mesh, manifest: Manifest, source: Path, seed: str
         why = next((w for (src, dst), w in sorted(failed.items()) if dst == node), None) or \
             "; ".join(sorted(set(failed.values()))) or "files missing after the fan-out"
         say(f"{node}: {why}; {len(files)} files come from the controller over the management network")
-        transfer.rsync_from_controller(transfer.SshArgs.for_node(fleet, fleet.node(node)), source,
-                                       pre[node]["staging"], files)
+        _from_controller(fleet, manifest, source, node, files, pre)
         rerouted.append((node, why))
-    if rerouted:
-        _raise_bad(_land_all(fleet, manifest, [n for n, _ in rerouted], pre))
     return rerouted
 
 
-def _fan_out(fleet: Fleet, m: Mesh, manifest: Manifest, seed: str, peers: list[str],
-             lacking: dict[str, list], pre: dict[str, dict], say: Say) -> dict[tuple[str, str], str]:
-    """Rounds 1 and 2 over the cables; returns the hops that failed, each naming its cable."""
+def _from_controller(fleet: Fleet, manifest: Manifest, source: Path, node: str, files: list[str],
+                     pre: dict[str, dict]) -> None:
+    if files:
+        transfer.rsync_from_controller(transfer.SshArgs.for_node(fleet, fleet.node(node)), source,
+                                       pre[node]["staging"], files)
+        _raise_bad(_land_all(fleet, manifest, [node], pre, {node: set(files)}))
+
+
+def _pipeline(fleet: Fleet, m: Mesh, manifest: Manifest, source: Path, seed: str, peers: list[str],
+              lack: dict[str, set[str]], pre: dict[str, dict], say: Say) -> dict[tuple[str, str], str]:
+    """The model in one slice per peer. Slice k goes controller → seed over management; as soon as it has
+    landed, the seed sends it to peer k over their cable, and peer k to every other peer over theirs, while
+    the controller already sends slice k+1: the management link never waits for the mesh, and every cable
+    carries a slice in each direction. Returns the hops that failed, each naming its cable."""
     addresses = link_addresses(fleet, m)
     everyone = [seed, *peers]
     transfer.install_mesh_known_hosts(fleet, everyone, transfer.mesh_known_hosts(
         fleet, {k: v for k, v in addresses.items() if k[0] in everyone and k[1] in everyone}))
-    need = {n: {f.path for f in lacking[n]} for n in peers}
-    first, second = fanout_slices(seed, peers, manifest, addresses)
-    first = [h.model_copy(update={"files": tuple(f for f in h.files if f in need[h.dst])}) for h in first]
-    # round 2 sends everything of the sender's slice that the receiver lacks
-    second = [h.model_copy(update={"files": tuple(f for f in h.files if f in need[h.dst])}) for h in second]
+    first, _ = fanout_slices(seed, peers, manifest, addresses)
+    failed: dict[tuple[str, str], str] = {}
     finals = {n: pre[n]["final"] for n in everyone}
     stagings = {n: pre[n]["staging"] for n in everyone}
-    all_failed: dict[tuple[str, str], str] = {}
-    with transfer.transfer_agent(fleet, fleet.node(seed)) as agent:
-        for label, hops in (("round 1 (seed → peers)", first), ("round 2 (peers ↔ peers)", second)):
+
+    def spread(hop: Hop, agent: dict[str, str]) -> None:
+        t = time.monotonic()
+        to_peer = [hop.model_copy(update={"files": tuple(f for f in hop.files if f in lack[hop.dst])})]
+        failed.update(_run_hops(fleet, to_peer, finals, stagings, agent))
+        if (seed, hop.dst) in failed:
+            return
+        _raise_bad(_land_all(fleet, manifest, [hop.dst], pre, {hop.dst: set(to_peer[0].files)}))
+        onward = [Hop(src=hop.dst, dst=q, dst_address=addresses[(hop.dst, q)],
+                      files=tuple(f for f in hop.files if f in lack[q])) for q in peers if q != hop.dst]
+        bad = _run_hops(fleet, onward, finals, stagings, agent)
+        failed.update(bad)
+        got = {h.dst: set(h.files) for h in onward if (h.src, h.dst) not in bad}
+        _raise_bad(_land_all(fleet, manifest, list(got), pre, got))
+        size = sum(f.size for f in manifest.files if f.path in hop.files)
+        say(f"slice for {hop.dst} ({size / 1e6:.1f} MB) spread over the mesh in {time.monotonic() - t:.1f} s")
+
+    with transfer.transfer_agent(fleet, fleet.node(seed)) as agent, \
+            ThreadPoolExecutor(max_workers=len(first), thread_name_prefix="slice") as pool:
+        futures = []
+        for hop in first:
             t = time.monotonic()
-            # a node whose own slice did not arrive has nothing to pass on
-            live = [h for h in hops if not any(d == h.src for (_, d) in all_failed)]
-            failed = _run_hops(fleet, live, finals, stagings, agent)
-            got: dict[str, set[str]] = {}
-            for h in live:
-                if (h.src, h.dst) not in failed:
-                    got.setdefault(h.dst, set()).update(h.files)
-            _raise_bad(_land_all(fleet, manifest, peers, pre, got))
-            moved = sum(f.size for h in live for f in manifest.files if f.path in h.files)
-            dt = time.monotonic() - t
-            say(f"{label}: {moved / 1e6:.1f} MB over {len(live)} cables in {dt:.1f} s "
-                f"({moved * 8 / 1e6 / max(dt, 1e-3):.0f} Mb/s in all)")
-            all_failed.update(failed)
-    return all_failed
+            files = sorted(f for f in hop.files if f in lack.get(seed, set()))
+            _from_controller(fleet, manifest, source, seed, files, pre)
+            if files:
+                size = sum(f.size for f in manifest.files if f.path in files)
+                say(f"{seed}: slice for {hop.dst} ({size / 1e6:.1f} MB) from the controller in "
+                    f"{time.monotonic() - t:.1f} s")
+            futures.append(pool.submit(spread, hop, agent))
+        for f in futures:
+            f.result()
+    return failed
 
 
 def _raise_bad(bad: dict[str, dict[str, str]]) -> None:
