@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -43,7 +44,8 @@ def bench_size(size: str, repeat: int, workdir: Path) -> dict:
     from macfleet.inventory.load import load_inventory
     from macfleet.lab import control
 
-    name = "bt" + size.replace("x", "p")
+    # The test-lab prefix keeps two checkouts' benches on one machine from sharing a lab.
+    name = os.environ.get("MACFLEET_TEST_LAB_PREFIX", "") + "bt" + size.replace("x", "p")
     up_args = ["--pods", size] if "x" in size else ["--nodes", size]
     if "x" not in size and int(size) > 6:
         up_args.append("--all-ports")
