@@ -101,7 +101,7 @@ class SshTarget:
         if args.known_hosts:
             known = args.known_hosts
         elif cfg.get("userknownhostsfile"):
-            known = [Path(p).expanduser() for p in shlex.split(cfg["userknownhostsfile"])]
+            known = _config_files(cfg["userknownhostsfile"])
         else:
             known = [fleet.path(ssh.known_hosts_file)] if ssh.known_hosts_file else []
         jump_text = args.proxy_jump or cfg.get("proxyjump")
@@ -248,6 +248,15 @@ def _read_config(path: Path | None, node: str) -> paramiko.SSHConfig | None:
         raise UsageError(f"{node}: cannot read ssh config file {path}: {exc}") from None
 
 
+def _config_files(value: str) -> list[Path]:
+    """paramiko.SSHConfig gives UserKnownHostsFile with its quotes already removed: one path with spaces, or
+    several paths separated by spaces."""
+    if not value.strip():
+        return []
+    whole = Path(value.strip()).expanduser()
+    return [whole] if whole.exists() or " " not in value.strip() else [Path(v).expanduser() for v in value.split()]
+
+
 def _hops(text: str, config: paramiko.SSHConfig | None, node: str) -> tuple[Hop, ...]:
     """`[user@]host[:port][,…]` (or ssh://user@host:port), each hop completed from the ssh config file."""
     hops = []
@@ -268,7 +277,7 @@ def _hops(text: str, config: paramiko.SSHConfig | None, node: str) -> tuple[Hop,
             port=_int(port, node) or _int(cfg.get("port"), node) or 22,
             user=user or cfg.get("user"),
             key_files=tuple(Path(k).expanduser() for k in cfg.get("identityfile", [])),
-            known_hosts=tuple(Path(p).expanduser() for p in shlex.split(cfg.get("userknownhostsfile", ""))),
+            known_hosts=tuple(_config_files(cfg.get("userknownhostsfile", ""))),
         ))
     return tuple(hops)
 
