@@ -213,3 +213,29 @@ def test_port_tasks_create_a_service_only_when_it_is_missing(
     calls = (tmp_path / "calls.log").read_text()
     assert ("-createnetworkservice" in calls) is creates, calls
     assert (result.status == "successful") is creates
+
+
+def test_a_cancelled_run_says_in_one_line_what_was_done() -> None:
+    result = act_ansible.PlaybookResult(
+        playbook="network", status="canceled", rc=254, hosts={}, failed_tasks=[],
+        changes={"studio-1": ["Create the network service for Thunderbolt 2.", "Set the MTU of en3."]},
+        unreachable={}, artifact_dir=None,
+    )
+    with pytest.raises(KeyboardInterrupt) as info:
+        act_ansible.raise_for(result)
+    line = str(info.value)
+    assert "\n" not in line
+    assert "2 task(s) changed studio-1" in line and "were not run" in line
+
+
+def test_the_cli_prints_that_line_and_exits_130(cli, example_inventory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from macfleet.cli import topology as cli_topology
+
+    def interrupted(*_a, **_k):
+        raise KeyboardInterrupt("playbook network cancelled: nothing had been changed; the rest was not run")
+
+    monkeypatch.setattr(cli_topology, "check_topology", interrupted)
+    result = cli("topology", "check", "-i", str(example_inventory))
+    assert result.exit_code == 130
+    assert "cancelled: playbook network cancelled: nothing had been changed" in result.stderr
+    assert "Traceback" not in result.output
