@@ -149,11 +149,12 @@ def test_a_refused_channel_is_recorded_with_its_reason(server, monkeypatch: pyte
     refused until its timeout is a failure with its reason, never a missing output."""
     monkeypatch.setattr(gather_module, "MAX_CHANNELS_PER_CONNECTION", 12)
     fleet = load_inventory(server.inventory)
-    specs = [CommandSpec(f"c{i}", ("sleep", "20"), timeout_s=4) for i in range(12)]
+    specs = [CommandSpec(f"c{i}", ("sleep", "20"), timeout_s=3) for i in range(12)]
     result = gather(fleet, fleet.nodes[:1], specs, deadline_s=60)
     read, failed = result.outputs["node-1"], result.failed.get("node-1", {})
     assert set(read) | set(failed) == {s.key for s in specs}
-    assert sum("kept refusing a channel" in why for why in failed.values()) >= 2
+    assert sum("kept refusing a channel" in why for why in failed.values()) >= 1
+    assert all(why.strip() for why in failed.values())
 
 
 def test_every_command_asked_for_is_read_or_failed_with_a_reason(server) -> None:
