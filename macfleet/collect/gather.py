@@ -79,6 +79,17 @@ def _run_all(
     return outputs, failed
 
 
+def _wait(all_done: threading.Event, errors: list[BaseException], until: float, cancel: threading.Event) -> None:
+    """Wait in short slices, so Ctrl-C (KeyboardInterrupt) reaches this thread at once and cancels the pass."""
+    try:
+        while not all_done.wait(POLL_S):
+            if errors or time.monotonic() > until:
+                return
+    except BaseException:
+        cancel.set()
+        raise
+
+
 def gather(
     fleet: Fleet,
     nodes: Iterable[Node],
@@ -141,17 +152,11 @@ def gather(
         if on_node_done is not None:
             on_node_done(node)
 
-    # Daemon threads, waited for by polling: Ctrl-C reaches this thread at once, and the process can exit
-    # without joining a thread still stuck in a connect timeout.
+    # Daemon threads: the process can exit without joining one stuck in a connect timeout.
     for node in targets:
         threading.Thread(target=work, args=(node,), daemon=True, name=f"gather-{node}").start()
     try:
-        while not all_done.wait(POLL_S):
-            if errors or time.monotonic() > deadline + 5:
-                break
-    except BaseException:
-        cancel.set()
-        raise
+        _wait(all_done, errors, deadline + 5, cancel)
     finally:
         with lock:
             open_for_results[0] = False

@@ -517,9 +517,7 @@ def load_inventory(root: Path) -> Fleet:
                     f"at most {MAX_MESH_NODES} in one Thunderbolt mesh",
                 )
             )
-        nodes = [
-            _with_connection_vars(n, [*all_sources, *mesh_sources], hosts_src, root, problems) for n in nodes
-        ]
+        nodes = [_with_connection_vars(n, [*all_sources, *mesh_sources], hosts_src, root, problems) for n in nodes]
         for node in nodes:
             spec = model_spec(node.model)
             if node.model and spec is None and not re.match(r"^Mac\d+,\d+$", node.model):

@@ -320,7 +320,7 @@ def test_proxyjump_from_ansible_ssh_common_args(server, tmp_path: Path) -> None:
 
 
 def _hung_inventory(server, tmp_path: Path) -> tuple[Path, object]:
-    """node-1 answers; node-2 accepts TCP and never says a word (a hung Mac), under a 30 s connect timeout."""
+    """node-1 answers; node-2 accepts TCP and never says a word (a hung Mac), under a 60 s connect timeout."""
     import shutil
     import socket
 
@@ -335,7 +335,7 @@ def _hung_inventory(server, tmp_path: Path) -> tuple[Path, object]:
     head, _, tail = text.rpartition(f"ansible_port: {server.port}")
     hosts.write_text(f"{head}ansible_port: {port}{tail}")
     settings = inv / "group_vars" / "all" / "macfleet.yml"
-    settings.write_text(settings.read_text().replace("connect_timeout_s: 5", "connect_timeout_s: 30"))
+    settings.write_text(settings.read_text().replace("connect_timeout_s: 5", "connect_timeout_s: 60"))
     with (inv / "known_hosts").open("a") as fh:
         fh.write(f"[127.0.0.1]:{port} {server.host_key_pub}\n")
     return inv, silent
@@ -351,7 +351,7 @@ def test_ctrl_c_with_a_hung_node_returns_at_once(server, tmp_path: Path, presses
         deadline = time.monotonic() + 20
         while "collecting" not in (line := proc.stderr.readline()):  # the pass has started
             assert line and time.monotonic() < deadline, "macfleet did not start collecting"
-        time.sleep(0.5)  # let node-2's connect begin (it will hang for 30 s)
+        time.sleep(0.5)  # let node-2's connect begin (it would hang for 60 s)
         pressed = time.monotonic()
         for _ in range(presses):
             proc.send_signal(signal.SIGINT)
@@ -362,6 +362,6 @@ def test_ctrl_c_with_a_hung_node_returns_at_once(server, tmp_path: Path, presses
         proc.kill()
         silent.close()
     assert proc.returncode == 130, err
-    assert took < 3, f"Ctrl-C took {took:.1f} s"
+    assert took < 10, f"Ctrl-C took {took:.1f} s (the hung node's connect timeout is 60 s)"
     assert "Traceback" not in err
     assert "cancelled" in err
