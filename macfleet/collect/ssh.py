@@ -13,6 +13,7 @@ This module moves bytes and nothing else: it never parses what it reads.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import os
 import shlex
@@ -20,6 +21,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import paramiko
 
@@ -199,12 +201,9 @@ def _render(text: str, node: Node, root: Path) -> str:
     if "{{" not in text and "{%" not in text:
         return text
     import jinja2
-    from jinja2.sandbox import SandboxedEnvironment
 
-    env = SandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False)
-    env.filters["quote"] = lambda v: shlex.quote(str(v))
     try:
-        return env.from_string(text).render(
+        return _template(text).render(
             inventory_dir=str(root), inventory_hostname=node.name, ansible_host=node.address,
             ansible_user=node.user, ansible_port=node.port,
         )
@@ -213,6 +212,17 @@ def _render(text: str, node: Node, root: Path) -> str:
             f"{node.name}: cannot follow the ssh connection variable {text!r}: {exc}",
             hint="macfleet templates only inventory_dir, inventory_hostname, ansible_host/user/port and `| quote`",
         ) from None
+
+
+@functools.lru_cache(maxsize=64)
+def _template(text: str) -> Any:
+    """Compiled once per text: every node of a mesh usually shares the same group-level arguments."""
+    import jinja2
+    from jinja2.sandbox import SandboxedEnvironment
+
+    env = SandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False)
+    env.filters["quote"] = lambda v: shlex.quote(str(v))
+    return env.from_string(text)
 
 
 def _words(text: str, node: str) -> list[str]:
