@@ -99,7 +99,7 @@ class SshTarget:
         keys += args.key_files
         if not keys and ssh.private_key_file:
             keys.append(fleet.path(ssh.private_key_file))  # type: ignore[arg-type]
-        keys += [Path(k).expanduser() for k in cfg.get("identityfile", [])]
+        keys += _config_keys(cfg)
         if args.known_hosts:
             known = args.known_hosts
         elif cfg.get("userknownhostsfile"):
@@ -258,6 +258,11 @@ def _read_config(path: Path | None, node: str) -> paramiko.SSHConfig | None:
         raise UsageError(f"{node}: cannot read ssh config file {path}: {exc}") from None
 
 
+def _config_keys(cfg: dict) -> list[Path]:
+    """IdentityFile lines of the ssh config file; like ssh, skip those that do not exist (a `Host *` default)."""
+    return [p for k in cfg.get("identityfile", []) if (p := Path(k).expanduser()).exists()]
+
+
 def _config_files(value: str) -> list[Path]:
     """paramiko.SSHConfig gives UserKnownHostsFile with its quotes already removed: one path with spaces, or
     several paths separated by spaces."""
@@ -286,7 +291,7 @@ def _hops(text: str, config: paramiko.SSHConfig | None, node: str) -> tuple[Hop,
             host=cfg.get("hostname", host),
             port=_int(port, node) or _int(cfg.get("port"), node) or 22,
             user=user or cfg.get("user"),
-            key_files=tuple(Path(k).expanduser() for k in cfg.get("identityfile", [])),
+            key_files=tuple(_config_keys(cfg)),
             known_hosts=tuple(_config_files(cfg.get("userknownhostsfile", ""))),
         ))
     return tuple(hops)
