@@ -68,9 +68,17 @@ def bench_size(size: str, repeat: int, workdir: Path) -> dict:
 
         check_in = _median_s(in_process, repeat)
         cli_codes: list[int] = []
+        cli_problems: list[str] = []
 
         def cli() -> None:
-            cli_codes.append(_run(["topology", "check", "-i", str(inv), "--json"], workdir).returncode)
+            p = _run(["topology", "check", "-i", str(inv), "--json"], workdir)
+            cli_codes.append(p.returncode)
+            if p.returncode != 0:  # say why, so a regression can be told from a loaded controller
+                try:
+                    found = json.loads(p.stdout).get("findings", [])
+                    cli_problems.extend(f"{f.get('code')}: {f.get('message', '')[:200]}" for f in found)
+                except ValueError:
+                    cli_problems.append((p.stderr or p.stdout).strip()[-200:])
 
         check_cli = _median_s(cli, repeat)
         return {
@@ -84,6 +92,7 @@ def bench_size(size: str, repeat: int, workdir: Path) -> dict:
             "ratio_cli_to_ssh_true": round(check_cli / ssh_true, 2),
             "findings": findings[-1],
             "cli_exit_codes": sorted(set(cli_codes)),
+            "cli_problems": cli_problems[:5],
         }
     finally:
         _run(["lab", "down", "--name", name], workdir)
