@@ -52,7 +52,9 @@ def start(tmp: Path, nodes: tuple[str, ...] = ("node-1",)) -> LocalSshd:
     config.write_text(
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {tmp / 'host_key'}\nPidFile {tmp / 'sshd.pid'}\n"
         f"AuthorizedKeysFile {tmp / 'authorized_keys'}\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-        "PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nMaxSessions 30\nMaxStartups 100\n"
+        "PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\n"
+        # macOS's limits (OpenSSH's defaults): 10 channels per connection, 10 unauthenticated connections.
+        "MaxSessions 10\nMaxStartups 10:30:100\nAllowTcpForwarding yes\n"
         "AcceptEnv LANG LC_*\nSubsystem sftp internal-sftp\n"
     )
     Path("/run/sshd").mkdir(exist_ok=True)
@@ -83,8 +85,9 @@ def start(tmp: Path, nodes: tuple[str, ...] = ("node-1",)) -> LocalSshd:
     )
     (inv / "group_vars" / "all" / "ansible.yml").write_text(
         'ansible_ssh_private_key_file: "{{ inventory_dir }}/id_ed25519"\n'
-        'ansible_ssh_common_args: "-o UserKnownHostsFile={{ inventory_dir }}/known_hosts'
-        ' -o StrictHostKeyChecking=yes"\n'
+        "ansible_ssh_common_args: >-\n"
+        "  -o {{ ('UserKnownHostsFile=\"' ~ inventory_dir ~ '/known_hosts\"') | quote }}\n"
+        "  -o StrictHostKeyChecking=yes\n"
         "ansible_python_interpreter: /usr/bin/python3\n"
     )
     return LocalSshd(port=port, inventory=inv, process=process, host_key_pub=" ".join(pub[:2]))

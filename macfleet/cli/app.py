@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
+import threading
 import traceback
 from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
 from pydantic import ValidationError
+from rich.text import Text
 
 from macfleet import __version__
 from macfleet.errors import EXIT_CANCELLED, EXIT_PROBLEMS, MacfleetError, NotBuiltYet, UsageError
@@ -102,6 +105,21 @@ def _validation_error(exc: ValidationError) -> UsageError:
     return UsageError("invalid input: " + "; ".join(lines))
 
 
+def _interrupt_in(exc: BaseException) -> KeyboardInterrupt | None:
+    seen: BaseException | None = exc
+    while seen is not None and not isinstance(seen, KeyboardInterrupt):
+        seen = seen.__cause__ or seen.__context__
+    return seen
+
+
+def _cancelled(interrupt: KeyboardInterrupt, *, console: bool) -> None:
+    """One line saying what was done (when the cancelled step said), then exit 130 without waiting."""
+    if console and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while exiting: no traceback
+    output.info(Text(f"cancelled: {interrupt}" if str(interrupt) else "cancelled"))
+    sys.exit(EXIT_CANCELLED)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point. Only here do exceptions become exit codes (docs/cli.md)."""
     output.mode.json = False
@@ -112,10 +130,13 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(output.fail(exc))
     except ValidationError as exc:
         sys.exit(output.fail(_validation_error(exc)))
-    except KeyboardInterrupt:
-        output.info("cancelled")
-        sys.exit(EXIT_CANCELLED)
-    except SystemExit:
+    except KeyboardInterrupt as exc:
+        _cancelled(exc, console=argv is None)
+    except SystemExit as exc:
+        # typer turns Ctrl-C into exit 130; the KeyboardInterrupt, with what was done, is in the chain.
+        interrupt = _interrupt_in(exc) if exc.code == EXIT_CANCELLED else None
+        if interrupt is not None:
+            _cancelled(interrupt, console=argv is None)
         raise
     except Exception as exc:
         sys.exit(_report_crash(exc))

@@ -375,7 +375,8 @@ def _read_node(
         labels = {}
     if len(problems) > before:
         return None
-    return Node(name=name, mesh=mesh, address=address, user=user, port=port, model=model, port_labels=labels)
+    return Node(name=name, mesh=mesh, address=address, user=user, port=raw.get("ansible_port"), model=model,
+                port_labels=labels)
 
 
 def _read_hosts(src: _Source, root: Path, problems: list[Problem]) -> list[tuple[str, list[Node], dict]]:
@@ -516,6 +517,7 @@ def load_inventory(root: Path) -> Fleet:
                     f"at most {MAX_MESH_NODES} in one Thunderbolt mesh",
                 )
             )
+        nodes = [_with_connection_vars(n, [*all_sources, *mesh_sources], hosts_src, root, problems) for n in nodes]
         for node in nodes:
             spec = model_spec(node.model)
             if node.model and spec is None and not re.match(r"^Mac\d+,\d+$", node.model):
@@ -538,6 +540,53 @@ def load_inventory(root: Path) -> Fleet:
         raise InventoryError(problems)
     assert fleet_settings is not None
     return Fleet(root=root.resolve(), meshes=tuple(meshes), settings=fleet_settings)
+
+
+# Ansible's connection variables, at any level; macfleet's own SSH reads them to log in as Ansible does.
+CONNECTION_VARS = {
+    "ansible_user": "user",
+    "ansible_port": "port",
+    "ansible_private_key_file": "key_file",
+    "ansible_ssh_private_key_file": "key_file",  # listed last: Ansible prefers it over the one above
+    "ansible_ssh_common_args": "ssh_common_args",
+    "ansible_ssh_extra_args": "ssh_extra_args",
+}
+
+
+def _with_connection_vars(
+    node: Node, groups: list[_Source], hosts_src: _Source | None, root: Path, problems: list[Problem]
+) -> Node:
+    """The node's connection variables as Ansible resolves them: host_vars/<node> over the host's own entry in
+    hosts.yml over its mesh's group_vars over group_vars/all (later sources here win)."""
+    host_files = [s for p in _vars_files(root, "host_vars", node.name) if (s := _read_yaml(p, root, problems))]
+    host_entry = None
+    if hosts_src is not None:
+        entry = hosts_src.data["macfleet"]["children"][node.mesh]["hosts"][node.name]
+        host_entry = _Source(hosts_src.path, entry if isinstance(entry, dict) else {})
+    update: dict[str, Any] = {}
+    for src in [*groups, *([host_entry] if host_entry else []), *host_files]:
+        if not isinstance(src.data, dict):
+            continue
+        for var, field in CONNECTION_VARS.items():
+            if var not in src.data:
+                continue
+            value = src.data[var]
+            expected = _connection_value_expected(field, value)
+            if expected is not None:
+                problems.append(Problem(_display(src.path, root), var, _type_name(value), expected, src.line(var)))
+                continue
+            update[field] = value
+    return node.model_copy(update=update) if update else node
+
+
+def _connection_value_expected(field: str, value: Any) -> str | None:
+    """None when `value` is a sane value for that connection field, else what was expected."""
+    if field == "user":
+        return None if isinstance(value, str) and USER_NAME.match(value) else "a user name"
+    if field == "port":
+        good = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535
+        return None if good else "a port number 1-65535"
+    return None if isinstance(value, str) and "\n" not in value and len(value) <= 4096 else "one line of text"
 
 
 def _check_pools(meshes: list[Mesh], pool_origin: dict[str, str], problems: list[Problem]) -> None:

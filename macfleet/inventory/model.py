@@ -240,7 +240,11 @@ class Node(BaseModel):
     mesh: str
     address: str  # ansible_host
     user: str | None = None  # ansible_user
-    port: int = 22  # ansible_port
+    port: int | None = None  # ansible_port; None = what ssh would use (~/.ssh/config, else 22)
+    # How Ansible logs in, read so macfleet's own connections log in the same way (collect/ssh.py):
+    key_file: str | None = None  # ansible_ssh_private_key_file (or ansible_private_key_file), as written
+    ssh_common_args: str | None = None  # ansible_ssh_common_args, as written
+    ssh_extra_args: str | None = None  # ansible_ssh_extra_args, as written
     model: str | None = None  # macfleet_model: a model identifier such as "Mac15,14", or a catalogue slug
     port_labels: dict[int, str] = Field(default_factory=dict)  # macfleet_port_labels: receptacle -> label
 

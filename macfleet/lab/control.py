@@ -159,6 +159,9 @@ def _keygen(path: Path, comment: str) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+# As macOS ships sshd: OpenSSH's defaults (MaxSessions 10 channels per connection, MaxStartups 10:30:100
+# unauthenticated connections, TCP forwarding allowed, so a node can be a jump host) plus macOS's
+# sshd_config.d/100-macos.conf (AcceptEnv LANG LC_*). Unlike macOS, only key logins are allowed.
 SSHD_CONFIG = """\
 # sshd of simulated Mac {node} (macfleet lab {lab})
 Port 22
@@ -175,8 +178,12 @@ AllowUsers {user}
 StrictModes yes
 UseDNS no
 PrintMotd no
-MaxStartups 100:30:200
-MaxSessions 100
+MaxStartups 10:30:100
+MaxSessions 10
+MaxAuthTries 6
+LoginGraceTime 120
+AllowTcpForwarding yes
+AcceptEnv LANG LC_*
 LogLevel ERROR
 Subsystem sftp internal-sftp
 """
@@ -271,8 +278,10 @@ def _write_inventory(lab: dict, inv: Path, key: Path, known_hosts: str) -> None:
     (gv / "ansible.yml").write_text(
         "# Written by `macfleet lab up`: strict host keys, the lab's client key, Debian's python on the nodes.\n"
         'ansible_ssh_private_key_file: "{{ inventory_dir }}/id_ed25519"\n'
-        'ansible_ssh_common_args: "-o UserKnownHostsFile={{ inventory_dir }}/known_hosts '
-        '-o StrictHostKeyChecking=yes"\n'
+        # The path is quoted twice: for ssh's option parser, then for the shell-like split Ansible makes.
+        "ansible_ssh_common_args: >-\n"
+        "  -o {{ ('UserKnownHostsFile=\"' ~ inventory_dir ~ '/known_hosts\"') | quote }}\n"
+        "  -o StrictHostKeyChecking=yes\n"
         "ansible_python_interpreter: /usr/bin/python3\n"
         "ansible_become_method: sudo\n"
     )
