@@ -144,3 +144,19 @@ def test_exit_code_precedence(codes: list[int], expected: int) -> None:
     from macfleet.errors import most_severe_exit
 
     assert most_severe_exit(codes) == expected
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("inventory", "check", "--bogus", "--json"),  # unknown option
+        ("facts", "parse", "--json"),  # missing argument
+        ("topology", "plan", "--nodes", "many", "--json"),  # a value of the wrong type
+    ],
+)
+def test_json_usage_errors_are_the_json_error_object(cli, argv: tuple[str, ...]) -> None:
+    result = cli(*argv)
+    assert result.exit_code == 2
+    error = json.loads(result.stdout)["error"]
+    assert error["code"] == "usage" and error["message"]
+    assert "╭" not in result.stderr  # one plain line, not click's box

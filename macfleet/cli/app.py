@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import traceback
 from datetime import UTC, datetime
@@ -10,9 +11,10 @@ from typing import Annotated
 
 import typer
 from pydantic import ValidationError
+from typer.exceptions import TyperException
 
 from macfleet import __version__
-from macfleet.errors import EXIT_CANCELLED, EXIT_PROBLEMS, MacfleetError, NotBuiltYet, UsageError
+from macfleet.errors import EXIT_CANCELLED, EXIT_PROBLEMS, EXIT_USAGE, MacfleetError, NotBuiltYet, UsageError
 from macfleet.paths import state_dir
 from macfleet.render import output
 
@@ -82,7 +84,6 @@ for _name, _module, _help in GROUPS:
         app.add_typer(_group, name=_name)
 
 
-
 def _report_crash(exc: BaseException) -> int:
     path = state_dir() / "last-error.log"
     try:
@@ -102,20 +103,46 @@ def _validation_error(exc: ValidationError) -> UsageError:
     return UsageError("invalid input: " + "; ".join(lines))
 
 
+def _json_requested(argv: list[str]) -> bool:
+    """Whether --json was asked for, read before click parses anything (a usage error stops the parse before
+    the option's own callback runs)."""
+    words = argv[: argv.index("--")] if "--" in argv else argv
+    env = os.environ.get("MACFLEET_JSON", "").strip().lower()
+    return "--json" in words or env in ("1", "true", "yes", "on")
+
+
+def _click_error(exc: TyperException) -> int:
+    """A usage error found by click (unknown option, missing argument, bad value): with --json, the JSON
+    error object on stdout like every other error; else click's own message."""
+    if not output.mode.json:
+        from typer import rich_utils
+
+        rich_utils.rich_format_error(exc)
+        return int(getattr(exc, "exit_code", EXIT_USAGE))
+    ctx = getattr(exc, "ctx", None)
+    where = ctx.command_path if ctx is not None else "macfleet"
+    message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    return output.fail(UsageError(message or "no command given", hint=f"see `{where} --help`"))
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point. Only here do exceptions become exit codes (docs/cli.md)."""
-    output.mode.json = False
+    args = list(sys.argv[1:] if argv is None else argv)
+    output.mode.json = _json_requested(args)
     output.mode.verbose = 0
     try:
-        app(args=argv, prog_name="macfleet", standalone_mode=True)
+        code = app(args=args, prog_name="macfleet", standalone_mode=False)
     except MacfleetError as exc:
         sys.exit(output.fail(exc))
     except ValidationError as exc:
         sys.exit(output.fail(_validation_error(exc)))
-    except KeyboardInterrupt:
+    except TyperException as exc:
+        sys.exit(_click_error(exc))
+    except (KeyboardInterrupt, typer.Abort):
         output.info("cancelled")
         sys.exit(EXIT_CANCELLED)
     except SystemExit:
         raise
     except Exception as exc:
         sys.exit(_report_crash(exc))
+    sys.exit(code if isinstance(code, int) else 0)
