@@ -33,6 +33,7 @@ from macfleet.render import output
 from macfleet.render.facts import render_links
 from macfleet.render.output import console, emit, info, verbose
 from macfleet.render.svg import svg_from_plan, svg_from_report
+from macfleet.render.text import markup, text
 from macfleet.render.topology import format_event, render_apply, render_check, render_ipplan, render_plan
 
 app = typer.Typer(no_args_is_help=True, help="Cabling check, cabling plan and picture, IP plan.")
@@ -229,7 +230,7 @@ def watch_cmd(
                 console.print(format_event(WatchEvent(sign="!", text=f"{node} unreachable: {why}")))
         missing = still_missing(report)
         if missing != last_missing and missing:
-            console.print(f"  still missing ({len(missing)}): " + "; ".join(missing))
+            console.print(text(f"  still missing ({len(missing)}): " + "; ".join(missing)))
         last_missing, previous = missing, report
         if report.clean:
             console.print(f"mesh {m.name} complete: {len(report.links)} cables, all at 80 Gb/s on RDMA ports")
@@ -249,7 +250,7 @@ def ipplan_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, json_output
     live = plan_live(fleet, meshes)
     plan, facts, gathered = live.plan, live.facts, live.gathered
     for f in find_collisions(plan, facts, {n.name: n.address for m in meshes for n in m.nodes}):
-        info(f"[red]collision:[/red] {f.message}")
+        info(f"[red]collision:[/red] {markup(f.message)}")
     emit(plan.json_payload(), human=lambda _: render_ipplan(plan), exit_code=3 if gathered.unreachable else 0)
 
 
@@ -267,14 +268,14 @@ def apply_cmd(
     meshes = _meshes(fleet, mesh)
     prepared = prepare_apply(fleet, meshes)
     for mesh_name, n in prepared.uncabled.items():
-        info(f"[yellow]note:[/yellow] {n} pair(s) of mesh {mesh_name} have no cable yet; "
+        info(f"[yellow]note:[/yellow] {n} pair(s) of mesh {markup(mesh_name)} have no cable yet; "
              "their addresses are applied once cabled (see `macfleet topology check`)")
     nodes, diffs = prepared.nodes, prepared.diffs
 
     def progress(e: ProgressEvent) -> None:
         if e.status in ("changed", "failed", "unreachable") or output.mode.verbose:
             style = {"changed": "yellow", "failed": "red", "unreachable": "red"}.get(e.status, "dim")
-            info(f"[{style}]{e.host}: {e.status}: {e.task}[/{style}]")
+            info(f"[{style}]{markup(f'{e.host}: {e.status}: {e.task}')}[/{style}]")
 
     result = run_playbook(PlaybookRun(playbook="network", inventory=inv, limit=tuple(nodes), check=check,
                                       diff=check), on_event=progress, raise_on_failure=False)

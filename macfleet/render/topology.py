@@ -10,6 +10,7 @@ from rich.text import Text
 
 from macfleet.judge.ipplan import IpPlan
 from macfleet.judge.topology import CablingPlan, TopologyReport, WatchEvent
+from macfleet.render.text import plain, text
 
 STATE_STYLES = {
     "ok": "green",
@@ -28,10 +29,10 @@ def _speed(v: float | None) -> str:
 
 
 def render_matrix(report: TopologyReport) -> Table:
-    t = Table(title=f"mesh {report.mesh}: cables (my port↔their port, Gb/s)", show_lines=True)
+    t = Table(title=text(f"mesh {report.mesh}: cables (my port↔their port, Gb/s)"), show_lines=True)
     t.add_column("")
     for n in report.nodes:
-        t.add_column(n, justify="center")
+        t.add_column(text(n), justify="center")
     missing = {frozenset((m.a, m.b)) for m in report.missing}
     half = {}
     for h in report.half_links:
@@ -62,7 +63,7 @@ def render_matrix(report: TopologyReport) -> Table:
             if not parts and key in missing:
                 parts.append("missing", style=STATE_STYLES["missing"])
             cells.append(parts if parts else Text("?", style="dim"))
-        t.add_row(Text(row, style="bold"), *cells)
+        t.add_row(text(row, style="bold"), *cells)
     return t
 
 
@@ -75,9 +76,9 @@ def render_findings(findings: list[Any]) -> RenderableType:
         style = "red" if f.severity == "error" else "yellow"
         lines.append(f"{f.severity:<7} ", style=f"bold {style}")
         lines.append(f"[{f.code}] ", style=style)
-        lines.append(f"{f.message}\n")
+        lines.append(f"{plain(f.message)}\n")
         lines.append("        fix: ", style="bold")
-        lines.append(f"{f.fix}\n")
+        lines.append(f"{plain(f.fix)}\n")
     return lines
 
 
@@ -87,13 +88,14 @@ def render_check(report: TopologyReport) -> RenderableType:
 
 def render_plan(plan: CablingPlan) -> RenderableType:
     if not plan.feasible:
-        return Group(*(Text(f"cannot cable this mesh: {p}", style="bold red") for p in plan.problems))
+        return Group(*(text(f"cannot cable this mesh: {p}", style="bold red") for p in plan.problems))
     t = Table(title=f"Cabling plan: {len(plan.nodes)} Macs, {len(plan.cables)} Thunderbolt 5 cables")
     for col in ("#", "from", "port", "where", "into", "port", "where"):
         t.add_column(col)
     for i, c in enumerate(plan.cables, 1):
-        t.add_row(str(i), c.a.node, str(c.a.receptacle) + (f" ({c.a.label})" if c.a.label else ""), c.a.where or "",
-                  c.b.node, str(c.b.receptacle) + (f" ({c.b.label})" if c.b.label else ""), c.b.where or "")
+        t.add_row(*map(text, (str(i), c.a.node, str(c.a.receptacle) + (f" ({c.a.label})" if c.a.label else ""),
+                              c.a.where or "", c.b.node, str(c.b.receptacle) + (f" ({c.b.label})" if c.b.label else ""),
+                              c.b.where or "")))
     unused: dict[tuple[str, int, str], list[str]] = {}
     for n in plan.nodes:
         for r, where in n.not_rdma.items():
@@ -101,7 +103,7 @@ def render_plan(plan: CablingPlan) -> RenderableType:
     note = Text("Use only Thunderbolt 5 cables (80 Gb/s), Mac to Mac, no hub or dock in between.", style="dim")
     parts: list[RenderableType] = [t, note]
     for (marketing, r, where), names in unused.items():
-        parts.append(Text(f"Leave port {r} ({where}) empty on {', '.join(names)} ({marketing}): it cannot do RDMA.",
+        parts.append(text(f"Leave port {r} ({where}) empty on {', '.join(names)} ({marketing}): it cannot do RDMA.",
                           style="dim"))
     return Group(*parts)
 
@@ -111,13 +113,15 @@ def render_ipplan(plan: IpPlan) -> RenderableType:
     for col in ("subnet", "node", "port", "address", "node", "port", "address"):
         t.add_column(col, no_wrap=True)  # addresses are copied by hand: never cut one
     for lk in plan.links:
-        t.add_row(lk.subnet, lk.a.node, lk.a.port or Text("no cable", style="dim"), lk.a.address,
-                  lk.b.node, lk.b.port or Text("no cable", style="dim"), lk.b.address)
+        t.add_row(text(lk.subnet), text(lk.a.node), text(lk.a.port) if lk.a.port else Text("no cable", style="dim"),
+                  text(lk.a.address), text(lk.b.node),
+                  text(lk.b.port) if lk.b.port else Text("no cable", style="dim"), text(lk.b.address))
     parts: list[RenderableType] = [t]
     if plan.drift:
         d = Text("Drift (live addresses differ from the plan):\n", style="bold yellow")
         for x in plan.drift:
-            d.append(f"  {x.node} {x.port}: has {', '.join(x.found) or 'no IPv4 address'}, plan says {x.expected}\n")
+            found = ", ".join(x.found) or "no IPv4 address"
+            d.append(plain(f"  {x.node} {x.port}: has {found}, plan says {x.expected}\n"))
         parts.append(d)
     else:
         parts.append(Text("No drift: every cabled port carries its planned address.", style="green"))
@@ -130,16 +134,16 @@ def render_apply(result: dict[str, Any], check: bool) -> RenderableType:
     t.add_column("changed", justify="right")
     t.add_column("failed")
     for node, r in result["nodes"].items():
-        t.add_row(node, str(r["changed"]), Text("yes", style="red") if r["failed"] else "no")
+        t.add_row(text(node), str(r["changed"]), Text("yes", style="red") if r["failed"] else "no")
     detail = result.get("changes") or {}
     lines = Text()
     for node, tasks in detail.items():
         for task in tasks:
-            lines.append(f"  {node}: {task}\n", style="yellow" if check else "")
+            lines.append(plain(f"  {node}: {task}\n"), style="yellow" if check else "")
     return Group(t, lines) if lines else t
 
 
 def format_event(e: WatchEvent) -> Text:
     style = {"+": "green", "-": "red", "!": "yellow"}.get(e.sign, "")
     sign = {"-": "−"}.get(e.sign, e.sign)
-    return Text(f"{sign} {e.text}", style=style)
+    return text(f"{sign} {e.text}", style=style)
