@@ -242,3 +242,57 @@ def test_fuzz_raw_text(tmp_path_factory: pytest.TempPathFactory, text: str) -> N
         load_inventory(inv)
     except InventoryError as exc:
         assert exc.problems
+
+
+# ------------------------------------------------------------------------------------ bounded input
+
+
+def _alias_bomb(levels: int = 9) -> str:
+    out = 'x0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
+    for i in range(1, levels + 1):
+        out += f"x{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]\n"
+    return out
+
+
+def test_alias_bomb_is_refused_at_once(example_inventory: Path) -> None:
+    """9^10 values once expanded: before, 30-50 s and gigabytes, then a MemoryError traceback. Run as the
+    user would, in a child with 1 GB of address space and a deadline, so the old behaviour fails the test
+    instead of taking the machine down."""
+    import resource
+    import subprocess
+    import sys
+
+    hosts = example_inventory / HOSTS
+    text = hosts.read_text().replace('macfleet_model: "Mac15,14"  ', "macfleet_model: *a9  ", 1)
+    hosts.write_text("anchors:\n" + "".join(f"  {line}\n" for line in _alias_bomb().splitlines()) + text)
+
+    def limit_memory() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    result = subprocess.run(
+        [sys.executable, "-m", "macfleet", "inventory", "check", "-i", str(example_inventory)],
+        capture_output=True, text=True, timeout=60, preexec_fn=limit_memory,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "inv/hosts.yml:" in result.stderr and "alias" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "found"),
+    [
+        ("macfleet_exo:\n  version: " + "v" * 10_000 + "\n", "a value of 10000 characters"),
+        ("macfleet_exo:\n  env: " + "[" * 100 + "]" * 100 + "\n", "nested more than 64 deep"),
+    ],
+    ids=["long-value", "deep-nesting"],
+)
+def test_long_values_and_deep_nesting_are_refused(example_inventory: Path, yaml_text: str, found: str) -> None:
+    (example_inventory / "group_vars/all/zz.yml").write_text(yaml_text)
+    (problem,) = _problems(example_inventory)
+    assert problem.startswith("inv/group_vars/all/zz.yml:2") and found in problem
+
+
+def test_oversized_file_is_refused(example_inventory: Path) -> None:
+    (example_inventory / "group_vars/all/zz.yml").write_text("# padding\n" * 200_000)
+    (problem,) = _problems(example_inventory)
+    assert "over 1048576 bytes" in problem

@@ -134,15 +134,79 @@ def _display(path: Path, root: Path) -> str:
         return str(path)
 
 
-def _read_yaml(path: Path, root: Path, problems: list[Problem]) -> _Source | None:
-    shown = _display(path, root)
+# Bounds on what one inventory file may hold. A hand-written inventory is a few kB; these only stop a file
+# that would take minutes and gigabytes to expand (a YAML alias bomb) or a value no setting needs.
+MAX_FILE_BYTES = 1 << 20
+MAX_EXPANDED_VALUES = 100_000  # values after every alias is expanded
+MAX_ALIASES = 1_000  # alias uses (`*name`) per file
+MAX_DEPTH = 64  # nesting of mappings and lists
+MAX_VALUE_CHARS = 8_192  # one key or scalar value
+
+
+def _check_bounds(root_node: yaml.Node | None) -> tuple[str, int] | None:
+    """Walk the composed YAML graph (aliases not yet expanded) as construction would; (what, line) of the
+    first bound exceeded, else None."""
+    if root_node is None:
+        return None
+    seen: set[int] = set()
+    aliases = expanded = 0
+    stack: list[tuple[yaml.Node, int]] = [(root_node, 1)]
+    while stack:
+        node, depth = stack.pop()
+        line = node.start_mark.line + 1
+        expanded += 1
+        if id(node) in seen:
+            aliases += 1
+        seen.add(id(node))
+        if expanded > MAX_EXPANDED_VALUES:
+            return f"aliases that expand to more than {MAX_EXPANDED_VALUES} values", line
+        if aliases > MAX_ALIASES:
+            return f"more than {MAX_ALIASES} alias uses", line
+        if depth > MAX_DEPTH:
+            return f"values nested more than {MAX_DEPTH} deep", line
+        if isinstance(node, yaml.ScalarNode):
+            if len(node.value) > MAX_VALUE_CHARS:
+                return f"a value of {len(node.value)} characters (at most {MAX_VALUE_CHARS})", line
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((child, depth + 1) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                stack.extend(((key, depth + 1), (value, depth + 1)))
+    return None
+
+
+def _read_text(path: Path, shown: str, problems: list[Problem]) -> str | None:
+    """The file as UTF-8 text, read with a size limit (a FIFO or a device file never blocks us for long)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         problems.append(Problem(shown, "", f"an unreadable file ({exc})", "a readable UTF-8 YAML file"))
         return None
+    if len(data) > MAX_FILE_BYTES:
+        problems.append(Problem(shown, "", f"a file over {MAX_FILE_BYTES} bytes", "an inventory file of at most 1 MiB"))
+        return None
+    return text
+
+
+def _read_yaml(path: Path, root: Path, problems: list[Problem]) -> _Source | None:
+    shown = _display(path, root)
+    text = _read_text(path, shown, problems)
+    if text is None:
+        return None
     try:
-        data = yaml.load(text, Loader=_Loader)
+        loader = _Loader(text)
+        try:
+            node = loader.get_single_node()
+            exceeded = _check_bounds(node)
+            if exceeded is not None:
+                what, line = exceeded
+                problems.append(Problem(shown, "", what, "a plain inventory (few aliases, short values)", line))
+                return None
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
     except _DuplicateKey as dup:
         problems.append(
             Problem(
@@ -156,6 +220,9 @@ def _read_yaml(path: Path, root: Path, problems: list[Problem]) -> _Source | Non
         problems.append(
             Problem(shown, "", f"a YAML syntax error ({what})", "valid YAML", mark.line + 1 if mark else None)
         )
+        return None
+    except RecursionError:
+        problems.append(Problem(shown, "", "values nested too deep to read", "a plain inventory"))
         return None
     return _Source(path, LineDict() if data is None else data)
 
