@@ -60,6 +60,7 @@ def test_inventory_check_json(cli) -> None:
         "inventory": str(EXAMPLE_INVENTORY),
         "ok": True,
         "meshes": {"mesh1": ["studio-1", "studio-2", "studio-3", "studio-4"]},
+        "warnings": [],
     }
 
 
@@ -160,3 +161,14 @@ def test_json_usage_errors_are_the_json_error_object(cli, argv: tuple[str, ...])
     error = json.loads(result.stdout)["error"]
     assert error["code"] == "usage" and error["message"]
     assert "╭" not in result.stderr  # one plain line, not click's box
+
+
+def test_inventory_check_warns_about_a_proxycommand(cli, example_inventory) -> None:
+    hosts = example_inventory / "hosts.yml"
+    extra = "          ansible_ssh_extra_args: -o ProxyCommand=x\n"
+    hosts.write_text(hosts.read_text().replace("          ansible_user: admin\n", "          ansible_user: admin\n" + extra, 1))
+    result = cli("inventory", "check", "-i", str(example_inventory), "--json")
+    assert result.exit_code == 0, result.stderr
+    assert "warning: inv/hosts.yml:18" in result.stderr and "ProxyCommand" in result.stderr
+    (warning,) = json.loads(result.stdout)["warnings"]
+    assert (warning["file"], warning["line"]) == ("inv/hosts.yml", 18)

@@ -296,3 +296,75 @@ def test_oversized_file_is_refused(example_inventory: Path) -> None:
     (example_inventory / "group_vars/all/zz.yml").write_text("# padding\n" * 200_000)
     (problem,) = _problems(example_inventory)
     assert "over 1048576 bytes" in problem
+
+
+# ------------------------------------------------------------------------- what Ansible would refuse
+
+
+def test_mesh_vars_that_are_not_a_mapping_are_refused(example_inventory: Path) -> None:
+    _edit(example_inventory / HOSTS, "    mesh1:\n", '    mesh1:\n      vars: "str"\n')
+    assert _problems(example_inventory) == [
+        "inv/hosts.yml:7 macfleet.children.mesh1.vars: found 'str', expected a mapping (Ansible refuses anything "
+        "else here)"
+    ]
+
+
+def test_two_hosts_at_one_address_are_refused(example_inventory: Path) -> None:
+    _edit(example_inventory / HOSTS, "studio-3.cluster.example.com", "Studio-1.cluster.example.com")
+    (problem,) = _problems(example_inventory)
+    assert problem.startswith("inv/hosts.yml:20 macfleet.children.mesh1.hosts.studio-3.ansible_host: found ")
+    assert "already the address of `studio-1`" in problem
+
+
+@pytest.mark.parametrize(
+    "pool", ["0.0.0.0/0", "127.0.0.0/8", "169.254.0.0/16", "100.64.0.0/16", "8.8.0.0/16", "224.0.0.0/8",
+             "198.18.0.0/16", "10.0.0.0/7"],
+)
+def test_a_pool_outside_the_private_ranges_is_refused(example_inventory: Path, pool: str) -> None:
+    _edit(example_inventory / SETTINGS, "pool: 10.213.0.0/16", f"pool: {pool}")
+    (problem,) = _problems(example_inventory)
+    assert problem.startswith(f"inv/group_vars/all/macfleet.yml:7 macfleet_ipplan.pool: found '{pool}', expected a "
+                              "private range")
+
+
+@pytest.mark.parametrize("pool", ["10.0.0.0/8", "172.16.0.0/12", "192.168.64.0/20"])
+def test_private_pools_are_accepted(example_inventory: Path, pool: str) -> None:
+    _edit(example_inventory / SETTINGS, "pool: 10.213.0.0/16", f"pool: {pool}")
+    assert str(load_inventory(example_inventory).settings.ipplan.pool) == pool
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ("  gather_deadline_s: 60", "  gather_deadline_s: .inf", "macfleet_probes.gather_deadline_s: found inf"),
+        ("  interval_s: 30", "  interval_s: .nan", "macfleet_probes.interval_s: found nan"),
+        ("  connect_timeout_s: 10", "  connect_timeout_s: 1e12",
+         "connect_timeout_s: found '1e12', expected less than or equal to 600"),
+    ],
+    ids=["inf", "nan", "huge"],
+)
+def test_numbers_are_finite_and_sane(example_inventory: Path, old: str, new: str, expected: str) -> None:
+    _edit(example_inventory / SETTINGS, old, new)
+    (problem,) = _problems(example_inventory)
+    assert expected in problem
+
+
+# --------------------------------------------------------------- ssh options that run a local command
+
+
+def test_proxycommand_and_localcommand_are_warned_about_with_file_and_line(example_inventory: Path) -> None:
+    _edit(example_inventory / HOSTS, "          ansible_user: admin\n",
+          "          ansible_user: admin\n          ansible_ssh_extra_args: -o ProxyCommand='nc %h %p'\n")
+    hv = example_inventory / "host_vars" / "studio-2"
+    hv.mkdir(parents=True)
+    (hv / "ssh.yml").write_text("# hand-written\nansible_ssh_common_args: -oPermitLocalCommand=yes -oLocalCommand=id\n")
+    fleet = load_inventory(example_inventory)
+    assert [str(w) for w in fleet.warnings] == [
+        "inv/host_vars/studio-2/ssh.yml:2 ansible_ssh_common_args: found the ssh option PermitLocalCommand, which runs "
+        "a command on this machine at every connection, expected ProxyJump for a jump host, unless you wrote this "
+        "command yourself",
+        "inv/hosts.yml:18 macfleet.children.mesh1.hosts.studio-2.ansible_ssh_extra_args: found the ssh option "
+        "ProxyCommand, which runs a command on this machine at every connection, expected ProxyJump for a jump "
+        "host, unless you wrote this command yourself",
+    ]
+    assert load_inventory(EXAMPLE_INVENTORY).warnings == ()

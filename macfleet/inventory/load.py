@@ -303,7 +303,7 @@ def _build_settings(
             else:
                 found, expected = (
                     _type_name(err.get("input")),
-                    err["msg"].replace("Input should be", "").strip() or err["msg"],
+                    err["msg"].replace("Input should be", "").removeprefix("Value error,").strip() or err["msg"],
                 )
             problems.append(Problem(file, key_path, found, expected, line))
         return None
@@ -518,6 +518,93 @@ def _read_hosts(src: _Source, root: Path, problems: list[Problem]) -> list[tuple
     return meshes
 
 
+def _check_group_shapes(src: _Source, root: Path, problems: list[Problem]) -> None:
+    """`vars` and `children` of the macfleet group and of each mesh are mappings (or empty), as Ansible
+    requires: a string there is ignored by us and refused by ansible-playbook, so refuse it first."""
+    top = src.data.get("macfleet") if isinstance(src.data, dict) else None
+    if not isinstance(top, dict):
+        return
+    groups: list[tuple[list[Any], dict]] = [(["macfleet"], top)]
+    children = top.get("children")
+    if isinstance(children, dict):
+        groups += [(["macfleet", "children", n], g) for n, g in children.items() if isinstance(g, dict)]
+    for key_path, group in groups:
+        for key in ("vars", "children"):
+            if key_path == ["macfleet"] and key == "children":
+                continue  # checked with the meshes
+            value = group.get(key)
+            if value is not None and not isinstance(value, dict):
+                problems.append(
+                    Problem(
+                        _display(src.path, root),
+                        ".".join(map(str, [*key_path, key])),
+                        _type_name(value),
+                        "a mapping (Ansible refuses anything else here)",
+                        src.line(*key_path, key),
+                    )
+                )
+
+
+def _check_addresses(src: _Source, meshes_raw: list[tuple[str, list[Node], dict]], root: Path,
+                     problems: list[Problem]) -> None:
+    """Two hosts at one address and port are one Mac under two names: every pair would be judged against
+    itself and the IP plan would give one Mac two sets of link addresses."""
+    first: dict[tuple[str, int], str] = {}
+    for mesh_name, nodes, _ in meshes_raw:
+        for node in nodes:
+            key = (node.address.lower().rstrip("."), node.port)
+            if key in first and first[key] != node.name:
+                kp = ["macfleet", "children", mesh_name, "hosts", node.name]
+                problems.append(
+                    Problem(
+                        _display(src.path, root),
+                        ".".join(kp) + ".ansible_host",
+                        f"{node.address}:{node.port}, already the address of `{first[key]}`",
+                        "each Mac at its own address (or port)",
+                        src.line(*kp, "ansible_host") or src.line(*kp),
+                    )
+                )
+            first.setdefault(key, node.name)
+
+
+# Ansible passes these to ssh as they are; OpenSSH runs ProxyCommand and LocalCommand on the controller.
+SSH_ARGS_KEYS = ("ansible_ssh_common_args", "ansible_ssh_extra_args", "ansible_ssh_args")
+# `-oProxyCommand=...` has no word boundary before the name, so the name is matched where it stands.
+_LOCAL_COMMAND_OPTION = re.compile(r"(?i)(PermitLocalCommand|ProxyCommand|LocalCommand)(?=\s*[=\s])")
+
+
+def _ssh_command_warnings(root: Path) -> tuple[Problem, ...]:
+    """Every ProxyCommand / LocalCommand option in an ssh argument string of any inventory file: legitimate
+    for some jump setups, but it runs a command on this machine at every connection, so the operator is told."""
+    paths = [p for n in ("hosts.yml", "hosts.yaml") if (p := root / n).is_file()]
+    for kind in ("group_vars", "host_vars"):
+        if (root / kind).is_dir():
+            paths += sorted(p for p in (root / kind).rglob("*") if p.is_file() and p.suffix in ("", ".yml", ".yaml"))
+    found: list[Problem] = []
+    for path in paths:
+        src = _read_yaml(path, root, [])  # problems in these files are reported by the loader itself
+        if src is None:
+            continue
+        stack: list[tuple[Any, list[Any]]] = [(src.data, [])]
+        while stack:
+            node, key_path = stack.pop()
+            items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+            for key, value in items:
+                if isinstance(value, dict | list):
+                    stack.append((value, [*key_path, key]))
+                elif key in SSH_ARGS_KEYS and isinstance(value, str) and (m := _LOCAL_COMMAND_OPTION.search(value)):
+                    found.append(
+                        Problem(
+                            _display(path, root),
+                            ".".join(str(k) for k in [*key_path, key]),
+                            f"the ssh option {m.group(1)}, which runs a command on this machine at every connection",
+                            "ProxyJump for a jump host, unless you wrote this command yourself",
+                            src.line(*key_path, key),
+                        )
+                    )
+    return tuple(sorted(found, key=lambda p: (p.file, p.line or 0)))
+
+
 # ---------------------------------------------------------------------------------------------
 # The whole inventory
 # ---------------------------------------------------------------------------------------------
@@ -539,6 +626,9 @@ def load_inventory(root: Path) -> Fleet:
         )
     hosts_src = _read_yaml(hosts_file, root, problems)
     meshes_raw = _read_hosts(hosts_src, root, problems) if hosts_src else []
+    if hosts_src:
+        _check_group_shapes(hosts_src, root, problems)
+        _check_addresses(hosts_src, meshes_raw, root, problems)
 
     all_sources = [s for p in _vars_files(root, "group_vars", "all") if (s := _read_yaml(p, root, problems))]
     if hosts_src and isinstance(hosts_src.data, dict) and isinstance(hosts_src.data.get("macfleet"), dict):
@@ -604,7 +694,8 @@ def load_inventory(root: Path) -> Fleet:
     if problems:
         raise InventoryError(problems)
     assert fleet_settings is not None
-    return Fleet(root=root.resolve(), meshes=tuple(meshes), settings=fleet_settings)
+    return Fleet(root=root.resolve(), meshes=tuple(meshes), settings=fleet_settings,
+                 warnings=_ssh_command_warnings(root))
 
 
 def _check_pools(meshes: list[Mesh], pool_origin: dict[str, str], problems: list[Problem]) -> None:
