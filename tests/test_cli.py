@@ -165,8 +165,8 @@ def test_json_usage_errors_are_the_json_error_object(cli, argv: tuple[str, ...])
 
 def test_inventory_check_warns_about_a_proxycommand(cli, example_inventory) -> None:
     hosts = example_inventory / "hosts.yml"
-    extra = "          ansible_ssh_extra_args: -o ProxyCommand=x\n"
-    hosts.write_text(hosts.read_text().replace("          ansible_user: admin\n", "          ansible_user: admin\n" + extra, 1))
+    user = "          ansible_user: admin\n"
+    hosts.write_text(hosts.read_text().replace(user, user + "          ansible_ssh_extra_args: -o ProxyCommand=x\n", 1))
     result = cli("inventory", "check", "-i", str(example_inventory), "--json")
     assert result.exit_code == 0, result.stderr
     assert "warning: inv/hosts.yml:18" in result.stderr and "ProxyCommand" in result.stderr
