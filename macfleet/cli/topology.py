@@ -11,14 +11,22 @@ from rich.console import Group
 
 from macfleet.act.ansible import HostStats, PlaybookRun, ProgressEvent, raise_for, run_playbook
 from macfleet.cli.facts import read_capture
-from macfleet.cli.options import CheckOpt, InventoryOpt, JsonOpt, MeshOpt, inventory_path
+from macfleet.cli.options import (
+    CheckOpt,
+    InventoryOpt,
+    JsonOpt,
+    MeshOpt,
+    count_option,
+    inventory_path,
+    seconds_option,
+)
 from macfleet.errors import FactsParseError, UsageError, most_severe_exit
 from macfleet.facts.links import match_links
 from macfleet.facts.network import HardwarePortsFacts, parse_hardware_ports
 from macfleet.facts.thunderbolt import ThunderboltFacts, parse_thunderbolt
 from macfleet.flow.topology import check_topology, plan_live, prepare_apply
 from macfleet.inventory.load import load_inventory
-from macfleet.inventory.model import MAC_MODELS, Fleet, MacModelSpec, Mesh, model_spec
+from macfleet.inventory.model import MAC_MODELS, MAX_MESH_NODES, Fleet, MacModelSpec, Mesh, model_spec
 from macfleet.judge.ipplan import find_collisions
 from macfleet.judge.topology import (
     TopologyReport,
@@ -159,7 +167,8 @@ def _write_svg(path: Path, text: str) -> None:
 
 @app.command("plan")
 def plan_cmd(
-    nodes: Annotated[int | None, typer.Option("--nodes", min=2, help="How many Macs (with --model).")] = None,
+    nodes: Annotated[int | None, count_option("--nodes", low=2, high=MAX_MESH_NODES, what="Macs",
+                                              help="How many Macs (with --model).")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Mac model: slug or identifier (Mac15,14).")] = None,
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
@@ -208,9 +217,10 @@ def show_cmd(
 def watch_cmd(
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
-    interval: Annotated[float, typer.Option("--interval", min=0.2, help="Seconds between looks.")] = 2.0,
-    timeout: Annotated[float | None, typer.Option("--timeout", help="Give up after this many seconds (exit 1).",
-                                                  show_default=False)] = None,
+    interval: Annotated[float, seconds_option("--interval", low=0.2, high=3600, help="Seconds between looks.")] = 2.0,
+    timeout: Annotated[float | None, seconds_option("--timeout", low=0, high=7 * 86400, low_open=True,
+                                                    help="Give up after this many seconds (exit 1).",
+                                                    show_default=False)] = None,
 ) -> None:
     """Live cabling assistant: prints each cable plugged (+), pulled (−) or wrong (!) as it happens, with the
     pairs still missing, until the mesh is complete (exit 0) or Ctrl-C."""
