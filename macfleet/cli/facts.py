@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -24,15 +25,38 @@ class AutoParsed(BaseModel):
     facts: dict
 
 
+# The largest output of any command we read (a system_profiler -json of a big Mac) is well under 1 MiB.
+MAX_CAPTURE_BYTES = 8 << 20
+
+
+def _bounded(data: bytes, where: str) -> str:
+    if len(data) > MAX_CAPTURE_BYTES:
+        raise UsageError(f"{where} is larger than {MAX_CAPTURE_BYTES >> 20} MiB: not the output of a command we read")
+    return data.decode("utf-8", errors="replace")
+
+
 def read_capture(path: Path) -> str:
     """A capture file as text (UTF-8, undecodable bytes replaced); UsageError when it cannot be read."""
     try:
-        data = path.read_bytes()
+        with path.open("rb") as fh:  # read with a limit: /dev/zero or a FIFO must not take all memory
+            data = fh.read(MAX_CAPTURE_BYTES + 1)
     except FileNotFoundError:
         raise UsageError(f"no such file: {path}") from None
     except OSError as e:
         raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
-    return data.decode("utf-8", errors="replace")
+    return _bounded(data, str(path))
+
+
+def read_stdin() -> str:
+    """Standard input as text, with the same limit; UsageError when there is none (closed, or not readable)."""
+    stream = getattr(sys.stdin, "buffer", None) if sys.stdin is not None else None
+    if stream is None:
+        raise UsageError("no standard input to read ('-' reads the capture from stdin)")
+    try:
+        data = stream.read(MAX_CAPTURE_BYTES + 1)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"cannot read standard input: {e}") from None
+    return _bounded(data, "standard input")
 
 
 @app.command("parse")
@@ -44,12 +68,7 @@ def parse_cmd(
     """Parse FILE as the output of KIND's command and print the facts."""
     if kind != "auto" and kind not in KINDS:
         raise UsageError(f"unknown kind {kind!r}", hint="one of: " + ", ".join((*KIND_NAMES, "auto")))
-    if str(file) == "-":
-        import sys
-
-        text = sys.stdin.read()
-    else:
-        text = read_capture(file)
+    text = read_stdin() if str(file) == "-" else read_capture(file)
     if kind == "auto":
         found, facts = parse_auto(text)
         result = AutoParsed(kind=found, facts=facts.model_dump(mode="json"))

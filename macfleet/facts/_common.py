@@ -142,12 +142,21 @@ def split_transcript(text: str) -> list[Section]:
     return sections
 
 
+# No command we read prints these: NUL and the C0 controls but tab, newline, CR and form feed; DEL; and U+FFFD,
+# which is what undecodable bytes became when the capture was read.
+_BINARY = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f\ufffd]")
+
+
 def lines_for(kind: str, text: str) -> list[Line]:
     """The lines of `text` that are the output of KIND's command: the whole text, less a typed command line
     above it, or the matching section of a transcript. Raises FactsParseError when the transcript holds
     only other commands."""
     if not isinstance(text, str):
         raise FactsParseError(COMMANDS.get(kind, kind), "text", found=type(text).__name__)
+    if m := _BINARY.search(text):
+        line = text.count("\n", 0, m.start()) + 1
+        raise FactsParseError(COMMANDS.get(kind, kind), "text (no command prints control characters or binary data)",
+                              line=line, found=f"character {ord(m.group()):#04x}")
     sections = split_transcript(text)
     for s in sections:
         if s.kind == kind:
