@@ -63,6 +63,7 @@ BINARY = [
     b"hw.memsize: 1\n\x00\x01\x02",
     b"rdma-enable\t1\n\x1b[31m",
     "enabled\n".encode("utf-16"),
+    b"enabled\n" + bytes(range(128, 256)) * 4,  # no NUL, but hundreds of bytes that are not UTF-8
 ]
 
 
