@@ -515,6 +515,8 @@ def _read_hosts(src: _Source, root: Path, problems: list[Problem]) -> list[tuple
         ]
         inline_vars = group.get("vars") or {}
         meshes.append((mesh_name, nodes, inline_vars))
+    _check_group_shapes(src, root, problems)
+    _check_addresses(src, meshes, root, problems)
     return meshes
 
 
@@ -626,9 +628,6 @@ def load_inventory(root: Path) -> Fleet:
         )
     hosts_src = _read_yaml(hosts_file, root, problems)
     meshes_raw = _read_hosts(hosts_src, root, problems) if hosts_src else []
-    if hosts_src:
-        _check_group_shapes(hosts_src, root, problems)
-        _check_addresses(hosts_src, meshes_raw, root, problems)
 
     all_sources = [s for p in _vars_files(root, "group_vars", "all") if (s := _read_yaml(p, root, problems))]
     if hosts_src and isinstance(hosts_src.data, dict) and isinstance(hosts_src.data.get("macfleet"), dict):
@@ -673,17 +672,7 @@ def load_inventory(root: Path) -> Fleet:
                     f"at most {MAX_MESH_NODES} in one Thunderbolt mesh",
                 )
             )
-        for node in nodes:
-            spec = model_spec(node.model)
-            if node.model and spec is None and not re.match(r"^Mac\d+,\d+$", node.model):
-                problems.append(
-                    Problem(
-                        _display(hosts_file, root),
-                        f"macfleet.children.{mesh_name}.hosts.{node.name}.macfleet_model",
-                        repr(node.model),
-                        KNOWN_MODELS_TEXT,
-                    )
-                )
+        _check_models(nodes, mesh_name, _display(hosts_file, root), problems)
         ipplan_src = origin.get("ipplan") or all_origin.get("ipplan")
         if ipplan_src is not None:
             pool_origin[mesh_name] = _display(ipplan_src.path, root)
@@ -696,6 +685,19 @@ def load_inventory(root: Path) -> Fleet:
     assert fleet_settings is not None
     return Fleet(root=root.resolve(), meshes=tuple(meshes), settings=fleet_settings,
                  warnings=_ssh_command_warnings(root))
+
+
+def _check_models(nodes: list[Node], mesh_name: str, shown: str, problems: list[Problem]) -> None:
+    for node in nodes:
+        if node.model and model_spec(node.model) is None and not re.match(r"^Mac\d+,\d+$", node.model):
+            problems.append(
+                Problem(
+                    shown,
+                    f"macfleet.children.{mesh_name}.hosts.{node.name}.macfleet_model",
+                    repr(node.model),
+                    KNOWN_MODELS_TEXT,
+                )
+            )
 
 
 def _check_pools(meshes: list[Mesh], pool_origin: dict[str, str], problems: list[Problem]) -> None:
