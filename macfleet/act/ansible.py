@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from macfleet.errors import PlaybookFailed, UnreachableError, UsageError
+from macfleet.errors import Cancelled, PlaybookFailed, UnreachableError, UsageError
 from macfleet.paths import state_dir
 
 
@@ -295,7 +295,7 @@ def raise_for(result: PlaybookResult) -> None:
     if result.unreachable:
         raise UnreachableError(result.unreachable, hint=f"ansible artifacts: {result.artifact_dir}")
     if result.status == "canceled":
-        raise KeyboardInterrupt(cancel_summary(result))
+        raise Cancelled(cancel_summary(result))
     if result.failed_tasks or result.status != "successful":
         first = result.failed_tasks[0] if result.failed_tasks else None
         where = f": {first.host}: {first.task}: {first.message}" if first else f" ({result.status}, rc {result.rc})"

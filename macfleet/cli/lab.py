@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from pydantic import BaseModel
 
-from macfleet.cli.options import JsonOpt
+from macfleet.cli.options import JsonOpt, seconds_option
 from macfleet.errors import UsageError
 from macfleet.render.output import console, emit
 
@@ -71,7 +71,8 @@ def up_cmd(
     = "mac-studio-m3-ultra",
     tb_rate: Annotated[str, typer.Option("--tb-rate", help="Thunderbolt link rate (tc units).")] = "1gbit",
     mgmt_rate: Annotated[str, typer.Option("--mgmt-rate", help="Management link rate (tc units).")] = "125mbit",
-    boot_seconds: Annotated[float, typer.Option("--boot-seconds", min=0, help="How long a reboot takes.")] = 3.0,
+    boot_seconds: Annotated[float, seconds_option("--boot-seconds", low=0, high=600,
+                                                  help="How long a reboot takes.")] = 3.0,
     fresh: Annotated[bool, typer.Option("--fresh", help="Macs out of the box: bridge on, RDMA off, no exo.")] = False,
     no_exo: Annotated[bool, typer.Option("--no-exo", help="Do not install and start the exo stand-in.")] = False,
     all_ports: Annotated[bool, typer.Option("--all-ports", help="Cable the ports that cannot do RDMA too, for "

@@ -21,6 +21,7 @@ import contextlib
 import fcntl
 import hashlib
 import ipaddress
+import math
 import os
 import signal
 import subprocess
@@ -496,7 +497,7 @@ def _secs(text: str, *, signed: bool = False, hi: float = 3600) -> float:
         v = float(text)
     except ValueError:
         raise UsageError(f"bad number of seconds {text!r}") from None
-    if (v < 0 and not signed) or abs(v) > (hi if not signed else 10 * 365 * 86400):
+    if not math.isfinite(v) or (v < 0 and not signed) or abs(v) > (hi if not signed else 10 * 365 * 86400):
         raise UsageError(f"seconds out of range: {text}")
     return v
 

@@ -231,7 +231,8 @@ def test_a_known_hosts_file_that_is_not_utf8_is_bad_input(server, cli) -> None:
     finally:
         known.write_bytes(original)
     assert result.exit_code == 2, result.output
-    assert "line 2: byte 0xe9 is not UTF-8" in cli.json(result)["error"]["message"]
+    bad_line = original.count(b"\n") + 1
+    assert f"line {bad_line}: byte 0xe9 is not UTF-8" in cli.json(result)["error"]["message"]
 
 
 # ---------------------------------------------------------------------------------------------
