@@ -16,7 +16,8 @@ import uuid
 from macfleet.errors import UsageError
 from macfleet.inventory.model import MAC_MODELS, MacModelSpec
 
-NAME_RE = re.compile(r"^[a-z][a-z0-9-]*$")
+from .state import check_name
+
 RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$")
 SHORT = {"mac-studio-m3-ultra": "studio", "mac-studio-m4-max": "studio", "mac-mini-m4-pro": "mini"}
 MODEL_NUMBERS = {"mac-studio-m3-ultra": "MU973LL/A", "mac-studio-m4-max": "MU963LL/A", "mac-mini-m4-pro": "MCX44LL/A"}
@@ -84,8 +85,7 @@ def plan(
     exo: bool,
     all_ports: bool = False,
 ) -> dict:
-    if not NAME_RE.match(name):
-        raise UsageError(f"bad lab name {name!r}", hint="lowercase letters, digits and '-', starting with a letter")
+    check_name(name)
     spec = MAC_MODELS.get(model)
     if spec is None:
         raise UsageError(f"unknown model {model!r}", hint="one of: " + ", ".join(MAC_MODELS))

@@ -11,6 +11,7 @@ A `Lab` gives:
   .name, .inventory (Path of inventories/NAME), .nodes (names), .workdir
   .macfleet(*args, check=True, timeout=120) -> CompletedProcess  (`python -m macfleet ...`, in .workdir)
   .ssh(node, command, check=True, timeout=60) -> CompletedProcess  (`macfleet lab ssh --name NAME node command`)
+  .up_output  what `macfleet lab up` printed
   .status() -> {node: {"name", "mesh", "state", "address", "faults"}}
   .fault(*args, clear=False) -> CompletedProcess  (`macfleet lab fault --name NAME ARGS… [--clear]`)
   .wait(lambda: cond, timeout, what)   poll with a deadline (never sleep)
@@ -70,6 +71,7 @@ class Lab:
     name: str
     workdir: Path
     nodes: list[str] = field(default_factory=list)
+    up_output: str = ""  # what `macfleet lab up` printed (its hints are tested by running them)
 
     @property
     def inventory(self) -> Path:
@@ -81,9 +83,9 @@ class Lab:
     def ssh(self, node: str, command: str, *, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
         """What `macfleet lab ssh` runs (the same ssh argv, strict host keys), without paying for the CLI's
         start-up on every call; test_lab_mesh.py checks `macfleet lab ssh` itself."""
-        from macfleet.lab import control
+        from macfleet.lab import state
 
-        p = subprocess.run(control.ssh_argv(self.name, node, command), capture_output=True, text=True,
+        p = subprocess.run(state.ssh_argv(self.name, node, command), capture_output=True, text=True,
                            timeout=timeout)
         if check and p.returncode != 0:
             raise AssertionError(f"{node}: {command!r} -> {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")
@@ -137,8 +139,8 @@ def _up(name: str, workdir: Path, *args: str) -> Lab:
     name = LAB_PREFIX + name
     workdir.mkdir(parents=True, exist_ok=True)
     run_macfleet(["lab", "down", "--name", name], cwd=workdir, check=False)
-    run_macfleet(["lab", "up", "--name", name, *args], cwd=workdir)
-    lab = Lab(name, workdir)
+    p = run_macfleet(["lab", "up", "--name", name, *args], cwd=workdir)
+    lab = Lab(name, workdir, up_output=p.stdout)
     lab.nodes = list(lab.status())
     return lab
 
