@@ -1,6 +1,6 @@
 """`macfleet lab`: a simulated Thunderbolt-mesh Mac cluster on this Linux machine (docs/lab.md).
 
-Thin room: parse options, call `macfleet.lab.control` (imported lazily, design.md §6.1), render.
+Thin room: parse options, call `macfleet.lab.control` (imported lazily: the core never loads the lab), render.
 """
 
 from __future__ import annotations

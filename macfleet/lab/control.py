@@ -464,7 +464,8 @@ def _install_exo(lab: dict, d: Path) -> None:
         return
     pw = pwd.getpwnam(lab["user"])
     home = Path("/Users") / lab["user"]
-    refresh = max(1.0, len(lab["nodes"]) / 4)  # exo polls the node's commands; keep 2 cores breathing
+    # exo polls its node's commands; in a big lab every node shares the host's CPUs, so each polls less often
+    refresh = max(1.0, len(lab["nodes"]) / 4)
     for node in lab["nodes"]:
         nd = d / "nodes" / node
         root = nd / "fs" / "exo"
