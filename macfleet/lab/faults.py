@@ -22,6 +22,7 @@ import fcntl
 import hashlib
 import ipaddress
 import os
+import shlex
 import signal
 import subprocess
 import time
@@ -36,7 +37,7 @@ from . import spec as specmod
 from .macos import common as userland
 
 WEDGE_WINDOW_S = 600.0  # rdma-wedge clears when all nodes of the mesh booted within 10 minutes of each other
-OTHER_BUILD = {"version": "26.4.1", "build": "25E253"}  # a build seen in the field (mlx.md §4)
+OTHER_BUILD = {"version": "26.4.1", "build": "25E253"}  # an older macOS 26 build seen on clusters
 OTHER_BUILD_2 = {"version": "26.2", "build": "25C56"}
 QP_EBUSY = "[jaccl] Creating the queue pair failed with errno 16"
 DOCK = {"name": "Thunderbolt 4 Docking Station (8-in-1)", "vendor": "Ugreen Group Limited", "device_id": "0x708",
@@ -455,6 +456,56 @@ def apipa_clear(target: LoadedLab, data: dict, node: str) -> None:
     target.netapply(node)
 
 
+def _foreign_plan(target: LoadedLab, node: str) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """What a hand-run cluster script puts on NODE: a 192.168.x.y/30 per cabled Thunderbolt port (x from the
+    node, one /30 per port), and a route to each peer's 192.168.x.0/24 through the port cabled to it."""
+    lab = target.lab
+    mine = 200 + lab["nodes"][node]["index"] % 50
+    addresses: dict[str, str] = {}
+    routes: list[tuple[str, str]] = []
+    for cable in lab["cables"]:
+        ends = {cable["a"]["node"]: cable["a"], cable["b"]["node"]: cable["b"]}
+        if node not in ends or len(ends) != 2:
+            continue
+        dev = specmod.device_of(lab, node, ends[node]["receptacle"])
+        peer = next(n for n in ends if n != node)
+        addresses[dev] = f"192.168.{mine}.{4 * len(addresses) + 1}"
+        routes.append((f"192.168.{200 + lab['nodes'][peer]['index'] % 50}.0/24", dev))
+    return dict(sorted(addresses.items())), routes
+
+
+def _run_on(target: LoadedLab, node: str, commands: list[list[str]]) -> None:
+    script = " && ".join(" ".join(shlex.quote(w) for w in ["sudo", "-n", *c]) for c in commands)
+    p = target.ssh(node, script)
+    if p.returncode != 0:
+        raise LabError(f"{node}: {p.stderr.strip() or p.stdout.strip()}", hint=f"the commands were: {script}")
+
+
+def foreign_apply(target: LoadedLab, node: str) -> dict:
+    if not target.on(node):
+        raise UsageError(f"{node} is {target.power(node)}: only a running Mac takes ifconfig and route changes")
+    addresses, routes = _foreign_plan(target, node)
+    commands = [["ifconfig", dev, "inet", ip, "netmask", "255.255.255.252"] for dev, ip in addresses.items()]
+    commands += [["route", "-n", "add", "-net", net, "-interface", dev] for net, dev in routes]
+    bridge = "bridge0" in target.ssh(node, "ifconfig -l").stdout.split()
+    if bridge:
+        commands.append(["ifconfig", "bridge0", "down"])
+    _run_on(target, node, commands)
+    return {"addresses": addresses, "routes": routes, "bridge_down": bridge}
+
+
+def foreign_clear(target: LoadedLab, data: dict, node: str) -> None:
+    """Undo by hand what the script did (its changes are volatile: a reboot drops the fault by itself)."""
+    if not target.on(node):
+        return
+    commands = [["route", "-n", "delete", "-net", net, "-interface", dev] for net, dev in data["routes"]]
+    if data.get("bridge_down"):
+        commands.append(["ifconfig", "bridge0", "up"])
+    if commands:
+        _run_on(target, node, commands)
+    target.netapply(node)  # the persisted services put the plan's addresses back, as at the next boot
+
+
 def _persist_set(key: str, value_of: Callable[[LoadedLab, list[str]], object]):
     """A fault that sets persist[key]; clear puts back what was there (or removes it)."""
 
@@ -707,6 +758,9 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
     Fault("ip-drift", ("NODE", "[live|saved]"), "network", "the first addressed Thunderbolt port gets another "
           "address: live = ifconfig (lost at reboot), saved = networksetup (kept)", drift_apply, drift_clear,
           reboot="live"),
+    Fault("foreign-addresses", ("NODE",), "network", "what a hand-run cluster script does: a 192.168.x.y/30 "
+          "per cabled Thunderbolt port by ifconfig, a route to each peer by route(8), bridge0 down; not "
+          "persisted (a reboot brings the plan's addresses back)", foreign_apply, foreign_clear, reboot="cleared"),
     Fault("apipa", ("NODE",), "network", "only 169.254 self-assigned addresses on the Thunderbolt ports "
           "(services on DHCP, no server)", apipa_apply, apipa_clear),
     Fault("rdma-off", ("NODE",), "rdma", "RDMA disabled (rdma_ctl status: disabled, no rdma_enX)",

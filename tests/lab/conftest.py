@@ -146,11 +146,9 @@ def _up(name: str, workdir: Path, *args: str) -> Lab:
 
 
 def _down(lab: Lab) -> None:
-    t0 = time.monotonic()
-    run_macfleet(["lab", "down", "--name", lab.name], cwd=lab.workdir)
-    took = time.monotonic() - t0
+    # bounded, not timed: how fast `lab down` is belongs in bench/, and a loaded machine is slower
+    run_macfleet(["lab", "down", "--name", lab.name], cwd=lab.workdir, timeout=120)
     assert_nothing_left(lab.name, lab.workdir)
-    assert took < 10, f"lab down took {took:.1f}s"
 
 
 @pytest.fixture(scope="session")

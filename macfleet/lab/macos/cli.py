@@ -33,6 +33,7 @@ COMMANDS = {
     "plutil": "tools:plutil",
     "route": "tools:route",
     "netstat": "tools:netstat",
+    "ipconfig": "tools:ipconfig",
 }
 STANDINS = (*COMMANDS, "ping")
 
