@@ -202,8 +202,8 @@ def _bootout(node: Node, sub: str, rest: list[str]) -> int:
         if not _domain_ok(entry["domain"]):
             err("Boot-out failed: 1: Operation not permitted")
             return 1
+        node.update("jobs", lambda d, lb=label: d.pop(lb, None))  # first: no KeepAlive restart after this
         stop(entry.get("pid"))
-        node.update("jobs", lambda d, lb=label: d.pop(lb, None))
     return rc
 
 
@@ -347,9 +347,15 @@ def keep_alive_tick(node: Node) -> None:
             except OSError:
                 continue
 
-            def mutate(d: dict, lb: str = label, p: int = pid) -> None:
+            booted_out: list[bool] = []
+
+            def mutate(d: dict, lb: str = label, p: int = pid, gone: list[bool] = booted_out) -> None:
                 x = d.get(lb)
                 if x is not None:
                     x.update(pid=p, started=time.time(), runs=x.get("runs", 0) + 1)
+                else:
+                    gone.append(True)
 
             node.update("jobs", mutate)
+            if booted_out:  # booted out while we restarted it: launchd would not run it, so neither do we
+                stop(pid)
