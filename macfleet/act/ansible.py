@@ -199,6 +199,11 @@ def close_ssh_masters(control_dir: Path) -> None:
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):  # a master already gone: nothing to close
             subprocess.run(["ssh", "-o", f"ControlPath={socket_path}", "-O", "exit", "macfleet-control"],
                            stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
+    # A master still starting when a run was cancelled has no socket yet to be told to exit: its command
+    # line names our private directory, so end it by that.
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        subprocess.run(["pkill", "-TERM", "-f", re.escape(f"{control_dir}/")],
+                       stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
     shutil.rmtree(control_dir, ignore_errors=True)
 
 
