@@ -288,10 +288,26 @@ def _ip_changes(ctx: HealthContext, node: str) -> list[Change] | Unknown:
     report = ctx.cabling.get(mesh.name)
     if report is None:
         return Unknown(reason="the cabling could not be judged")
-    # Only cables the cabling check found good carry planned addresses: a bad cable is reported there.
-    good = report.model_copy(update={"links": [lk for lk in report.links if lk.state == "ok" and not lk.problems]})
-    plan = bind_ports(plan_ip(ctx.fleet, mesh.name), {mesh.name: good})
-    return [c for c in diff_ip(plan, node, _network_facts(f)) if isinstance(c, Change)]
+    plan = bind_ports(plan_ip(ctx.fleet, mesh.name), {mesh.name: report})
+    # A port on a cable the cabling check flagged is reported there, not as address drift.
+    bad = _bad_cable_devices(report, node, f.hardware_ports)
+    return [c for c in diff_ip(plan, node, _network_facts(f))
+            if isinstance(c, Change) and not (set(re.findall(r"\ben\d+\b", c.what)) & bad)]
+
+
+def _bad_cable_devices(report: TopologyReport, node: str, ports: HardwarePortsFacts | None) -> set[str]:
+    """This node's devices on a cable the cabling check flagged (a bad link, or one seen from one end only)."""
+    by_port = ports.by_thunderbolt() if ports else {}
+    ends = [e for lk in report.links if lk.state != "ok" or lk.problems for e in (lk.a, lk.b)]
+    ends += [e for h in report.half_links for e in (h.seen_from, h.far) if e is not None]
+    out = set()
+    for e in ends:
+        if e.node != node:
+            continue
+        device = e.device or (by_port[e.receptacle].device if e.receptacle in by_port else None)
+        if device:
+            out.add(device)
+    return out
 
 
 def check_bridge(ctx: HealthContext, node: str) -> Verdict:
@@ -323,6 +339,16 @@ def _foreign(ctx: HealthContext, before: str | None) -> list[str]:
     return out
 
 
+def _foreign_note(foreign: list[str]) -> str:
+    if not foreign:
+        return ""
+    apipa = [a for a in foreign if a.startswith("169.254.")]
+    if apipa and len(apipa) == len(foreign):
+        return f"; {', '.join(apipa)} is self-assigned: the port's service is on DHCP, not the plan's manual address"
+    return (f"; {', '.join(foreign)} is not the plan's: if another tool set it (`ifconfig … inet`, `route "
+            "change`), it is not saved and goes at the next reboot, when the plan's address returns")
+
+
 def check_ip_plan(ctx: HealthContext, node: str) -> Verdict:
     changes = _ip_changes(ctx, node)
     if isinstance(changes, Unknown):
@@ -331,10 +357,7 @@ def check_ip_plan(ctx: HealthContext, node: str) -> Verdict:
     for c in changes:
         if _bridge_change(c):
             continue
-        foreign = _foreign(ctx, c.before)
-        note = (f"; {', '.join(foreign)} is not the plan's: something else put it there (`ifconfig … inet` or "
-                "`route` by another tool), it is not saved and goes at the next reboot, when the plan's address "
-                "returns") if foreign else ""
+        note = _foreign_note(_foreign(ctx, c.before))
         out.append(HealthFinding(
             node=node, check="ip-plan", severity="error",
             message=f"{node}: the IP plan wants to {c.what}; now: {c.before or 'nothing'}{note}",
@@ -454,6 +477,9 @@ SIGNATURES: tuple[Signature, ...] = (
          "restart exo with EXO_FAST_SYNCH off; a wedged GPU needs a reboot"),
     _sig(r"\[ring\] (?:Receiving from socket|Too many send/recv errors)",
          "the MLX ring lost a peer", "check the links (`macfleet topology check`) and restart exo"),
+    # last: a crash whose exception is not one of the above (or was cut off)
+    _sig(r"crashed with critical exception|Runner terminated with signal|exceeded 5 retries",
+         "exo's runner crashed", "read the exception in exo's log on the node, then restart exo"),
 )
 
 
