@@ -154,8 +154,13 @@ def parse_exo_state(body: str) -> ExoStateFacts:
 START_LINE = re.compile(r"\bStarting EXO\b")
 
 
+READY_LINE = re.compile(r"\brunner ready\b", re.IGNORECASE)
+
+
 def log_since_start(text: str) -> list[str]:
-    """The lines of exo's log since its last start (all of them when no start line is in the tail read)."""
+    """The lines of exo's log that tell its current state: since its last start (all of them when no start
+    line is in the tail read), and since the last time its runner became ready: errors before that were
+    recovered from."""
     lines = text.splitlines()
-    starts = [i for i, line in enumerate(lines) if START_LINE.search(line)]
-    return lines[starts[-1]:] if starts else lines
+    marks = [i for i, line in enumerate(lines) if START_LINE.search(line) or READY_LINE.search(line)]
+    return lines[marks[-1]:] if marks else lines

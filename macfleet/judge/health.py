@@ -642,9 +642,10 @@ CHECKS: tuple[CheckSpec, ...] = (
               depends=(*_R, "exo-running", "exo-version", "bridge", "ip-plan")),
     CheckSpec(code="exo-rdma", title="an exo RDMA connection for every pair whose cable and ports are good",
               depends=(*_R, "exo-running")),
-    CheckSpec(code="exo-runners", title="no failed exo runner", depends=(*_R, "exo-running")),
-    CheckSpec(code="exo-log", title="no JACCL or runner error signature in exo's log since its last start",
-              depends=_R),
+    # JACCL errors on a node whose RDMA is off or wedged are that problem's consequence: reported by `rdma`.
+    CheckSpec(code="exo-runners", title="no failed exo runner", depends=(*_R, "exo-running", "rdma")),
+    CheckSpec(code="exo-log", title="no JACCL or runner error signature in exo's log since its last start "
+              "(or its runner's last recovery)", depends=(*_R, "rdma")),
 )
 CHECK_CODES: tuple[str, ...] = tuple(c.code for c in CHECKS)
 

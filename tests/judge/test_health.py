@@ -212,6 +212,8 @@ def test_log_signatures_on_real_exo_logs(name: str, expected: str) -> None:
 def test_log_since_last_start_only() -> None:
     text = "x Changing queue pair to RTR failed with errno 22\nStarting EXO version 1\nall good\n"
     assert log_since_start(text) == ["Starting EXO version 1", "all good"]
+    recovered = "Starting EXO\nCouldn't allocate protection domain\nrunner ready\nok\n"
+    assert log_since_start(recovered) == ["runner ready", "ok"]
 
 
 # ------------------------------------------------------------------------------------------ the whole pass
