@@ -16,7 +16,7 @@ from macfleet.facts.exo import log_since_start, parse_exo_state, parse_http_resp
 from macfleet.facts.registry import parse
 from macfleet.flow.topology import prepare_apply
 from macfleet.inventory.model import Fleet, Mesh
-from macfleet.judge.health import HealthReport, NodeFacts, judge_health
+from macfleet.judge.health import HealthReport, NodeFacts, judge_health, wired_limit_target
 
 # NodeFacts field -> (gather key, KIND)
 FACT_KEYS: dict[str, tuple[str, str]] = {
@@ -137,6 +137,7 @@ class FixStep:
     playbook: str
     nodes: list[str]
     checks: list[str]
+    extravars: dict = field(default_factory=dict)
     status: str = "pending"  # "applied", "failed: ...", "skipped: ..."
 
 
@@ -165,11 +166,28 @@ def plan_fixes(report: HealthReport) -> tuple[list[FixStep], list[tuple[str, str
     return list(steps.values()), left
 
 
+def fix_vars(step: FixStep, meshes: list[Mesh], facts: dict[str, NodeFacts]) -> dict:
+    """The judge's values a fix playbook applies (the inventory's pmset, each node's planned wired limit)."""
+    if step.playbook != "power":
+        return {}
+    mesh_of = {n: m for m in meshes for n in m.node_names}
+    wired = {}
+    for n in step.nodes:
+        sysctl = facts[n].sysctl
+        target = wired_limit_target(mesh_of[n], sysctl.int_value("hw.memsize") if sysctl else None)
+        if target is not None:
+            wired[n] = target
+    return {"power_pmset": dict(mesh_of[step.nodes[0]].settings.power.pmset), "power_wired_limit_by_host": wired}
+
+
 def fix_doctor(fleet: Fleet, meshes: list[Mesh], apply: Callable[[FixStep, Fleet, list[Mesh]], None], *,
                only: list[str] | None = None) -> FixRun:
     """Judge, apply the safe fixes (never a reboot) through `apply` (one playbook run per step), judge again."""
-    before = run_doctor(fleet, meshes, only=only).report
+    first = run_doctor(fleet, meshes, only=only)
+    before = first.report
     steps, left = plan_fixes(before)
+    for step in steps:
+        step.extravars = fix_vars(step, meshes, first.facts)
     if not steps:
         return FixRun(before=before, after=None, steps=[], not_fixed=left)
     for step in steps:
@@ -189,4 +207,5 @@ def apply_fix_step(step: FixStep, fleet: Fleet, meshes: list[Mesh]) -> None:
         raise MacfleetError(f"playbooks/{step.playbook}.yml is not built yet", hint="; ".join(step.checks))
     if step.playbook == "network":
         prepare_apply(fleet, [m for m in meshes if set(step.nodes) & set(m.node_names)])
-    run_playbook(PlaybookRun(playbook=step.playbook, inventory=fleet.root, limit=tuple(step.nodes)))
+    run_playbook(PlaybookRun(playbook=step.playbook, inventory=fleet.root, limit=tuple(step.nodes),
+                             extravars=step.extravars))
