@@ -601,10 +601,18 @@ def check_exo_runners(ctx: HealthContext, node: str) -> Verdict:
     return out
 
 
+HEALTHY_RUNNER = ("RunnerReady", "RunnerRunning")
+
+
 def check_exo_log(ctx: HealthContext, node: str) -> Verdict:
+    """Error signatures since exo's last start, judged while the node has no healthy runner (none at all after
+    exo gave up on a crash loop, or one stuck connecting): once its runner is ready again, they are history."""
     f = ctx.facts[node]
     if f.exo_log is None:
         return Unknown(reason=f.why("exo-log"))
+    if f.exo_state is not None and any(r.node_id == f.exo_node_id and r.status in HEALTHY_RUNNER
+                                       for r in f.exo_state.runners):
+        return []
     told = {s for m in _runner_failures(f) if (s := match_signature(m)) is not None}
     seen: dict[Signature, list[str]] = {}
     for line in f.exo_log:
@@ -644,8 +652,8 @@ CHECKS: tuple[CheckSpec, ...] = (
               depends=(*_R, "exo-running")),
     # JACCL errors on a node whose RDMA is off or wedged are that problem's consequence: reported by `rdma`.
     CheckSpec(code="exo-runners", title="no failed exo runner", depends=(*_R, "exo-running", "rdma")),
-    CheckSpec(code="exo-log", title="no JACCL or runner error signature in exo's log since its last start "
-              "(or its runner's last recovery)", depends=(*_R, "rdma")),
+    CheckSpec(code="exo-log", title="no JACCL or runner error signature in exo's log since its last start, "
+              "while it has no healthy runner", depends=(*_R, "rdma", "exo-running", "exo-runners")),
 )
 CHECK_CODES: tuple[str, ...] = tuple(c.code for c in CHECKS)
 
