@@ -25,7 +25,7 @@ from macfleet.facts.rdma import IbvDevicesFacts, IbvDevinfoFacts, RdmaCtlFacts
 from macfleet.facts.system import FdesetupFacts, PmsetFacts, SwVersFacts, SysctlFacts
 from macfleet.facts.thunderbolt import ThunderboltFacts
 from macfleet.inventory.model import Fleet, Mesh
-from macfleet.judge.ipplan import NodeNetworkFacts, bind_ports, diff_ip, plan_ip
+from macfleet.judge.ipplan import IpPlan, NodeNetworkFacts, bind_ports, diff_ip, plan_ip
 from macfleet.judge.model import Change
 from macfleet.judge.topology import NodeTopologyFacts, TopologyReport, check_cabling
 
@@ -290,9 +290,20 @@ def _ip_changes(ctx: HealthContext, node: str) -> list[Change] | Unknown:
         return Unknown(reason="the cabling could not be judged")
     plan = bind_ports(plan_ip(ctx.fleet, mesh.name), {mesh.name: report})
     # A port on a cable the cabling check flagged is reported there, not as address drift.
-    bad = _bad_cable_devices(report, node, f.hardware_ports)
+    bad = _bad_cable_devices(report, node, f.hardware_ports) | _resting_devices(plan, node, f)
     return [c for c in diff_ip(plan, node, _network_facts(f))
             if isinstance(c, Change) and not (set(re.findall(r"\ben\d+\b", c.what)) & bad)]
+
+
+def _resting_devices(plan: IpPlan, node: str, f: NodeFacts) -> set[str]:
+    """Ports that keep an address the plan gives this node, on a cable not seen now (its peer is dark or
+    unreachable): that address is the plan's, not an old one to clear."""
+    mine = {f"{e.address}/{lk.prefix}" for lk in plan.for_node(node) for e in (lk.a, lk.b) if e.node == node}
+    out = set()
+    for iface in f.ifconfig.interfaces if f.ifconfig else []:
+        if iface.name and any(f"{a.address}/{a.prefixlen}" in mine for a in iface.inet):
+            out.add(iface.name)
+    return out
 
 
 def _bad_cable_devices(report: TopologyReport, node: str, ports: HardwarePortsFacts | None) -> set[str]:
