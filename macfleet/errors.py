@@ -145,6 +145,19 @@ class Refused(MacfleetError):
     code = "refused"
 
 
+class RolloutFailed(MacfleetError):
+    """A rollout that did not reach health and was rolled back (or could not be)."""
+
+    code = "rollout_failed"
+
+
+class Cancelled(MacfleetError):
+    """Ctrl-C in the middle of a change: the message says what had been done and what had not."""
+
+    exit_code = EXIT_CANCELLED
+    code = "cancelled"
+
+
 class LabError(MacfleetError):
     """The lab could not do what was asked (a failed `ip`, a node that did not come up...)."""
 
@@ -164,6 +177,8 @@ ERROR_CODES = frozenset(
         PlaybookFailed,
         LockHeld,
         Refused,
+        RolloutFailed,
+        Cancelled,
         LabError,
     )
 )

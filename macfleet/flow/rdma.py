@@ -21,17 +21,7 @@ from typing import Protocol
 from pydantic import ValidationError
 
 from macfleet.act.rack import play_sound, shut_down
-from macfleet.collect.commands import (
-    HARDWARE,
-    HARDWARE_PORTS,
-    IBV_DEVICES,
-    IBV_DEVINFO_VERBOSE,
-    IFCONFIG,
-    RDMA_CTL,
-    SW_VERS,
-    THUNDERBOLT,
-    CommandSpec,
-)
+from macfleet.collect.commands import CommandSpec, spec_for
 from macfleet.collect.gather import Gathered, gather
 from macfleet.errors import MacfleetError, UsageError
 from macfleet.facts.registry import facts_from_outputs
@@ -41,8 +31,10 @@ from macfleet.judge.rdma_walk import WAITING, Event, NodeProgress, WalkState, ad
 from macfleet.judge.startup_steps import startup_steps
 
 # Eight commands: under the ten sessions sshd allows per connection on a Mac.
+RDMA_CTL = spec_for("rdma-ctl")
 RDMA_SPECS: tuple[CommandSpec, ...] = (
-    SW_VERS, HARDWARE, THUNDERBOLT, HARDWARE_PORTS, IFCONFIG, RDMA_CTL, IBV_DEVICES, IBV_DEVINFO_VERBOSE,
+    *(spec_for(k) for k in ("sw-vers", "hardware", "thunderbolt", "hardware-ports", "ifconfig")),
+    RDMA_CTL, spec_for("ibv-devices"), spec_for("ibv-devinfo", "verbose"),
 )
 STATE_FILE = "rdma-enable.state.json"
 PROBE_DEADLINE_S = 8.0

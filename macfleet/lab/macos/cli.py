@@ -34,6 +34,7 @@ COMMANDS = {
     "route": "tools:route",
     "netstat": "tools:netstat",
     "afplay": "sound:afplay",
+    "ipconfig": "tools:ipconfig",
 }
 STANDINS = (*COMMANDS, "ping")
 

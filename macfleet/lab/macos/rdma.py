@@ -1,7 +1,7 @@
 """`ibv_devices`, `ibv_devinfo`, `rdma_ctl` and `nvram` stand-ins.
 
 Shapes: rdma-core's tab layout as in shared/samples/macos__ibv_devices_*, mlx__apple-tn3205_ibv_devinfo_*,
-macos__ibv_devinfo_v_*; research/macos-outputs.md §8. One rdma_enX per Thunderbolt port while RDMA is
+macos__ibv_devinfo_v_* (copies in tests/fixtures/captures/). One rdma_enX per Thunderbolt port while RDMA is
 enabled (none while disabled, exit 0). A port is PORT_ACTIVE only when the cable is up, both ends have RDMA
 on, both ports are RDMA-capable and the cable is TB5; GID[1] (IPv4-mapped) appears only when enX has an IPv4.
 """
@@ -151,7 +151,7 @@ def rdma_ctl(node: Node, args: list[str]) -> int:
         return 0
     if sub in ("enable", "disable"):
         if os.environ.get(RECOVERY_ENV) != "1":
-            # macOS refuses outside Recovery (exact wording not captured; research/macos-outputs.md §11).
+            # macOS refuses outside Recovery (exact wording not captured: a guess listed in docs/lab.md).
             err(f"rdma_ctl: {sub} is only available from the Recovery OS. Operation not permitted")
             return 1
         node.update("persist", lambda d: d.__setitem__("rdma", sub == "enable"))

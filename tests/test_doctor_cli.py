@@ -1,0 +1,76 @@
+"""`macfleet doctor` wiring: --list, --only validation, exit codes, and --fix's plan (playbook runs recorded)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+from macfleet.cli.doctor import exit_code
+from macfleet.flow.doctor import FIX_PLAYBOOKS, plan_fixes
+from macfleet.judge.health import CHECK_CODES, CheckResult, HealthFinding, HealthReport, HealthSummary
+from tests.conftest import EXAMPLE_INVENTORY
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "captures"
+
+
+def report(findings: list[HealthFinding], unreachable: list[str] | None = None, unknown: int = 0) -> HealthReport:
+    return HealthReport(findings=findings, checks=[CheckResult(check="reachable", node="a", result="ok")],
+                        summary=HealthSummary(nodes=1, checks=1, ok=1, findings=len(findings), unknown=unknown,
+                                              errors=len(findings), warnings=0, unreachable=unreachable or [],
+                                              healthy=not findings and not unknown,
+                                              checked_at=datetime(2026, 1, 1, tzinfo=UTC).isoformat()))
+
+
+def finding(node: str, check: str) -> HealthFinding:
+    return HealthFinding(node=node, check=check, severity="error", message="m", fix=f"fix {check}")
+
+
+def test_list_names_every_check(cli) -> None:
+    result = cli("doctor", "--list", "--json")
+    assert result.exit_code == 0
+    assert [c["code"] for c in json.loads(result.stdout)["checks"]] == list(CHECK_CODES)
+
+
+def test_unknown_check_in_only_is_bad_input(cli) -> None:
+    result = cli("doctor", "-i", str(EXAMPLE_INVENTORY), "--only", "power,nonsense")
+    assert result.exit_code == 2
+    assert "nonsense" in result.stderr
+
+
+def test_exit_codes_follow_the_precedence() -> None:
+    assert exit_code(report([])) == 0
+    assert exit_code(report([], unknown=1)) == 1  # could not tell is not healthy
+    assert exit_code(report([finding("a", "power")])) == 1
+    assert exit_code(report([finding("a", "reachable")], unreachable=["a"])) == 3
+
+
+def test_fix_plan_groups_by_playbook_and_never_reboots() -> None:
+    r = report([finding("a", "bridge"), finding("a", "ip-plan"), finding("b", "power"), finding("c", "wired-limit"),
+                finding("b", "exo-running"), finding("c", "rdma"), finding("a", "cabling")])
+    steps, left = plan_fixes(r)
+    assert {(s.playbook, tuple(s.nodes)) for s in steps} == {("network", ("a",)), ("power", ("b", "c")),
+                                                            ("exo-service", ("b",))}
+    assert {(n, c) for n, c, _ in left} == {("c", "rdma"), ("a", "cabling")}
+    assert "rdma" not in FIX_PLAYBOOKS and "reachable" not in FIX_PLAYBOOKS
+
+
+def test_node_facts_keep_why_a_fact_is_missing() -> None:
+    from macfleet.collect.gather import Gathered
+    from macfleet.collect.ssh import Raw
+    from macfleet.flow.doctor import node_facts
+
+    rdma = (FIXTURES / "rdma-ctl" / "macos__rdma_ctl_status_enabled_1.txt").read_text()
+    g = Gathered(outputs={"a": {"rdma-ctl": Raw(stdout=rdma, stderr="", rc=0, took_s=0.1),
+                                "exo-node-id": Raw(stdout="", stderr="curl: (7) Failed to connect", rc=7, took_s=0.1),
+                                "pmset": Raw(stdout="", stderr="pmset: not found", rc=127, took_s=0.1)}},
+                 failed={"a": {"ibv-devinfo:verbose": "`ibv_devinfo -v` gave no answer within 10 s"}},
+                 unreachable={"b": "cannot connect to b:22: timed out"})
+    a = node_facts(g, "a")
+    assert a.rdma_ctl is not None and a.rdma_ctl.enabled
+    assert a.timed_out == ["ibv-devinfo:verbose"]
+    assert a.exo_api == "refused" and "refused" in a.problems["exo"]
+    assert a.pmset is None and "exit 127" in a.problems["pmset"]
+    assert a.sw_vers is None and "no answer" in a.problems["sw-vers"]
+    b = node_facts(g, "b")
+    assert not b.reachable and "timed out" in b.unreachable_reason
