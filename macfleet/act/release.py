@@ -3,7 +3,8 @@
 Layout under the install root (`macfleet_exo.install_root`, default /opt/exo, owned by the admin user, so
 no sudo is needed): `releases/<version>-<hash>/` (immutable once landed), `releases/<name>.manifest.json`,
 `current -> releases/<name>` (replaced by rename, never edited), and staging in `releases/.staging-<name>/`.
-exo runs as the LaunchAgent `org.macfleet.exo` of the admin user, whose program is `<root>/current/bin/exo`.
+exo runs as the LaunchDaemon `org.macfleet.exo` bootstrap installs (UserName: the admin user), whose program is
+`<root>/current/bin/exo`; bootstrap's scoped sudoers drop-in lets the admin stop and start it without a password.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ names = []
 if os.path.isdir(rel):
     names = sorted((n for n in os.listdir(rel) if not n.startswith(".") and os.path.isdir(os.path.join(rel, n))),
                    key=lambda n: (os.stat(os.path.join(rel, n)).st_mtime, n))
-p = subprocess.run(["launchctl", "print", "gui/%d/%s" % (os.getuid(), label)], capture_output=True, text=True)
+p = subprocess.run(["launchctl", "print", "system/%s" % label], capture_output=True, text=True)
 running = p.returncode == 0 and "\tstate = running" in p.stdout
 print(json.dumps({"current": current, "releases": names, "running": running}))
 """
@@ -77,20 +78,20 @@ def read_nodes(fleet: Fleet, nodes: list[str], root: str) -> dict[str, NodeRelea
 
 
 def _agent_target() -> str:
-    return f"gui/$(id -u)/{LABEL}"
+    return f"system/{LABEL}"
 
 
 def stop_exo(fleet: Fleet, nodes: list[str]) -> None:
     """launchctl bootout: launchd ends the process and forgets the job (KeepAlive cannot restart it)."""
-    cmd = f"launchctl bootout {_agent_target()} 2>/dev/null; launchctl print {_agent_target()} >/dev/null 2>&1 " \
+    cmd = f"sudo -n launchctl bootout {_agent_target()} 2>/dev/null; launchctl print {_agent_target()} >/dev/null 2>&1 " \
           "&& { echo still loaded >&2; exit 1; }; exit 0"
     on_nodes(fleet, nodes, lambda a: run_remote(a, cmd, timeout_s=60))
 
 
 def start_exo(fleet: Fleet, nodes: list[str]) -> None:
-    plist = f"~/Library/LaunchAgents/{LABEL}.plist"
-    cmd = (f"if launchctl print {_agent_target()} >/dev/null 2>&1; then launchctl kickstart -k {_agent_target()}; "
-           f"else launchctl bootstrap gui/$(id -u) {plist}; fi")
+    plist = f"/Library/LaunchDaemons/{LABEL}.plist"
+    cmd = (f"if launchctl print {_agent_target()} >/dev/null 2>&1; then sudo -n launchctl kickstart -k {_agent_target()}; "
+           f"else sudo -n launchctl bootstrap system {plist}; fi")
     on_nodes(fleet, nodes, lambda a: run_remote(a, cmd, timeout_s=60))
 
 

@@ -46,7 +46,7 @@ from .state import (
     wait_power,
 )
 
-MOUNT_POINTS = ("/Users", "/Library", "/opt/homebrew", "/opt/exo")
+MOUNT_POINTS = ("/Users", "/Library", "/opt/homebrew", "/opt/exo", "/etc/pf.anchors")
 CREATED_MARK = STATE_ROOT / ".created"
 HOSTS_HEADER = "# Written by `macfleet lab up --name {name}`; `macfleet lab down --name {name}` removes it.\n"
 REQUIRED_TOOLS = ("ip", "tc", "ssh", "ssh-keygen", "unshare", "mount", "sudo")
@@ -194,22 +194,23 @@ def _persist_initial(lab: dict, node: str, fresh: bool) -> dict:
         "names": {"ComputerName": node, "LocalHostName": node},
         "os": {"version": "26.5.1", "build": "25F80"},
         "mtu": {},
+        "spotlight_off": [] if fresh else [f"/Users/{lab['user']}/.exo/models"],
+        "auto_login_user": None,
     }
 
 
 def _prepare_node(lab: dict, d: Path, node: str, run_py: Path, pubkey: str, uid: int, gid: int) -> None:
     nd = d / "nodes" / node
     for sub in ("standins", "sshd", "fs/Users", "fs/Library/LaunchDaemons", "fs/Library/LaunchAgents",
-                "fs/Library/Preferences", "fs/homebrew/bin", "fs/sudoers.d", "fs/Users/Shared", "fs/exo"):
+                "fs/Library/Preferences", "fs/homebrew/bin", "fs/sudoers.d", "fs/Users/Shared", "fs/exo",
+                "fs/pf.anchors"):
         (nd / sub).mkdir(parents=True, exist_ok=True)
-    for p in (nd, nd / "standins", nd / "fs", nd / "fs/Users", nd / "fs/Library", nd / "fs/homebrew", nd / "fs/exo"):
+    for p in (nd, nd / "standins", nd / "fs", nd / "fs/Users", nd / "fs/Library", nd / "fs/homebrew", nd / "fs/exo",
+              nd / "fs/pf.anchors"):
         os.chmod(p, 0o755)
     (nd / "lock").touch(mode=0o644)
     os.chmod(nd / "fs/Users/Shared", 0o1777)
-    for cmd in (*COMMANDS, "ping"):
-        w = nd / "standins" / cmd
-        w.write_text(f'#!/bin/sh\nexec {NODE_PYTHON} -S -E {run_py} {nd} {cmd} "$@"\n')
-        os.chmod(w, 0o755)
+    _write_standins(nd, run_py)
     user = lab["user"]
     for p in (nd / "fs/exo", nd / "fs/homebrew", nd / "fs/homebrew/bin"):
         os.chown(p, uid, gid)  # user-owned, as Homebrew's prefix is on a Mac
@@ -222,10 +223,10 @@ def _prepare_node(lab: dict, d: Path, node: str, run_py: Path, pubkey: str, uid:
     os.chmod(home, 0o755)
     os.chmod(home / ".ssh", 0o700)
     os.chmod(home / ".ssh/authorized_keys", 0o600)
-    sudoers = nd / "fs/sudoers.d" / "macfleet-lab"
-    sudoers.write_text(f"{user} ALL=(ALL) NOPASSWD: ALL\n")
-    os.chmod(sudoers, 0o440)
-    os.chmod(nd / "fs/sudoers.d", 0o755)
+    _write_sudo(lab, nd, user)
+    _write_homebrew(nd, uid, gid, rsync=not lab["fresh"])
+    if not lab["fresh"]:
+        _write_prepared(lab, nd, node, uid)
     (nd / "sshd/sshd_config").write_text(SSHD_CONFIG.format(node=node, lab=lab["name"], dir=nd, user=user))
     (nd / "run").mkdir(exist_ok=True)
     (nd / "run" / "lock").touch()
@@ -234,6 +235,160 @@ def _prepare_node(lab: dict, d: Path, node: str, run_py: Path, pubkey: str, uid:
         os.chown(p, uid, gid)
     userland.write_json(nd / "persist.json", _persist_initial(lab, node, lab["fresh"]))
     userland.write_json(nd / "boot.json", {"power": "off"})
+
+
+def _write_standins(nd: Path, run_py: Path) -> None:
+    """The macOS commands in front of /usr/bin; /usr/sbin gets links to them (one file per command, so sudo
+    matches a /sbin/x rule and a /usr/bin/x rule alike); /usr/bin/python3 is the Command Line Tools stub."""
+    from .macos import devtools
+
+    (nd / "standins-sbin").mkdir(exist_ok=True)
+    os.chmod(nd / "standins-sbin", 0o755)
+    for cmd in (*COMMANDS, "ping"):
+        if cmd == "brew":
+            continue  # Homebrew's, in /opt/homebrew/bin
+        w = nd / "standins" / cmd
+        w.write_text(f'#!/bin/sh\nexec {NODE_PYTHON} -S -E {run_py} {nd} {cmd} "$@"\n')
+        os.chmod(w, 0o755)
+        (nd / "standins-sbin" / cmd).symlink_to(f"/usr/bin/{cmd}")
+    stub = nd / "standins" / "python3"
+    stub.write_text(devtools.python3_stub())
+    os.chmod(stub, 0o755)
+
+
+ADMIN_RULE = """\
+# As macOS's /etc/sudoers: an administrator runs anything with his password.
+{user} ALL = (ALL) ALL
+Defaults:{user} lecture=never
+"""
+
+
+def _write_sudo(lab: dict, nd: Path, user: str) -> None:
+    """sudo asks the admin's password (checked against the node's own record); a prepared node also has the scoped
+    drop-in bootstrap installs."""
+    from . import prepared
+
+    os.chmod(nd / "fs/sudoers.d", 0o755)
+    rule = nd / "fs/sudoers.d" / "lab-admin"
+    rule.write_text(ADMIN_RULE.format(user=user))
+    os.chmod(rule, 0o440)
+    if not lab["fresh"]:
+        drop_in = nd / "fs/sudoers.d" / prepared.SUDOERS_FILE
+        drop_in.write_text(prepared.render("sudoers", "macfleet.sudoers.j2", sudoers_user=user))
+        os.chmod(drop_in, 0o440)
+
+
+# sudo's PAM stack on a node: the admin's password is checked against that Mac's own record (nodes/<node>/
+# admin-password.hash) by the lab's checkpw, not against the host's /etc/shadow, which every lab shares (and
+# which the host rewrites by rename, detaching any bind mount of it).
+PAM_SUDO = """\
+#%PAM-1.0
+# macfleet lab {node}: the admin's password is this Mac's own
+auth    [success=done default=ignore]  pam_exec.so quiet expose_authtok seteuid {checkpw} {hashfile}
+auth    requisite                      pam_deny.so
+@include common-account
+session required pam_limits.so
+@include common-session-noninteractive
+"""
+CHECKPW = """\
+import hashlib, hmac, sys
+token = sys.stdin.buffer.read().split(b"\\0")[0].rstrip(b"\\n")
+algo, rounds, salt, digest = open(sys.argv[1]).read().split("$")
+mine = hashlib.pbkdf2_hmac("sha256", token, bytes.fromhex(salt), int(rounds)).hex()
+sys.exit(0 if hmac.compare_digest(mine, digest.strip()) else 1)
+"""
+PASSWORD_ROUNDS = 50_000
+
+
+def _write_pam(d: Path, nd: Path, node: str, password: str) -> None:
+    """The node's /etc/pam.d (a copy of the host's, sudo's stack replaced) and its password record."""
+    import hashlib
+
+    salt = os.urandom(16)
+    digest = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, PASSWORD_ROUNDS).hex()
+    record = nd / "admin-password.hash"
+    fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(f"pbkdf2_sha256${PASSWORD_ROUNDS}${salt.hex()}${digest}\n")
+    checkpw = d / "userland" / "checkpw"
+    if not checkpw.exists():
+        checkpw.write_text(f"#!{NODE_PYTHON} -SE\n" + CHECKPW)
+        os.chmod(checkpw, 0o755)
+    pam = nd / "fs" / "pam.d"
+    shutil.copytree("/etc/pam.d", pam, symlinks=True)
+    (pam / "sudo").write_text(PAM_SUDO.format(node=node, checkpw=checkpw, hashfile=record))
+
+
+def _new_admin_password(d: Path) -> str:
+    """A password for this lab's admin (each Mac's own), kept in the state directory for the lab's own use."""
+    import secrets
+
+    password = secrets.token_urlsafe(12)
+    path = d / "admin-password"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(password + "\n")
+    return password
+
+
+def _write_homebrew(nd: Path, uid: int, gid: int, *, rsync: bool) -> None:
+    """Homebrew is there (the runbook has the operator install it); its rsync only on a prepared node."""
+    from .macos import devtools
+
+    brew = nd / "fs/homebrew/bin/brew"
+    run_py = nd.parent.parent / "userland" / "run.py"
+    brew.write_text(f'#!/bin/sh\nexec {NODE_PYTHON} -S -E {run_py} {nd} brew "$@"\n')
+    os.chmod(brew, 0o755)
+    os.lchown(brew, uid, gid)
+    if rsync:
+        link = nd / "fs/homebrew/bin/rsync"
+        link.symlink_to(devtools.SYSTEM_RSYNC)
+        os.lchown(link, uid, gid)
+
+
+def _write_prepared(lab: dict, nd: Path, node: str, uid: int) -> None:
+    """What bootstrap leaves (lab/prepared.py renders it from the same templates): the Command Line Tools, the
+    wired-limit and pf LaunchDaemons, the anchor, exo's directories (the exo daemon comes with exo)."""
+    import grp
+
+    from . import prepared
+
+    tools = nd / "fs/Library/Developer/CommandLineTools/usr/bin"
+    tools.mkdir(parents=True, exist_ok=True)
+    (tools / "python3").symlink_to(NODE_PYTHON)
+    model = lab["models"][lab["nodes"][node]["model"]]
+    devices = sorted(p["device"] for p in model["ports"] if str(p["receptacle"]) in lab["addresses"][node])
+    home = f"/Users/{lab['user']}"
+    files = prepared.files(user=lab["user"], home=home, memory_bytes=model["memory_bytes"],
+                           controller=lab["controller_address"], interfaces=devices, exo_env=exo_env(lab))
+    for path, (content, mode) in files.items():
+        if path.endswith(f"{prepared.EXO_LABEL}.plist") or path.startswith("/etc/sudoers.d/"):
+            continue  # the exo daemon comes with exo (_install_exo); sudoers in _write_sudo
+        target = nd / "fs" / _fs_relative(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+        os.chmod(target, mode)
+    staff = grp.getgrnam("staff").gr_gid
+    for sub in (".exo", ".exo/exo_log", ".exo/models"):
+        p = nd / "fs/Users" / lab["user"] / sub
+        p.mkdir(parents=True, exist_ok=True)
+        os.chown(p, uid, staff)
+        os.chmod(p, 0o755)
+    os.chown(nd / "fs/exo", uid, staff)
+
+
+def _fs_relative(path: str) -> str:
+    """A node path as its place under nodes/<node>/fs/ (the bind mounts of init.setup_mounts)."""
+    for prefix, sub in (("/etc/pf.anchors/", "pf.anchors/"), ("/etc/sudoers.d/", "sudoers.d/"),
+                        ("/Library/", "Library/"), ("/Users/", "Users/"), ("/opt/exo/", "exo/")):
+        if path.startswith(prefix):
+            return sub + path[len(prefix):]
+    raise ValueError(path)
+
+
+def exo_env(lab: dict) -> dict[str, str]:
+    """exo's environment in the lab: each exo polls its node's commands less often in a big lab."""
+    return {"EXO_LAB_REFRESH_S": f"{max(1.0, len(lab['nodes']) / 4):g}"}
 
 
 def _write_inventory(lab: dict, inv: Path, key: Path, known_hosts: str) -> None:
@@ -258,8 +413,8 @@ def _write_inventory(lab: dict, inv: Path, key: Path, known_hosts: str) -> None:
     gv.mkdir(parents=True, exist_ok=True)
     (gv / "macfleet.yml").write_text(
         "# Written by `macfleet lab up`.\n"
-        + yaml.safe_dump({"macfleet_ssh": {"private_key_file": "id_ed25519", "known_hosts_file": "known_hosts"}},
-                         sort_keys=False)
+        + yaml.safe_dump({"macfleet_ssh": {"private_key_file": "id_ed25519", "known_hosts_file": "known_hosts"},
+                          "macfleet_exo": {"env": exo_env(lab)}}, sort_keys=False)
     )
     (gv / "ansible.yml").write_text(
         "# Written by `macfleet lab up`: strict host keys, the lab's client key, Debian's python on the nodes.\n"
@@ -274,7 +429,12 @@ def _write_inventory(lab: dict, inv: Path, key: Path, known_hosts: str) -> None:
     shutil.copy2(key, inv / "id_ed25519")
     os.chmod(inv / "id_ed25519", 0o600)
     shutil.copy2(key.with_suffix(".pub"), inv / "id_ed25519.pub")
-    (inv / "known_hosts").write_text(known_hosts)
+    # a fresh Mac's key is not known yet: `macfleet trust` records it
+    (inv / "known_hosts").write_text("" if lab["fresh"] else known_hosts)
+    # what the person who unboxed the Macs noted: the admin's password, readable only by its owner
+    fd = os.open(inv / "admin-password", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write((lab_dir(lab["name"]) / "admin-password").read_text())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -441,9 +601,11 @@ def _up(lab: dict, d: Path, inv: Path) -> None:
         if p.wait() != 0:
             raise LabError("ssh-keygen failed")
     pubkey = key.with_suffix(".pub").read_text()
+    password = _new_admin_password(d)
     known = []
     for node, n in lab["nodes"].items():
         _prepare_node(lab, d, node, run_py, pubkey, pw.pw_uid, pw.pw_gid)
+        _write_pam(d, d / "nodes" / node, node, password)
         hk = (d / "nodes" / node / "sshd" / "ssh_host_ed25519_key.pub").read_text().split()
         known.append(f"{n['address']} {hk[0]} {hk[1]}\n")
     netns.create(lab)
@@ -471,24 +633,23 @@ def _install_exo(lab: dict, d: Path) -> None:
         from .exo import build as exo_build
     except ImportError:
         return
+    from . import prepared
     pw = pwd.getpwnam(lab["user"])
     home = Path("/Users") / lab["user"]
-    # exo polls its node's commands; in a big lab every node shares the host's CPUs, so each polls less often
-    refresh = max(1.0, len(lab["nodes"]) / 4)
     for node in lab["nodes"]:
         nd = d / "nodes" / node
         root = nd / "fs" / "exo"
         exo_build.write_build(root / "releases" / EXO_VERSION, EXO_VERSION)
         (root / "current").symlink_to(f"releases/{EXO_VERSION}")
-        plist = exo_build.render_launchd_plist("/opt/exo/current/bin/exo", home=home,
-                                               args=["--refresh", f"{refresh:g}"])
-        rel = exo_build.plist_path(home).relative_to("/Users")
-        target = nd / "fs" / "Users" / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(plist)
+        # the LaunchDaemon bootstrap installs (runs as the admin, starts with nobody logged in)
+        plist = prepared.render("exo", "exo.plist.j2", exo_user=lab["user"], exo_home=str(home),
+                                exo_env=exo_env(lab))
+        target = nd / "fs" / _fs_relative(f"/Library/LaunchDaemons/{prepared.EXO_LABEL}.plist")
+        target.write_text(plist)
+        os.chmod(target, 0o644)
         logs = nd / "fs" / "Users" / lab["user"] / ".exo" / "exo_log"
         logs.mkdir(parents=True, exist_ok=True)
-        for p in [root, *root.rglob("*"), target, nd / "fs" / "Users" / lab["user"] / ".exo", logs]:
+        for p in root.rglob("*"):
             os.lchown(p, pw.pw_uid, pw.pw_gid)
 
 

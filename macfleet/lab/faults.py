@@ -99,9 +99,12 @@ class LoadedLab:
         if self.power(node) in ("on", "booting"):
             netns.reapply_services(self.lab, node, devices)
 
-    def ssh(self, node: str, command: str) -> subprocess.CompletedProcess:
+    def ssh(self, node: str, command: str, *, input: str | None = None) -> subprocess.CompletedProcess:
         argv = state.ssh_argv(self.name, node, command)
-        return subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        return subprocess.run(argv, input=input, capture_output=True, text=True, timeout=30)
+
+    def admin_password(self) -> str:
+        return (self.dir / "admin-password").read_text().strip()
 
 
 @contextlib.contextmanager
@@ -476,8 +479,10 @@ def _foreign_plan(target: LoadedLab, node: str) -> tuple[dict[str, str], list[tu
 
 
 def _run_on(target: LoadedLab, node: str, commands: list[list[str]]) -> None:
-    script = " && ".join(" ".join(shlex.quote(w) for w in ["sudo", "-n", *c]) for c in commands)
-    p = target.ssh(node, script)
+    # the admin types the password once (sudo -S reads it), as such a script's user does at the Mac
+    inner = " && ".join(" ".join(shlex.quote(w) for w in c) for c in commands)
+    script = f"sudo -S -p '' sh -c {shlex.quote(inner)}"
+    p = target.ssh(node, script, input=target.admin_password() + "\n")
     if p.returncode != 0:
         raise LabError(f"{node}: {p.stderr.strip() or p.stdout.strip()}", hint=f"the commands were: {script}")
 
@@ -681,7 +686,8 @@ def _exo_check(target: LoadedLab, node: str) -> None:
 def exo_down_apply(target: LoadedLab, node: str) -> dict:
     if not target.on(node):
         raise UsageError(f"{node} is {target.power(node)}")
-    p = target.ssh(node, f"launchctl bootout gui/$(id -u)/{EXO_LABEL}")
+    # exo is the LaunchDaemon bootstrap installs; its scoped sudoers drop-in allows these two without a password
+    p = target.ssh(node, f"sudo -n launchctl bootout system/{EXO_LABEL}")
     if p.returncode != 0:
         raise LabError(f"{node}: launchctl bootout failed: {p.stderr.strip() or p.stdout.strip()}")
     return {}
@@ -690,7 +696,7 @@ def exo_down_apply(target: LoadedLab, node: str) -> dict:
 def exo_down_clear(target: LoadedLab, data: dict, node: str) -> None:
     if not target.on(node):
         return
-    p = target.ssh(node, f"launchctl bootstrap gui/$(id -u) ~/Library/LaunchAgents/{EXO_LABEL}.plist")
+    p = target.ssh(node, f"sudo -n launchctl bootstrap system /Library/LaunchDaemons/{EXO_LABEL}.plist")
     if p.returncode != 0:
         raise LabError(f"{node}: launchctl bootstrap failed: {p.stderr.strip() or p.stdout.strip()}")
 

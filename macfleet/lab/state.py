@@ -18,7 +18,9 @@ from macfleet.errors import LabError, UsageError
 from .macos import common as userland
 
 STATE_ROOT = Path(os.environ.get("MACFLEET_LAB_STATE", "/run/macfleet-lab"))
-NODE_PYTHON = "/usr/bin/python3"
+# The Python that runs the lab's stand-ins and exo on a node: the real interpreter behind Debian's
+# /usr/bin/python3, which on a node is the Command Line Tools stub until bootstrap installs the tools.
+NODE_PYTHON = os.path.realpath("/usr/bin/python3")
 # A lab name is also an inventory directory, a host-label part of namespace names and a word in hints: the
 # node-name rule of the inventory narrowed to what all of those accept (no dot, slash, space or capital).
 LAB_NAME = re.compile(r"[a-z][a-z0-9-]{0,31}")

@@ -23,7 +23,8 @@ def _outcome(node: dict[str, Any]) -> str:
 def render_trust(payload: dict[str, Any]) -> RenderableType:
     table = Table(title=Text(f"SSH host keys ({payload['known_hosts']})"), title_justify="left")
     for col in ("node", "host", "key", "fingerprint", "result"):
-        table.add_column(col)
+        # a fingerprint is compared character by character: never cut it, fold it
+        table.add_column(col, overflow="fold", min_width=51 if col == "fingerprint" else None)
     notes: list[Text] = []
     for n in payload["nodes"]:
         outcome = _outcome(n)

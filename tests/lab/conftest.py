@@ -11,6 +11,8 @@ A `Lab` gives:
   .name, .inventory (Path of inventories/NAME), .nodes (names), .workdir
   .macfleet(*args, check=True, timeout=120) -> CompletedProcess  (`python -m macfleet ...`, in .workdir)
   .ssh(node, command, check=True, timeout=60) -> CompletedProcess  (`macfleet lab ssh --name NAME node command`)
+  .sudo(node, command, check=True) -> CompletedProcess  (as root, the admin's password typed: sudo asks for it
+         outside macfleet's scoped drop-in, as on a Mac)
   .up_output  what `macfleet lab up` printed
   .status() -> {node: {"name", "mesh", "state", "address", "faults"}}
   .fault(*args, clear=False) -> CompletedProcess  (`macfleet lab fault --name NAME ARGS… [--clear]`)
@@ -91,6 +93,21 @@ class Lab:
             raise AssertionError(f"{node}: {command!r} -> {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")
         return p
 
+    def sudo(self, node: str, command: str, *, check: bool = True, timeout: float = 60
+             ) -> subprocess.CompletedProcess:
+        """`command` as root through sudo with the admin's password typed (sudo -S), as a person at the Mac does:
+        for what macfleet's scoped sudoers drop-in does not allow without a password."""
+        import shlex
+
+        from macfleet.lab import state
+
+        password = (STATE_ROOT / self.name / "admin-password").read_text()
+        argv = state.ssh_argv(self.name, node, f"sudo -S -p '' sh -c {shlex.quote(command)}")
+        p = subprocess.run(argv, input=password, capture_output=True, text=True, timeout=timeout)
+        if check and p.returncode != 0:
+            raise AssertionError(f"{node}: sudo {command!r} -> {p.returncode}\n{p.stdout}\n{p.stderr}")
+        return p
+
     def fault(self, *args: str, clear: bool = False, check: bool = True) -> subprocess.CompletedProcess:
         """`macfleet lab fault --name NAME ARGS… [--clear]` (docs/lab-faults.md)."""
         return self.macfleet("lab", "fault", "--name", self.name, *args, *(["--clear"] if clear else []), check=check)
@@ -135,11 +152,15 @@ def assert_nothing_left(name: str, workdir: Path) -> None:
     assert f"macfleet.lab.supervisor {name}\n" not in ps, "supervisor left"
 
 
-def _up(name: str, workdir: Path, *args: str) -> Lab:
+def _up(name: str, workdir: Path, *args: str, trust: bool = True) -> Lab:
+    """A lab up; a `--fresh` one's inventory knows no host key, so its keys are recorded first (`macfleet trust
+    --yes`, as an operator vouching for the lab) unless `trust=False` (the bootstrap tests' first contact)."""
     name = LAB_PREFIX + name
     workdir.mkdir(parents=True, exist_ok=True)
     run_macfleet(["lab", "down", "--name", name], cwd=workdir, check=False)
     p = run_macfleet(["lab", "up", "--name", name, *args], cwd=workdir)
+    if "--fresh" in args and trust:
+        run_macfleet(["trust", "-i", str(workdir / "inventories" / name), "--yes", "--json"], cwd=workdir)
     lab = Lab(name, workdir, up_output=p.stdout)
     lab.nodes = list(lab.status())
     return lab

@@ -63,7 +63,7 @@ def fresh(tmp_path_factory) -> Lab:
     from tests.lab.conftest import _down, _up
 
     lab = _up("bf", tmp_path_factory.mktemp("fresh"), "--nodes", "2", "--fresh", "--boot-seconds", "1",
-              "--tb-rate", "80mbit")
+              "--tb-rate", "80mbit", trust=False)
     yield lab
     _down(lab)
 
@@ -145,7 +145,7 @@ def test_fresh_to_ready_then_nothing_to_change(fresh: Lab, tmp_path: Path) -> No
     assert rc == 0 and again["changed"] == 0, again
     assert all(n["changed"] == 0 for n in again["nodes"].values())
     password = (fresh.inventory / "admin-password").read_text().strip()
-    leaks = subprocess.run(["grep", "-rlF", password, str(state)], capture_output=True, text=True)
+    leaks = subprocess.run(["grep", "-rlF", "-e", password, str(state)], capture_output=True, text=True)
     assert leaks.stdout == "", f"the password is in {leaks.stdout}"
     n1 = fresh.nodes[0]
     assert fresh.ssh(n1, "sudo -n true", check=False).returncode != 0  # scoped: not NOPASSWD: ALL
@@ -165,8 +165,8 @@ def test_packet_filter_lets_exo_in_from_the_mesh_and_the_controller_only(fresh: 
 
     n1, n2 = fresh.nodes
     truth = fresh.truth()
-    lan = truth["nodes"][n1]["address"]
-    tb = next(a for r, (a, _) in truth["addresses"][n1].items() if truth["addresses"][n2].get(r) is None or True)
+    lan = truth["nodes"][n1]["address"]  # n1's management address, on the LAN
+    tb = next(iter(truth["addresses"][n1].values()))[0]  # n1's end of the cable to n2
     server = fresh.ssh(n1, "nohup /usr/bin/python3 -m http.server 52415 >/dev/null 2>&1 & echo $!").stdout.strip()
     try:
         fresh.wait(lambda: _connects(fresh, n1, "127.0.0.1"), 20, "a listener on 52415")

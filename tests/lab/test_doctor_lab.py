@@ -2,8 +2,8 @@
 checks cover → found by the right check on the right node and nothing else, gone after `--clear`; a wedged
 RDMA stack is named within the bound; a hung node → exit 3 with the rest still judged.
 
-Runs on the shared `lab4`. The lab starts with macOS's default GPU wired limit (0), as a Mac that was never
-bootstrapped; the module sets the inventory's limit first (what bootstrap does) and puts 0 back at the end.
+Runs on the shared `lab4`, a bootstrapped mesh: its wired-limit LaunchDaemon set the inventory's limit at
+boot; the module makes sure of it first and leaves it so.
 Every wait polls doctor with a deadline.
 """
 
@@ -47,14 +47,14 @@ def wait_doctor(lab, want: set[tuple[str, str]], timeout: float, what: str) -> t
 
 def set_wired_limit(lab, value: int) -> None:
     for n in lab.nodes:
-        lab.ssh(n, f"sudo -n sysctl iogpu.wired_limit_mb={value}")
+        lab.sudo(n, f"sysctl iogpu.wired_limit_mb={value}")
 
 
 @pytest.fixture(scope="module")
 def bootstrapped(lab4):
     set_wired_limit(lab4, WIRED_MB)
     yield lab4
-    set_wired_limit(lab4, 0)
+    set_wired_limit(lab4, WIRED_MB)
 
 
 def test_healthy_lab_every_check_ok(bootstrapped) -> None:
@@ -136,7 +136,7 @@ def test_hung_node_exits_3_and_the_rest_is_judged(bootstrapped) -> None:
         lab.fault("hang", S3, clear=True)  # a power cycle
         lab.wait_state(S3, {"up"}, timeout=120)
         lab.wait_ssh(S3, timeout=60)
-        lab.ssh(S3, f"sudo -n sysctl iogpu.wired_limit_mb={WIRED_MB}")
+        lab.sudo(S3, f"sysctl iogpu.wired_limit_mb={WIRED_MB}")
     wait_doctor(lab, set(), 90, "after the power cycle")
 
 

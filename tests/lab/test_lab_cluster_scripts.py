@@ -32,17 +32,17 @@ def test_route_and_ipconfig_change_only_the_live_table(lab4) -> None:
     p = lab4.ssh("studio-3", f"route -n add -net 192.168.77.0/24 -interface {dev}", check=False)
     assert p.returncode == 1 and "must be root" in p.stderr
     try:
-        p = lab4.ssh("studio-3", f"sudo -n route -n add -net 192.168.77.0/24 -interface {dev}")
+        p = lab4.sudo("studio-3", f"route -n add -net 192.168.77.0/24 -interface {dev}")
         assert p.stdout == f"add net 192.168.77.0: gateway {dev}\n"
-        p = lab4.ssh("studio-3", f"sudo -n route -n add -net 192.168.77.0/24 -interface {dev}", check=False)
+        p = lab4.sudo("studio-3", f"route -n add -net 192.168.77.0/24 -interface {dev}", check=False)
         assert p.returncode == 1 and "File exists" in p.stderr
         assert f"interface: {dev}" in lab4.ssh("studio-3", "route -n get 192.168.77.9").stdout
-        p = lab4.ssh("studio-3", "sudo -n route -n change -net 192.168.78.0/24 -interface en0", check=False)
+        p = lab4.sudo("studio-3", "route -n change -net 192.168.78.0/24 -interface en0", check=False)
         assert p.returncode == 1 and "not in table" in p.stderr
-        lab4.ssh("studio-3", "sudo -n route -n change -net 192.168.77.0/24 -interface en0")
+        lab4.sudo("studio-3", "route -n change -net 192.168.77.0/24 -interface en0")
         assert "interface: en0" in lab4.ssh("studio-3", "route -n get 192.168.77.9").stdout
     finally:
-        lab4.ssh("studio-3", "sudo -n route -n delete -net 192.168.77.0/24", check=False)
+        lab4.sudo("studio-3", "route -n delete -net 192.168.77.0/24", check=False)
     assert "192.168.77" not in lab4.ssh("studio-3", "netstat -rn").stdout
 
 
@@ -56,7 +56,7 @@ def test_hardware_ports_list_the_bridge_exactly_when_ifconfig_has_it(lab4) -> No
     lab4.fault("bridge-on", "studio-4")
     try:
         assert both() == (True, True)
-        lab4.ssh("studio-4", "sudo -n ifconfig bridge0 down")
+        lab4.sudo("studio-4", "ifconfig bridge0 down")
         assert both() == (True, True)  # down, not gone
         assert "flags=8822<" in lab4.ssh("studio-4", "ifconfig bridge0").stdout
     finally:

@@ -158,10 +158,10 @@ def _healthy(snap: dict) -> bool:
 
 @pytest.fixture(scope="module")
 def baseline(lab4):
-    lab4.ssh("studio-2", "sudo -n sysctl iogpu.wired_limit_mb=4096")  # so that losing it shows
+    # bootstrap's LaunchDaemon set a wired limit at boot, so that losing it shows
+    assert lab4.ssh("studio-2", "sysctl -n iogpu.wired_limit_mb").stdout.strip() != "0"
     snap = lab4.wait(lambda: (s := snapshot(lab4)) and _healthy(s) and s, 120, "a healthy 4-node mesh", every=1)
     yield snap
-    lab4.ssh("studio-2", "sudo -n sysctl iogpu.wired_limit_mb=0")
 
 
 @pytest.mark.parametrize(("args", "where", "log"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])

@@ -40,7 +40,8 @@ def test_inventory_written(lab4):
         assert hv["ansible_host"] == lab4.status()[node]["address"]
         assert hv["macfleet_model"] == "Mac15,14" and hv["ansible_user"] != "root"
     gv = yaml.safe_load((inv / "group_vars/all/macfleet.yml").read_text())
-    assert gv == {"macfleet_ssh": {"private_key_file": "id_ed25519", "known_hosts_file": "known_hosts"}}
+    assert gv == {"macfleet_ssh": {"private_key_file": "id_ed25519", "known_hosts_file": "known_hosts"},
+                  "macfleet_exo": {"env": {"EXO_LAB_REFRESH_S": "1"}}}  # what bootstrap renders into exo's daemon
     av = yaml.safe_load((inv / "group_vars/all/ansible.yml").read_text())
     assert "StrictHostKeyChecking=yes" in av["ansible_ssh_common_args"]
     assert os.stat(inv / "id_ed25519").st_mode & 0o777 == 0o600
@@ -57,10 +58,10 @@ def test_lab_ssh_passes_stdout_stderr_and_exit_code(lab4):
 def test_macos_userland_first(lab4):
     out = lab4.ssh("studio-1", "command -v sysctl ifconfig shutdown reboot ping networksetup; sysctl hw.model").stdout
     assert "hw.model: Mac15,14" in out
-    sudo = lab4.ssh("studio-1", "sudo -n sh -c 'command -v shutdown sysctl; ls -d /sbin/shutdown'").stdout
+    sudo = lab4.sudo("studio-1", "sh -c 'command -v shutdown sysctl; ls -d /sbin/shutdown'").stdout
     # Linux's own sysctl/shutdown must not answer: the stand-ins are in front of /usr/bin and /usr/sbin
     assert lab4.ssh("studio-1", "sysctl kernel.hostname", check=False).returncode != 0
-    p = lab4.ssh("studio-1", "sudo -n shutdown --help", check=False)  # systemd's would print help, exit 0
+    p = lab4.sudo("studio-1", "shutdown --help", check=False)  # systemd's would print help, exit 0
     assert p.returncode == 1 and "usage: shutdown" in p.stderr
     assert "/shutdown" in sudo
 
@@ -176,10 +177,10 @@ def test_files_are_per_node_and_ping_over_thunderbolt(lab4):
 
 def test_networksetup_changes_namespace_and_ifconfig_is_volatile(lab4):
     # Thunderbolt 1 (en2) is the non-RDMA port, uncabled in the default mesh: safe to play with.
-    lab4.ssh("studio-3", "sudo -n networksetup -setmanual 'Thunderbolt 1' 10.99.0.1 255.255.255.252")
+    lab4.sudo("studio-3", "networksetup -setmanual 'Thunderbolt 1' 10.99.0.1 255.255.255.252")
     assert "inet 10.99.0.1 netmask 0xfffffffc" in lab4.ssh("studio-3", "ifconfig en2").stdout
     assert "10.99.0.1" in json.dumps(lab4.node_state("studio-3", "persist"))
-    lab4.ssh("studio-3", "sudo -n networksetup -setdhcp 'Thunderbolt 1'")
+    lab4.sudo("studio-3", "networksetup -setdhcp 'Thunderbolt 1'")
     assert "inet " not in lab4.ssh("studio-3", "ifconfig en2").stdout
     assert lab4.ssh("studio-3", "networksetup -setmanual 'Thunderbolt 1' 10.99.0.1 255.255.255.0",
                     check=False).returncode != 0  # not root
@@ -187,7 +188,7 @@ def test_networksetup_changes_namespace_and_ifconfig_is_volatile(lab4):
 
 
 def test_rdma_ctl_enable_refused_outside_recovery(lab4):
-    p = lab4.ssh("studio-2", "sudo -n rdma_ctl disable", check=False)
+    p = lab4.sudo("studio-2", "rdma_ctl disable", check=False)
     assert p.returncode != 0 and "Recovery" in p.stderr
     assert lab4.ssh("studio-2", "rdma_ctl status").stdout == "enabled\n"
 

@@ -126,7 +126,7 @@ def test_apply_fresh_mesh_then_idempotent_and_survives_reboot(make_lab) -> None:
 
 def test_pool_collision_is_refused_before_any_change(make_lab) -> None:
     lab = make_lab("tcol", "--nodes", "2", "--fresh", "--no-exo", "--boot-seconds", "1")
-    lab.ssh("studio-2", "sudo -n ifconfig en0 inet 10.213.0.9 netmask 255.255.255.0 alias")
+    lab.sudo("studio-2", "ifconfig en0 inet 10.213.0.9 netmask 255.255.255.0 alias")
     try:
         p = lab.macfleet("topology", "apply", "-i", str(lab.inventory), "--json", check=False, timeout=300)
         assert p.returncode == 1, p.stdout + p.stderr
@@ -136,10 +136,10 @@ def test_pool_collision_is_refused_before_any_change(make_lab) -> None:
         order = lab.ssh("studio-1", "networksetup -listnetworkserviceorder").stdout
         assert "(*) Thunderbolt Bridge" not in order, "the bridge was switched off despite the refusal"
     finally:
-        lab.ssh("studio-2", "sudo -n ifconfig en0 -alias 10.213.0.9", check=False)
+        lab.sudo("studio-2", "ifconfig en0 -alias 10.213.0.9", check=False)
     # A route into the pool through a gateway (what a VPN pushing 10.213.0.0/24 looks like) is refused too.
     gateway = lab.truth()["controller_address"]
-    lab.ssh("studio-1", f"sudo -n ip route add 10.213.0.0/24 via {gateway} dev en0")
+    lab.sudo("studio-1", f"ip route add 10.213.0.0/24 via {gateway} dev en0")
     try:
         p = lab.macfleet("topology", "apply", "-i", str(lab.inventory), "--json", check=False, timeout=300)
         assert p.returncode == 1, p.stdout + p.stderr
@@ -147,4 +147,4 @@ def test_pool_collision_is_refused_before_any_change(make_lab) -> None:
         assert err["code"] == "refused" and "studio-1 routes 10.213.0" in err["message"], err
         assert not (lab.inventory / "host_vars" / "studio-1" / "macfleet_generated.yml").exists()
     finally:
-        lab.ssh("studio-1", "sudo -n ip route del 10.213.0.0/24", check=False)
+        lab.sudo("studio-1", "ip route del 10.213.0.0/24", check=False)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import plistlib
 import re
 import shutil
@@ -43,7 +44,7 @@ DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin:/opt/homebrew/bin"
 _SOURCE = Path(__file__).with_name("standin.py")
 _VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._+-]{0,63}$")
 
-_ENTRY_POINT = """#!/usr/bin/python3
+_ENTRY_POINT = """#!{python}
 # exo (macfleet lab stand-in) - entry point of the build in ../ ; see ../BUILD.json
 import os
 import sys
@@ -71,7 +72,8 @@ def write_build(out_dir: Path, version: str, *, broken: bool = False) -> Path:
     (out_dir / "lib").mkdir(exist_ok=True)
     shutil.copyfile(_SOURCE, out_dir / "lib" / "exo_standin.py")
     entry = out_dir / ENTRY
-    entry.write_text(_ENTRY_POINT)
+    # the real interpreter: on a node /usr/bin/python3 is the Command Line Tools stub until bootstrap
+    entry.write_text(_ENTRY_POINT.replace("{python}", os.path.realpath("/usr/bin/python3"), 1))
     entry.chmod(0o755)
     (out_dir / "VERSION").write_text(version + "\n")
     meta = {"name": "exo", "version": version, "broken": broken, "entry": ENTRY, "label": LABEL, "format": 1}

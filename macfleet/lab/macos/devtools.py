@@ -74,14 +74,19 @@ def xcode_select(node: Node, args: list[str]) -> int:
     return 1
 
 
-def _offers_clt(node: Node) -> bool:
-    return not clt_installed() and os.path.exists(PLACEHOLDER) and not node.persist.get("clt_unavailable")
+def _offers_clt(node: Node, *, listed: bool = False) -> bool:
+    """The catalogue offers the tools while the placeholder exists; an install may follow a listing that saw
+    them (the lab's /tmp is shared by its nodes, so another node may have removed the placeholder since)."""
+    if clt_installed() or node.persist.get("clt_unavailable"):
+        return False
+    return os.path.exists(PLACEHOLDER) or (listed and bool(node.boot.get("clt_listed")))
 
 
 def softwareupdate(node: Node, args: list[str]) -> int:
     if any(a in ("-l", "--list") for a in args):
         err("Software Update Tool\n\nFinding available software")
         if _offers_clt(node):
+            node.update("boot", lambda b: b.__setitem__("clt_listed", True))
             sys.stdout.write(f"Software Update found the following new or updated software:\n* Label: {CLT_LABEL}\n"
                              f"\tTitle: {CLT_TITLE}\n")
         else:
@@ -93,7 +98,7 @@ def softwareupdate(node: Node, args: list[str]) -> int:
             return 1
         labels = [a for a in args[1:] if not a.startswith("-")]
         err("Software Update Tool\n\nFinding available software")
-        if labels != [CLT_LABEL] or not _offers_clt(node):
+        if labels != [CLT_LABEL] or not _offers_clt(node, listed=True):
             err(f"No updates are available.{' (' + ', '.join(labels) + ')' if labels else ''}")
             return 1
         for step in ("Downloading", "Downloaded", "Installing", "Done with"):

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import time
 
-from . import launchd, network
+from . import launchd, network, pf
 from .common import Node
 
 MOUNT = "/usr/bin/mount" if os.path.exists("/usr/bin/mount") else "/bin/mount"
@@ -28,10 +28,11 @@ def setup_mounts(node: Node) -> None:
     standins = node.dir / "standins"
     fs = node.dir / "fs"
     _mount("--make-rprivate", "/")
-    for target in ("/usr/bin", "/usr/sbin"):
-        _mount("-t", "overlay", "-o", f"ro,lowerdir={standins}:{target}", "overlay", target)
+    for lower, target in ((standins, "/usr/bin"), (node.dir / "standins-sbin", "/usr/sbin")):
+        _mount("-t", "overlay", "-o", f"ro,lowerdir={lower}:{target}", "overlay", target)
     for src, target in (("Users", "/Users"), ("Library", "/Library"), ("homebrew", "/opt/homebrew"),
-                        ("exo", "/opt/exo"), ("sudoers.d", "/etc/sudoers.d")):
+                        ("exo", "/opt/exo"), ("sudoers.d", "/etc/sudoers.d"), ("pf.anchors", "/etc/pf.anchors"),
+                        ("pam.d", "/etc/pam.d")):
         _mount("--bind", str(fs / src), target)
 
 
@@ -48,6 +49,10 @@ def main(node: Node) -> int:
 
     sshd = start_sshd()
     user = node.lab.spec["user"]
+    try:
+        pf.reset_at_boot()  # pf's rules are runtime state: none until a LaunchDaemon loads them again
+    except Exception as e:
+        log.write(f"pf: {e}\n")
     try:
         launchd.boot_jobs(node, user)
     except Exception as e:  # a broken plist must not stop the boot

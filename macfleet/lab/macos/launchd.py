@@ -330,9 +330,15 @@ def launchctl(node: Node, args: list[str]) -> int:
 
 
 def boot_jobs(node: Node, user: str) -> None:
-    """At boot: load every plist of /Library/LaunchDaemons (system) and the admin's LaunchAgents (gui/uid)."""
+    """At boot: load every plist of /Library/LaunchDaemons (system), and the admin's LaunchAgents (gui/uid) when
+    the admin logs in automatically."""
     uid = pwd.getpwnam(user).pw_uid
-    for folder, domain in ((DAEMONS, "system"), (agents_dir(user), f"gui/{uid}")):
+    persist = node.persist
+    # A gui/<uid> domain exists only once the user logs in: at boot that is automatic login, set in
+    # loginwindow's autoLoginUser, and impossible while FileVault is on. LaunchDaemons start at every boot.
+    logged_in = persist.get("auto_login_user") == user and not persist.get("filevault")
+    folders = [(DAEMONS, "system")] + ([(agents_dir(user), f"gui/{uid}")] if logged_in else [])
+    for folder, domain in folders:
         if folder.is_dir():
             for p in sorted(folder.glob("*.plist")):
                 load_job(node, domain, str(p))
