@@ -83,14 +83,16 @@ def _agent_target() -> str:
 
 def stop_exo(fleet: Fleet, nodes: list[str]) -> None:
     """launchctl bootout: launchd ends the process and forgets the job (KeepAlive cannot restart it)."""
-    cmd = f"sudo -n launchctl bootout {_agent_target()} 2>/dev/null; launchctl print {_agent_target()} >/dev/null 2>&1 " \
+    job = _agent_target()
+    cmd = f"sudo -n launchctl bootout {job} 2>/dev/null; launchctl print {job} >/dev/null 2>&1 " \
           "&& { echo still loaded >&2; exit 1; }; exit 0"
     on_nodes(fleet, nodes, lambda a: run_remote(a, cmd, timeout_s=60))
 
 
 def start_exo(fleet: Fleet, nodes: list[str]) -> None:
     plist = f"/Library/LaunchDaemons/{LABEL}.plist"
-    cmd = (f"if launchctl print {_agent_target()} >/dev/null 2>&1; then sudo -n launchctl kickstart -k {_agent_target()}; "
+    job = _agent_target()
+    cmd = (f"if launchctl print {job} >/dev/null 2>&1; then sudo -n launchctl kickstart -k {job}; "
            f"else sudo -n launchctl bootstrap system {plist}; fi")
     on_nodes(fleet, nodes, lambda a: run_remote(a, cmd, timeout_s=60))
 
