@@ -115,8 +115,8 @@ def _fetch_key(target: SshTarget, key_types: tuple[str, ...]) -> paramiko.PKey:
         transport.close()
 
 
-def see_host_key(fleet: Fleet, node_name: str, known_hosts: Path) -> HostKeySeen:
-    target = SshTarget.for_node(fleet, fleet.node(node_name))
+def see_host_key(target: SshTarget, known_hosts: Path) -> HostKeySeen:
+    node_name = target.node
     entry = host_entry(target.host, target.port)
     known = _known_keys(known_hosts, entry)
     # known_hosts names an RSA key `ssh-rsa`; the exchange offers it as rsa-sha2-*
@@ -168,14 +168,21 @@ def trust_nodes(
     """See every node's key in parallel, then decide node by node (in inventory order) what to record:
     a key matching its --fingerprint, a key the operator confirms, or (accept_all) every new key. A changed key
     is never recorded; without a way to confirm, a new key is refused."""
-    paths = {SshTarget.for_node(fleet, fleet.node(n)).known_hosts for n in nodes}
+    targets = {n: SshTarget.for_node(fleet, fleet.node(n)) for n in nodes}
+    through = sorted(n for n, t in targets.items() if t.jumps or t.proxy_command)
+    if through:
+        raise UsageError("trust reads host keys directly; these nodes are reached through a jump host: "
+                         + ", ".join(through), hint="record their keys with ssh-keyscan run on the jump host, "
+                         "after checking each fingerprint at the Mac")
+    # the file macfleet and Ansible check first (the inventory's UserKnownHostsFile)
+    paths = {t.known_hosts[0] if t.known_hosts else None for t in targets.values()}
     if None in paths or len(paths) != 1:
-        raise UsageError("trust needs one known_hosts file for these nodes (macfleet_ssh.known_hosts_file)",
+        raise UsageError("trust needs one known_hosts file in the inventory for these nodes",
                          hint="set macfleet_ssh.known_hosts_file: known_hosts in group_vars/all")
     known_hosts = paths.pop()
     assert known_hosts is not None
     with ThreadPoolExecutor(max_workers=min(32, max(1, len(nodes)))) as pool:
-        seen = list(pool.map(lambda n: see_host_key(fleet, n, known_hosts), nodes))
+        seen = list(pool.map(lambda n: see_host_key(targets[n], known_hosts), nodes))
     recorded: list[str] = []
     refused: dict[str, str] = {}
     lines: list[str] = []

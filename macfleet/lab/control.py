@@ -49,7 +49,7 @@ from .state import (
 MOUNT_POINTS = ("/Users", "/Library", "/opt/homebrew", "/opt/exo", "/etc/pf.anchors")
 CREATED_MARK = STATE_ROOT / ".created"
 HOSTS_HEADER = "# Written by `macfleet lab up --name {name}`; `macfleet lab down --name {name}` removes it.\n"
-REQUIRED_TOOLS = ("ip", "tc", "ssh", "ssh-keygen", "unshare", "mount", "sudo")
+REQUIRED_TOOLS = ("ip", "tc", "ssh", "ssh-keygen", "unshare", "mount", "sudo", "nft")
 
 
 # ---------------------------------------------------------------------------------------------
