@@ -13,6 +13,8 @@ A `Lab` gives:
   .ssh(node, command, check=True, timeout=60) -> CompletedProcess  (`macfleet lab ssh --name NAME node command`)
   .sudo(node, command, check=True) -> CompletedProcess  (as root, the admin's password typed: sudo asks for it
          outside macfleet's scoped drop-in, as on a Mac)
+  .allow_ansible()   on a `--fresh` lab: the Command Line Tools and the sudoers drop-in (done by `_up` unless
+         trust=False), so playbooks other than bootstrap run there
   .up_output  what `macfleet lab up` printed
   .status() -> {node: {"name", "mesh", "state", "address", "faults"}}
   .fault(*args, clear=False) -> CompletedProcess  (`macfleet lab fault --name NAME ARGS… [--clear]`)
@@ -108,6 +110,19 @@ class Lab:
             raise AssertionError(f"{node}: sudo {command!r} -> {p.returncode}\n{p.stdout}\n{p.stderr}")
         return p
 
+    def allow_ansible(self) -> None:
+        """What bootstrap's first steps leave on a fresh node, so other playbooks can run there without the whole
+        bootstrap: the Command Line Tools (through the softwareupdate stand-in) and macfleet's sudoers drop-in."""
+        from macfleet.lab import prepared
+        from macfleet.lab.macos import devtools
+
+        drop_in = prepared.render("sudoers", "macfleet.sudoers.j2", sudoers_user=self.truth()["user"])
+        script = (f"touch {devtools.PLACEHOLDER} && softwareupdate --install '{devtools.CLT_LABEL}' >/dev/null && "
+                  f"cat > /etc/sudoers.d/{prepared.SUDOERS_FILE} <<'MACFLEET'\n{drop_in}MACFLEET\n"
+                  f"chmod 440 /etc/sudoers.d/{prepared.SUDOERS_FILE}")
+        for node in self.nodes:
+            self.sudo(node, script)
+
     def fault(self, *args: str, clear: bool = False, check: bool = True) -> subprocess.CompletedProcess:
         """`macfleet lab fault --name NAME ARGS… [--clear]` (docs/lab-faults.md)."""
         return self.macfleet("lab", "fault", "--name", self.name, *args, *(["--clear"] if clear else []), check=check)
@@ -153,8 +168,9 @@ def assert_nothing_left(name: str, workdir: Path) -> None:
 
 
 def _up(name: str, workdir: Path, *args: str, trust: bool = True) -> Lab:
-    """A lab up; a `--fresh` one's inventory knows no host key, so its keys are recorded first (`macfleet trust
-    --yes`, as an operator vouching for the lab) unless `trust=False` (the bootstrap tests' first contact)."""
+    """A lab up. A `--fresh` one is a Mac out of the box: unless `trust=False` (the bootstrap tests' first
+    contact), its host keys are recorded (`macfleet trust --yes`, an operator vouching for the lab) and it gets
+    what bootstrap's first steps leave (`allow_ansible`), so a test of another playbook can run there."""
     name = LAB_PREFIX + name
     workdir.mkdir(parents=True, exist_ok=True)
     run_macfleet(["lab", "down", "--name", name], cwd=workdir, check=False)
@@ -163,6 +179,8 @@ def _up(name: str, workdir: Path, *args: str, trust: bool = True) -> Lab:
         run_macfleet(["trust", "-i", str(workdir / "inventories" / name), "--yes", "--json"], cwd=workdir)
     lab = Lab(name, workdir, up_output=p.stdout)
     lab.nodes = list(lab.status())
+    if "--fresh" in args and trust:
+        lab.allow_ansible()
     return lab
 
 
