@@ -6,8 +6,8 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from macfleet.cli.doctor import exit_code
 from macfleet.flow.doctor import FIX_PLAYBOOKS, plan_fixes
+from macfleet.flow.doctor import doctor_exit_code as exit_code
 from macfleet.judge.health import CHECK_CODES, CheckResult, HealthFinding, HealthReport, HealthSummary
 from tests.conftest import EXAMPLE_INVENTORY
 
