@@ -210,6 +210,8 @@ def _prepare_node(lab: dict, d: Path, node: str, run_py: Path, pubkey: str, uid:
         os.chmod(p, 0o755)
     (nd / "lock").touch(mode=0o644)
     os.chmod(nd / "fs/Users/Shared", 0o1777)
+    (nd / "fs/tmp").mkdir(exist_ok=True)
+    os.chmod(nd / "fs/tmp", 0o1777)  # each Mac its own /tmp (the Command Line Tools' placeholder lives there)
     _write_standins(nd, run_py)
     user = lab["user"]
     for p in (nd / "fs/exo", nd / "fs/homebrew", nd / "fs/homebrew/bin"):

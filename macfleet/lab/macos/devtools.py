@@ -75,8 +75,8 @@ def xcode_select(node: Node, args: list[str]) -> int:
 
 
 def _offers_clt(node: Node, *, listed: bool = False) -> bool:
-    """The catalogue offers the tools while the placeholder exists; an install may follow a listing that saw
-    them (the lab's /tmp is shared by its nodes, so another node may have removed the placeholder since)."""
+    """The catalogue offers the tools while the placeholder exists (in the node's own /tmp), and to an install
+    that follows a listing that saw them."""
     if clt_installed() or node.persist.get("clt_unavailable"):
         return False
     return os.path.exists(PLACEHOLDER) or (listed and bool(node.boot.get("clt_listed")))

@@ -32,7 +32,7 @@ def setup_mounts(node: Node) -> None:
         _mount("-t", "overlay", "-o", f"ro,lowerdir={lower}:{target}", "overlay", target)
     for src, target in (("Users", "/Users"), ("Library", "/Library"), ("homebrew", "/opt/homebrew"),
                         ("exo", "/opt/exo"), ("sudoers.d", "/etc/sudoers.d"), ("pf.anchors", "/etc/pf.anchors"),
-                        ("pam.d", "/etc/pam.d")):
+                        ("pam.d", "/etc/pam.d"), ("tmp", "/tmp")):
         _mount("--bind", str(fs / src), target)
 
 
