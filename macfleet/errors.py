@@ -145,6 +145,12 @@ class Refused(MacfleetError):
     code = "refused"
 
 
+class RolloutFailed(MacfleetError):
+    """A rollout that did not reach health and was rolled back (or could not be)."""
+
+    code = "rollout_failed"
+
+
 class LabError(MacfleetError):
     """The lab could not do what was asked (a failed `ip`, a node that did not come up...)."""
 
@@ -164,6 +170,7 @@ ERROR_CODES = frozenset(
         PlaybookFailed,
         LockHeld,
         Refused,
+        RolloutFailed,
         LabError,
     )
 )

@@ -53,3 +53,24 @@ ALL_SPECS: tuple[CommandSpec, ...] = tuple(
     if k.collected
     for s in (spec_for(k.kind), *(spec_for(k.kind, v) for v in k.variants))
 )
+
+
+# exo's HTTP API and log, read on the node itself (exo listens on every IPv4 interface, loopback included).
+# Not macOS commands: their shapes are exo's (facts/exo.py), so they stay out of ALL_SPECS.
+def exo_specs(port: int = 52415) -> tuple[CommandSpec, ...]:
+    base = f"http://127.0.0.1:{int(port)}"
+    return (
+        # -i: the status line and headers (a build's version header), then the JSON string
+        CommandSpec("exo-node-id", ("curl", "-s", "-i", "--max-time", "3", f"{base}/node_id"), timeout_s=6),
+        CommandSpec("exo-state", ("curl", "-s", "--max-time", "3", "--max-filesize", "8388608", f"{base}/state"),
+                    timeout_s=6),
+        # relative to the login directory (sshd starts there): `~` would not expand once quoted
+        CommandSpec("exo-log", ("tail", "-n", "2000", ".exo/exo_log/exo.log"), timeout_s=6),
+    )
+
+
+# What `doctor` reads besides exo: one command each, the verbose ibv_devinfo (states and GID tables) only.
+DOCTOR_SPECS: tuple[CommandSpec, ...] = (
+    THUNDERBOLT, HARDWARE_PORTS, SERVICE_ORDER, IFCONFIG, IBV_DEVICES, IBV_DEVINFO_VERBOSE, RDMA_CTL, SW_VERS,
+    SYSCTL, PMSET, FDESETUP,
+)

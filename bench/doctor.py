@@ -1,0 +1,114 @@
+"""Benchmark: `macfleet doctor` on 4 and 8×4 lab nodes, against two floors measured in the same run.
+
+Floors: (a) one plain `ssh node true` (same key, strict host keys); (b) what a hand-written parallel-ssh
+script pays for the same simulation: plain OpenSSH to every node at once, each running doctor's probe
+commands in one shell. Doctor is timed as the whole CLI subprocess (`python -m macfleet doctor --json`),
+median of --repeat runs; its own CPU time (user+sys of the child processes) is divided by the node count.
+Needs the lab (Linux, root). The last line printed is one JSON object:
+`{"vs_ssh_4", "vs_floor_4", "vs_floor_32", "controller_cpu_s_per_node", "results": [...]}`.
+
+    python3 -m bench.doctor [--repeat 3] [--sizes 4,8x4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _run(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "macfleet", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _median_s(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _children_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def probe_script(meshes) -> str:
+    """doctor's probe commands in one shell, each output kept apart (what a pssh script would run)."""
+    from macfleet.flow.doctor import doctor_specs
+
+    return "; ".join(f"echo @@@ {shlex.quote(s.key)}; {s.command_line}" for s in doctor_specs(meshes))
+
+
+def bench_size(size: str, repeat: int, workdir: Path) -> dict:
+    from macfleet.inventory.load import load_inventory
+    from macfleet.lab import control
+
+    name = "bd" + size.replace("x", "p")
+    up_args = ["--pods", size] if "x" in size else ["--nodes", size]
+    _run(["lab", "down", "--name", name], workdir)
+    up = _run(["lab", "up", "--name", name, *up_args, *(["--no-exo"] if "x" in size else [])], workdir)
+    if up.returncode != 0:
+        return {"size": size, "error": (up.stderr or up.stdout).strip()[-300:]}
+    try:
+        inv = workdir / "inventories" / name
+        fleet = load_inventory(inv)
+        nodes = [n.name for n in fleet.nodes]
+        ssh_true = _median_s(lambda: subprocess.run(control.ssh_argv(name, nodes[0], "true"), check=True,
+                                                    capture_output=True, timeout=60), repeat)
+        script = probe_script(list(fleet.meshes))
+
+        def floor() -> None:
+            procs = [subprocess.Popen(control.ssh_argv(name, n, script), stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL) for n in nodes]
+            for p in procs:
+                p.wait(timeout=120)
+
+        floor_s = _median_s(floor, repeat)
+        codes: list[int] = []
+        cpu0 = _children_cpu_s()
+        doctor_s = _median_s(lambda: codes.append(_run(["doctor", "-i", str(inv), "--json"], workdir).returncode),
+                             repeat)
+        cpu_per_run = (_children_cpu_s() - cpu0) / repeat
+        return {"size": size, "nodes": len(nodes), "ssh_true_s": round(ssh_true, 3), "floor_s": round(floor_s, 3),
+                "doctor_s": round(doctor_s, 3), "vs_ssh": round(doctor_s / ssh_true, 2),
+                "vs_floor": round(doctor_s / floor_s, 2),
+                "controller_cpu_s_per_node": round(cpu_per_run / len(nodes), 3),
+                "exit_codes": sorted(set(codes))}
+    finally:
+        _run(["lab", "down", "--name", name], workdir)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--sizes", default="4,8x4")
+    args = ap.parse_args()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="macfleet-bench-") as tmp:
+        for size in args.sizes.split(","):
+            r = bench_size(size.strip(), args.repeat, Path(tmp))
+            print(f"{size}: {r}", file=sys.stderr)
+            results.append(r)
+    by = {r["nodes"]: r for r in results if "nodes" in r}
+    print(json.dumps({
+        "bench": "doctor", "repeat": args.repeat,
+        "vs_ssh_4": by.get(4, {}).get("vs_ssh"), "vs_floor_4": by.get(4, {}).get("vs_floor"),
+        "vs_floor_32": by.get(32, {}).get("vs_floor"),
+        "controller_cpu_s_per_node": by.get(32, {}).get("controller_cpu_s_per_node"),
+        "results": results,
+    }))
+
+
+if __name__ == "__main__":
+    main()

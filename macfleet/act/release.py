@@ -1,0 +1,134 @@
+"""exo releases on the nodes: read what each runs, stop and start exo through launchd, flip `current`.
+
+Layout under the install root (`macfleet_exo.install_root`, default /opt/exo, owned by the admin user, so
+no sudo is needed): `releases/<version>-<hash>/` (immutable once landed), `releases/<name>.manifest.json`,
+`current -> releases/<name>` (replaced by rename, never edited), and staging in `releases/.staging-<name>/`.
+exo runs as the LaunchAgent `org.macfleet.exo` of the admin user, whose program is `<root>/current/bin/exo`.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+from macfleet.act.transfer import REMOTE_PYTHON, SshArgs, on_nodes, run_remote
+from macfleet.errors import RemoteCommandError
+from macfleet.inventory.model import Fleet
+from macfleet.judge.rollout import NodeAnswer, check_release_name
+
+LABEL = "org.macfleet.exo"
+MAX_STATE_BYTES = 8 * 1024 * 1024
+
+# Runs on the node: what `current` points at, the releases present (oldest first), whether the job runs.
+_READ_PROGRAM = r"""
+import json, os, subprocess, sys
+root, label = sys.argv[1], sys.argv[2]
+rel = os.path.join(root, "releases")
+try:
+    current = os.path.basename(os.readlink(os.path.join(root, "current")).rstrip("/"))
+except OSError:
+    current = None
+names = []
+if os.path.isdir(rel):
+    names = sorted((n for n in os.listdir(rel) if not n.startswith(".") and os.path.isdir(os.path.join(rel, n))),
+                   key=lambda n: (os.stat(os.path.join(rel, n)).st_mtime, n))
+p = subprocess.run(["launchctl", "print", "gui/%d/%s" % (os.getuid(), label)], capture_output=True, text=True)
+running = p.returncode == 0 and "\tstate = running" in p.stdout
+print(json.dumps({"current": current, "releases": names, "running": running}))
+"""
+
+# Runs on the node: point `current` at releases/NAME by renaming a fresh symlink over it (atomic).
+_FLIP_PROGRAM = r"""
+import os, sys
+root, name = sys.argv[1], sys.argv[2]
+if not os.path.isdir(os.path.join(root, "releases", name)):
+    sys.exit("release %s is not on this node" % name)
+tmp = os.path.join(root, ".current.macfleet-tmp")
+if os.path.lexists(tmp):
+    os.unlink(tmp)
+os.symlink(os.path.join("releases", name), tmp)
+os.replace(tmp, os.path.join(root, "current"))
+"""
+
+
+@dataclass
+class NodeRelease:
+    current: str | None
+    releases: list[str]
+    running: bool
+
+
+def read_nodes(fleet: Fleet, nodes: list[str], root: str) -> dict[str, NodeRelease]:
+    cmd = shlex.join([REMOTE_PYTHON, "-c", _READ_PROGRAM, root, LABEL])
+
+    def one(a: SshArgs) -> NodeRelease:
+        out = run_remote(a, cmd, timeout_s=30)
+        try:
+            d = json.loads(out.strip().splitlines()[-1])
+            return NodeRelease(current=d["current"], releases=[str(r) for r in d["releases"]],
+                               running=bool(d["running"]))
+        except (ValueError, KeyError, IndexError):
+            raise RemoteCommandError(a.node, "read releases", 0, f"unexpected answer {out[-200:]!r}") from None
+
+    return on_nodes(fleet, nodes, one)  # type: ignore[return-value]
+
+
+def _agent_target() -> str:
+    return f"gui/$(id -u)/{LABEL}"
+
+
+def stop_exo(fleet: Fleet, nodes: list[str]) -> None:
+    """launchctl bootout: launchd ends the process and forgets the job (KeepAlive cannot restart it)."""
+    cmd = f"launchctl bootout {_agent_target()} 2>/dev/null; launchctl print {_agent_target()} >/dev/null 2>&1 " \
+          "&& { echo still loaded >&2; exit 1; }; exit 0"
+    on_nodes(fleet, nodes, lambda a: run_remote(a, cmd, timeout_s=60))
+
+
+def start_exo(fleet: Fleet, nodes: list[str]) -> None:
+    plist = f"~/Library/LaunchAgents/{LABEL}.plist"
+    cmd = (f"if launchctl print {_agent_target()} >/dev/null 2>&1; then launchctl kickstart -k {_agent_target()}; "
+           f"else launchctl bootstrap gui/$(id -u) {plist}; fi")
+    on_nodes(fleet, nodes, lambda a: run_remote(a, cmd, timeout_s=60))
+
+
+def flip_current(fleet: Fleet, nodes: list[str], root: str, name: str) -> None:
+    check_release_name(name)
+    cmd = shlex.join([REMOTE_PYTHON, "-c", _FLIP_PROGRAM, root, name])
+    on_nodes(fleet, nodes, lambda a: run_remote(a, cmd, timeout_s=30))
+
+
+def remove_releases(fleet: Fleet, node: str, root: str, names: list[str]) -> None:
+    if not names:
+        return
+    paths = []
+    for n in names:
+        check_release_name(n)
+        paths += [f"{root}/releases/{n}", f"{root}/releases/{n}.manifest.json"]
+    a = SshArgs.for_node(fleet, fleet.node(node))
+    run_remote(a, shlex.join(["rm", "-rf", "--", *paths]), timeout_s=120)
+
+
+def _get_json(url: str, timeout_s: float) -> object:
+    with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+        body = resp.read(MAX_STATE_BYTES + 1)
+    if len(body) > MAX_STATE_BYTES:
+        raise ValueError(f"answer over {MAX_STATE_BYTES} bytes")
+    return json.loads(body)
+
+
+def ask_exo(address: str, port: int, *, timeout_s: float = 3.0) -> NodeAnswer:
+    """exo's /node_id and /state on one node, over its management address (exo listens on every address)."""
+    base = f"http://{address}:{port}"
+    try:
+        node_id = _get_json(f"{base}/node_id", timeout_s)
+        if not isinstance(node_id, str):
+            return NodeAnswer(error=f"/node_id is not a string: {str(node_id)[:80]}")
+        state = _get_json(f"{base}/state", timeout_s)
+        if not isinstance(state, dict):
+            return NodeAnswer(node_id=node_id, error="/state is not an object")
+        return NodeAnswer(node_id=node_id, state=state)
+    except (OSError, urllib.error.URLError, ValueError) as exc:
+        return NodeAnswer(error=str(getattr(exc, "reason", exc))[:200])

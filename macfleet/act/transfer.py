@@ -1,0 +1,318 @@
+"""Moving files to the nodes: once from the controller to a seed over the management network, then from node
+to node over the Thunderbolt cables, with rsync over SSH.
+
+Security: every hop checks host keys strictly. The controller uses the inventory's key and known_hosts. A node
+reaching a peer on its Thunderbolt address uses the controller's key through SSH agent forwarding from a
+private, short-lived agent that holds only that key (no private key is ever copied to a Mac), and a
+known_hosts file we derive from the inventory's: each peer's own host keys, listed under its Thunderbolt
+addresses (sshd answers with the same key on every interface).
+
+Integrity: files are sent into a staging directory beside their destination; a small Python program on the
+node (the interpreter Ansible uses, /usr/bin/python3) checks each file's blake2b digest against the manifest
+and renames it into place (os.replace, atomic within one filesystem). Nothing reaches its final name
+unverified; a partial file stays in staging and rsync continues it (--partial --append-verify).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from macfleet.errors import RemoteCommandError, UnreachableError, UsageError
+from macfleet.inventory.model import Fleet, Node
+from macfleet.judge.rollout import Manifest, ManifestFile, make_manifest, safe_relpath
+
+REMOTE_PYTHON = "/usr/bin/python3"
+CHUNK = 4 * 1024 * 1024
+# AES-GCM first: hardware AES on Apple silicon (and x86 controllers) makes it the cheapest cipher per byte
+# (OpenSSH's default prefers ChaCha20-Poly1305); "^" puts it first without dropping the defaults.
+SSH_OPTS = ("-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=10",
+            "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", "-o", "Ciphers=^aes128-gcm@openssh.com")
+MESH_KNOWN_HOSTS = ".macfleet/known_hosts_mesh"  # relative to the admin user's home on each node
+
+
+def file_digest(path: Path) -> str:
+    h = hashlib.blake2b(digest_size=32)
+    with path.open("rb") as fh:
+        while chunk := fh.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def local_manifest(root: Path, *, sha256: Mapping[str, str] | None = None) -> Manifest:
+    """Every regular file under `root` (symlinks and special files refused: a build is plain files)."""
+    files = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames) + [d for d in dirnames if Path(dirpath, d).is_symlink()]:
+            p = Path(dirpath) / name
+            rel = p.relative_to(root).as_posix()
+            if p.is_symlink() or not p.is_file():
+                raise UsageError(f"{p}: not a regular file", hint="a release or model holds plain files only")
+            st = p.stat()
+            files.append(ManifestFile(path=safe_relpath(rel), size=st.st_size, digest=file_digest(p),
+                                      executable=bool(st.st_mode & 0o111), sha256=(sha256 or {}).get(rel)))
+    return make_manifest(files)
+
+
+# ------------------------------------------------------------------------------------------------------
+# SSH from the controller
+# ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SshArgs:
+    """OpenSSH arguments for one node, strict host keys against the inventory's known_hosts."""
+
+    node: str
+    destination: str  # user@host
+    options: tuple[str, ...]
+
+    @classmethod
+    def for_node(cls, fleet: Fleet, node: Node) -> SshArgs:
+        ssh = next(m.settings.ssh for m in fleet.meshes if m.name == node.mesh)
+        known = fleet.path(ssh.known_hosts_file)
+        if known is None or not known.is_file():
+            raise UsageError(f"known_hosts file {known} does not exist",
+                             hint="host keys are checked strictly: add each Mac's key first")
+        opts = [*SSH_OPTS, "-o", "IdentitiesOnly=yes", "-o", f"UserKnownHostsFile={known}", "-p", str(node.port)]
+        key = fleet.path(ssh.private_key_file)
+        if key is not None:
+            opts += ["-i", str(key)]
+        user = f"{node.user}@" if node.user else ""
+        return cls(node=node.name, destination=f"{user}{node.address}", options=tuple(opts))
+
+    def argv(self, command: str, *, forward_agent: bool = False) -> list[str]:
+        return ["ssh", *self.options, *(["-A"] if forward_agent else ["-a"]), self.destination, command]
+
+    @property
+    def rsync_shell(self) -> str:
+        return shlex.join(["ssh", *self.options])
+
+
+def run_remote(args: SshArgs, command: str, *, stdin: str | None = None, timeout_s: float = 120,
+               env: Mapping[str, str] | None = None, forward_agent: bool = False) -> str:
+    """Run one shell command line on a node; its stdout, or RemoteCommandError / UnreachableError."""
+    try:
+        p = subprocess.run(args.argv(command, forward_agent=forward_agent), input=stdin, capture_output=True,
+                           text=True, timeout=timeout_s, env={**os.environ, **(env or {})})
+    except subprocess.TimeoutExpired:
+        raise RemoteCommandError(args.node, command[:200], -1, f"no answer within {timeout_s:g} s") from None
+    if p.returncode == 255:
+        raise UnreachableError({args.node: p.stderr.strip()[-300:] or "ssh failed"})
+    if p.returncode != 0:
+        raise RemoteCommandError(args.node, command[:200], p.returncode, p.stderr)
+    return p.stdout
+
+
+def on_nodes(fleet: Fleet, nodes: list[str], fn, *, parallel: int = 8) -> dict[str, object]:
+    """fn(SshArgs) on every node at once; the results by node. The first error is raised after all finish;
+    unreachable nodes are gathered into one UnreachableError."""
+    results: dict[str, object] = {}
+    errors: dict[str, BaseException] = {}
+
+    def one(name: str) -> None:
+        try:
+            results[name] = fn(SshArgs.for_node(fleet, fleet.node(name)))
+        except Exception as exc:  # collected, re-raised below
+            errors[name] = exc
+
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(nodes)))) as pool:
+        list(pool.map(one, nodes))
+    unreachable = {n: str(e.nodes.get(n, e)) for n, e in errors.items() if isinstance(e, UnreachableError)}
+    if unreachable:
+        raise UnreachableError(unreachable)
+    if errors:
+        raise next(iter(errors.values()))
+    return results
+
+
+# ------------------------------------------------------------------------------------------------------
+# The agent and the mesh known_hosts
+# ------------------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def transfer_agent(fleet: Fleet, node: Node, *, lifetime_s: int = 7200) -> Iterator[dict[str, str]]:
+    """A private ssh-agent holding only the inventory's key, for node-to-node hops; ended afterwards."""
+    ssh = next(m.settings.ssh for m in fleet.meshes if m.name == node.mesh)
+    key = fleet.path(ssh.private_key_file)
+    if key is None:
+        raise UsageError("node-to-node transfers need macfleet_ssh.private_key_file in the inventory")
+    tmp = Path(tempfile.mkdtemp(prefix="macfleet-agent-"))
+    sock = tmp / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 5
+        while not sock.exists():
+            if agent.poll() is not None or time.monotonic() > deadline:
+                raise UsageError("ssh-agent did not start")
+            time.sleep(0.02)
+        env = {"SSH_AUTH_SOCK": str(sock)}
+        add = subprocess.run(["ssh-add", "-q", "-t", str(lifetime_s), str(key)], env={**os.environ, **env},
+                             capture_output=True, text=True, timeout=30)
+        if add.returncode != 0:
+            raise UsageError(f"ssh-add {key} failed: {add.stderr.strip()}")
+        yield env
+    finally:
+        agent.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            agent.wait(5)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def host_keys(known_hosts: Path, address: str) -> list[str]:
+    """The `type key` pairs known_hosts holds for `address` (hashed entries included, via ssh-keygen -F)."""
+    p = subprocess.run(["ssh-keygen", "-F", address, "-f", str(known_hosts)], capture_output=True, text=True)
+    keys = []
+    for line in p.stdout.splitlines():
+        parts = line.split()
+        if line.startswith("#") or len(parts) < 3:
+            continue
+        keys.append(f"{parts[1]} {parts[2]}")
+    return keys
+
+
+def mesh_known_hosts(fleet: Fleet, addresses: Mapping[tuple[str, str], str]) -> str:
+    """known_hosts lines for every peer's Thunderbolt addresses, from the keys the inventory trusts."""
+    lines = []
+    for (_, peer), addr in sorted(addresses.items()):
+        node = fleet.node(peer)
+        ssh = next(m.settings.ssh for m in fleet.meshes if m.name == node.mesh)
+        known = fleet.path(ssh.known_hosts_file)
+        keys = host_keys(known, node.address if node.port == 22 else f"[{node.address}]:{node.port}")
+        if not keys:
+            raise UsageError(f"no host key for {peer} ({node.address}) in {known}")
+        lines += [f"{addr} {k}" for k in keys]
+    return "".join(sorted(set(f"{line}\n" for line in lines)))
+
+
+def install_mesh_known_hosts(fleet: Fleet, nodes: list[str], text: str) -> None:
+    cmd = (f"mkdir -p ~/.macfleet && chmod 700 ~/.macfleet && umask 077 && cat > ~/{MESH_KNOWN_HOSTS}.tmp "
+           f"&& mv ~/{MESH_KNOWN_HOSTS}.tmp ~/{MESH_KNOWN_HOSTS}")
+    on_nodes(fleet, nodes, lambda a: run_remote(a, cmd, stdin=text, timeout_s=30))
+
+
+# ------------------------------------------------------------------------------------------------------
+# rsync hops
+# ------------------------------------------------------------------------------------------------------
+
+# Homebrew's rsync (3.x) on the Macs: macOS ships openrsync, which lacks --append-verify and --mkpath.
+RSYNC_FLAGS = ("-rlt", "--partial", "--append-verify", "--chmod=u+rwX,go+rX", "--executability",
+               "--timeout=60", "--rsync-path=PATH=/opt/homebrew/bin:$PATH rsync")
+
+
+def rsync_from_controller(args: SshArgs, src: Path, dest: str, files: list[str] | None, *,
+                          timeout_s: float = 3600) -> None:
+    """Controller → node over the management network: `src/` into `dest/` (created)."""
+    argv = ["rsync", *RSYNC_FLAGS, "--mkpath", "-e", args.rsync_shell]
+    if files is not None:
+        argv += ["--files-from=-", "--from0"]
+    argv += [f"{src}/", f"{args.destination}:{dest}/"]
+    stdin = "\0".join(files) if files is not None else None
+    try:
+        p = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise RemoteCommandError(args.node, "rsync", -1, f"no end within {timeout_s:g} s") from None
+    if p.returncode != 0:
+        raise RemoteCommandError(args.node, f"rsync {src} → {dest}", p.returncode, p.stderr)
+
+
+def rsync_node_to_node(src_args: SshArgs, src_dir: str, user: str | None, dst_address: str, dst_dir: str,
+                       files: list[str] | None, agent_env: Mapping[str, str], *, timeout_s: float = 3600) -> None:
+    """Node → peer over their cable: runs rsync on the source node, which reaches the peer's Thunderbolt
+    address with the forwarded agent and the mesh known_hosts (strict)."""
+    shell = shlex.join(["ssh", *SSH_OPTS, "-o", f"UserKnownHostsFile=~/{MESH_KNOWN_HOSTS}"])
+    dest = f"{user}@{dst_address}" if user else dst_address
+    argv = ["rsync", *RSYNC_FLAGS, "--mkpath", "-e", shell]
+    if files is not None:
+        argv += ["--files-from=-", "--from0"]
+    argv += [f"{src_dir}/", f"{dest}:{dst_dir}/"]
+    # ssh expands the ~ of UserKnownHostsFile itself, so every word can be quoted.
+    # rsync's own 255 (its ssh to the peer failed) must not read as "the source node is unreachable".
+    command = "PATH=/opt/homebrew/bin:$PATH " + shlex.join(argv) + "; r=$?; [ $r -eq 255 ] && r=254; exit $r"
+    try:
+        run_remote(src_args, command, stdin="\0".join(files) if files is not None else None, timeout_s=timeout_s,
+                   env=agent_env, forward_agent=True)
+    except RemoteCommandError as exc:
+        raise RemoteCommandError(src_args.node, f"rsync to {dst_address} over the Thunderbolt cable", exc.rc,
+                                 exc.stderr_tail) from None
+
+
+# ------------------------------------------------------------------------------------------------------
+# Verify and land, on the node
+# ------------------------------------------------------------------------------------------------------
+
+# Runs on the node under /usr/bin/python3 with the manifest on stdin. argv: MODE STAGING FINAL.
+# MODE "land": every staged file whose digest matches moves to FINAL/<path> (os.replace); a final file
+#              already matching stays. MODE "check": only reports. Prints {"ok": [...], "bad": {path: why}}.
+_NODE_PROGRAM = r"""
+import hashlib, json, os, sys
+mode, staging, final = sys.argv[1], sys.argv[2], sys.argv[3]
+manifest = json.load(sys.stdin)
+def digest(p):
+    h = hashlib.blake2b(digest_size=32)
+    with open(p, "rb") as f:
+        for c in iter(lambda: f.read(4 << 20), b""):
+            h.update(c)
+    return h.hexdigest()
+def matches(p, f):
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        return "absent"
+    if not os.path.isfile(p) or os.path.islink(p):
+        return "not a regular file"
+    if st.st_size != f["size"]:
+        return "size %d, expected %d" % (st.st_size, f["size"])
+    return None if digest(p) == f["digest"] else "digest differs"
+ok, bad = [], {}
+for f in manifest["files"]:
+    rel = f["path"]
+    dst = os.path.join(final, rel)
+    if matches(dst, f) is None:
+        ok.append(rel)
+        continue
+    if mode == "check":
+        bad[rel] = matches(dst, f)
+        continue
+    src = os.path.join(staging, rel)
+    why = matches(src, f)
+    if why is not None:
+        bad[rel] = why
+        continue
+    os.chmod(src, 0o755 if f.get("executable") else 0o644)
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    os.replace(src, dst)
+    ok.append(rel)
+print(json.dumps({"ok": ok, "bad": bad}))
+"""
+
+
+@dataclass
+class LandResult:
+    ok: list[str]
+    bad: dict[str, str]
+
+
+def land(args: SshArgs, manifest: Manifest, staging: str, final: str, *, check_only: bool = False,
+         timeout_s: float = 3600) -> LandResult:
+    cmd = shlex.join([REMOTE_PYTHON, "-c", _NODE_PROGRAM, "check" if check_only else "land", staging, final])
+    out = run_remote(args, cmd, stdin=manifest.model_dump_json(), timeout_s=timeout_s)
+    try:
+        data = json.loads(out.strip().splitlines()[-1])
+        return LandResult(ok=[str(x) for x in data["ok"]], bad={str(k): str(v) for k, v in data["bad"].items()})
+    except (ValueError, KeyError, IndexError):
+        raise RemoteCommandError(args.node, "verify", 0, f"unexpected answer: {out[-300:]!r}") from None

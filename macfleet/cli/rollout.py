@@ -1,0 +1,98 @@
+"""`macfleet rollout ...`: exo builds switched on the whole mesh at once, and model weights pushed once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from macfleet.cli.options import InventoryOpt, JsonOpt, MeshOpt, inventory_path
+from macfleet.errors import UsageError
+from macfleet.flow import models as model_flow
+from macfleet.flow import rollout as flow
+from macfleet.inventory.load import load_inventory
+from macfleet.render.output import emit, info
+from macfleet.render.rollout import (
+    push_progress,
+    render_history,
+    render_model_push,
+    render_model_verify,
+    render_report,
+    render_status,
+)
+
+app = typer.Typer(no_args_is_help=True, help="Push exo builds and model weights once, fanned out over the mesh.")
+
+KeepOpt = Annotated[int, typer.Option("--keep", min=2, max=50, help="Releases kept on each node.")]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", min=1, help="Seconds the health gate waits.")]
+
+
+@app.command("exo")
+def exo_cmd(
+    source: Annotated[str, typer.Option("--source", help="exo build: a directory, a tarball or a git URL.")],
+    ref: Annotated[str | None, typer.Option("--ref", help="Git branch or tag (with a git URL).")] = None,
+    inventory: InventoryOpt = None,
+    mesh: MeshOpt = None,
+    keep: KeepOpt = flow.DEFAULT_KEEP,
+    timeout: TimeoutOpt = flow.DEFAULT_HEALTH_TIMEOUT_S,
+    json_output: JsonOpt = False,
+) -> None:
+    """Stage a build on every node, switch the whole mesh to it at once, roll back if it is not healthy."""
+    fleet = load_inventory(inventory_path(inventory))
+    report = flow.rollout_exo(fleet, source, ref=ref, mesh=mesh, keep=keep, timeout_s=timeout, say=info)
+    emit(report, human=render_report)
+
+
+@app.command("rollback")
+def rollback_cmd(
+    inventory: InventoryOpt = None,
+    mesh: MeshOpt = None,
+    timeout: TimeoutOpt = flow.DEFAULT_HEALTH_TIMEOUT_S,
+    json_output: JsonOpt = False,
+) -> None:
+    """Switch the whole mesh back to the release it ran before."""
+    fleet = load_inventory(inventory_path(inventory))
+    emit(flow.rollback_exo(fleet, mesh=mesh, timeout_s=timeout, say=info), human=render_report)
+
+
+@app.command("status")
+def status_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, json_output: JsonOpt = False) -> None:
+    """The release each node's `current` points at, and whether exo runs."""
+    fleet = load_inventory(inventory_path(inventory))
+    status = flow.rollout_status(fleet, mesh)
+    emit(status, human=render_status, exit_code=0 if status.current else 1)
+
+
+@app.command("history")
+def history_cmd(inventory: InventoryOpt = None, json_output: JsonOpt = False) -> None:
+    """Every rollout, rollback and repair this controller ran on this inventory."""
+    fleet = load_inventory(inventory_path(inventory))
+    entries = flow.read_history(fleet)
+    emit({"history": entries}, human=lambda r: render_history(r["history"]))
+
+
+@app.command("model")
+def model_cmd(
+    model: Annotated[str, typer.Argument(help="ORG/NAME, as on Hugging Face (e.g. mlx-community/Qwen3-0.6B-4bit).")],
+    from_: Annotated[Path | None, typer.Option("--from", help="A local directory holding the model's files.")] = None,
+    hf: Annotated[bool, typer.Option("--hf", help="Download it once from Hugging Face onto the controller.")] = False,
+    nodes: Annotated[list[str] | None, typer.Option("--nodes", help="Only these nodes (repeat).")] = None,
+    verify: Annotated[bool, typer.Option("--verify", help="Send nothing: re-check every digest on every node.")]
+    = False,
+    inventory: InventoryOpt = None,
+    mesh: MeshOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Push a model's weights once and fan them out over the Thunderbolt mesh into exo's models dir."""
+    if (from_ is None) == (not hf) or (verify and from_ is None):
+        raise UsageError("say where the model comes from: --from DIR or --hf (--verify needs --from DIR)")
+    fleet = load_inventory(inventory_path(inventory))
+    if verify:
+        report = model_flow.verify_model(fleet, model, from_, mesh=mesh, nodes=nodes)
+        emit(report, human=render_model_verify, exit_code=1 if report.differ else 0)
+        return
+    with push_progress() as progress:
+        report = model_flow.push_model(fleet, model, from_, hf=hf, mesh=mesh, nodes=nodes, say=info,
+                                       progress=progress)
+    emit(report, human=render_model_push)

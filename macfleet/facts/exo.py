@@ -1,0 +1,166 @@
+"""exo's HTTP API and log, as read on a node: `/node_id`, `/state` and `~/.exo/exo_log/exo.log`.
+
+Shapes follow exo's own source (HEAD schema: `/state` is the State model in camelCase, tagged unions as
+`{"ClassName": {...}}`, `/node_id` a bare JSON string). No full capture of `/state` from a real cluster is
+public yet, so the state parser keeps to the few fields doctor judges and treats anything else as absent.
+The log signatures are proven on exo log excerpts published in exo's and MLX's issues.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from pydantic import Field
+
+from macfleet.errors import FactsParseError
+from macfleet.facts._common import Facts
+
+# The lab's exo build (and a release directory's VERSION) is advertised in this response header; exo itself
+# has no version field in /state, so a missing header is "could not tell", not a mismatch.
+VERSION_HEADER = "x-exo-version"
+MAX_JSON_BYTES = 8 * 1024 * 1024
+
+
+class ExoHttp(Facts):
+    """One `curl -s -i` answer: status, headers (lower-case names) and the body text."""
+
+    status: int
+    headers: dict[str, str] = Field(default_factory=dict)
+    body: str = ""
+
+    @property
+    def version(self) -> str | None:
+        return self.headers.get(VERSION_HEADER)
+
+
+def parse_http_response(text: str) -> ExoHttp:
+    """The output of `curl -s -i URL`: a status line, headers, a blank line, the body."""
+    text = text.replace("\r\n", "\n")
+    head, sep, body = text.partition("\n\n")
+    lines = head.split("\n")
+    m = re.match(r"^HTTP/\d(?:\.\d)?\s+(\d{3})\b", lines[0].strip()) if lines else None
+    if not m or not sep:
+        raise FactsParseError("curl -s -i", "an HTTP status line, headers and a blank line", line=1,
+                              found=(lines[0] if lines else "")[:120])
+    headers = {}
+    for line in lines[1:]:
+        name, colon, value = line.partition(":")
+        if colon:
+            headers[name.strip().lower()] = value.strip()
+    return ExoHttp(status=int(m.group(1)), headers=headers, body=body)
+
+
+def parse_node_id(body: str) -> str:
+    """`/node_id` is a JSON string (exo's docs show an object; the code returns the bare string)."""
+    try:
+        value = json.loads(body)
+    except ValueError:
+        raise FactsParseError("GET /node_id", "a JSON string", line=1, found=body[:80]) from None
+    if isinstance(value, dict):  # the documented (but not served) shape, accepted for older builds
+        value = value.get("node_id") or value.get("nodeId")
+    if not isinstance(value, str) or not value.strip():
+        raise FactsParseError("GET /node_id", "a non-empty JSON string", line=1, found=body[:80])
+    return value.strip()
+
+
+class ExoRunner(Facts):
+    runner_id: str
+    status: str  # "RunnerReady", "RunnerFailed"...
+    error_message: str | None = None
+    node_id: str | None = None  # the node it runs on, from the instances' nodeToRunner
+
+
+class ExoStateFacts(Facts):
+    nodes: list[str]  # node ids in the topology
+    names: dict[str, str] = Field(default_factory=dict)  # node id -> friendlyName
+    builds: dict[str, str] = Field(default_factory=dict)  # node id -> osBuildVersion
+    rdma_edges: list[tuple[str, str]] = Field(default_factory=list)  # (source, sink) node ids
+    socket_edges: list[tuple[str, str]] = Field(default_factory=list)
+    runners: list[ExoRunner] = Field(default_factory=list)
+    bridge_enabled: dict[str, bool] = Field(default_factory=dict)
+    rdma_enabled: dict[str, bool] = Field(default_factory=dict)
+
+    def name_of(self, node_id: str) -> str:
+        return self.names.get(node_id, node_id[:8])
+
+
+def _tagged(value: object) -> tuple[str, dict]:
+    """exo's tagged unions: {"ClassName": {...}} -> ("ClassName", {...})."""
+    if isinstance(value, dict) and len(value) == 1:
+        (tag, inner), = value.items()
+        return str(tag), inner if isinstance(inner, dict) else {}
+    return "?", {}
+
+
+def _runner_nodes(instances: object) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for inst in (instances or {}).values() if isinstance(instances, dict) else []:
+        _tag, body = _tagged(inst)
+        mapping = (body.get("shardAssignments") or {}).get("nodeToRunner") or {}
+        for node_id, runner_id in mapping.items():
+            out[str(runner_id)] = str(node_id)
+    return out
+
+
+def _edges(connections: object) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    rdma: set[tuple[str, str]] = set()
+    sock: set[tuple[str, str]] = set()
+    for src, sinks in (connections or {}).items() if isinstance(connections, dict) else []:
+        for sink, conns in (sinks or {}).items() if isinstance(sinks, dict) else []:
+            for c in conns if isinstance(conns, list) else []:
+                if isinstance(c, dict) and "sourceRdmaIface" in c:
+                    rdma.add((str(src), str(sink)))
+                elif isinstance(c, dict) and "sinkMultiaddr" in c:
+                    sock.add((str(src), str(sink)))
+    return sorted(rdma), sorted(sock)
+
+
+def parse_exo_state(body: str) -> ExoStateFacts:
+    """exo's `GET /state` (HEAD schema) reduced to what a health check judges."""
+    if len(body) > MAX_JSON_BYTES:
+        raise FactsParseError("GET /state", f"at most {MAX_JSON_BYTES} bytes", found=f"{len(body)} bytes")
+    try:
+        state = json.loads(body)
+    except ValueError:
+        raise FactsParseError("GET /state", "a JSON object", line=1, found=body[:80]) from None
+    if not isinstance(state, dict) or not isinstance(state.get("topology"), dict):
+        raise FactsParseError("GET /state", "a JSON object with a 'topology'", line=1, found=body[:80])
+    topo = state["topology"]
+    nodes = [str(n) if not isinstance(n, dict) else str(n.get("nodeId")) for n in topo.get("nodes") or []]
+    identities = state.get("nodeIdentities") or {}
+    names = {k: str(v.get("friendlyName")) for k, v in identities.items() if isinstance(v, dict)
+             and v.get("friendlyName")}
+    builds = {k: str(v.get("osBuildVersion")) for k, v in identities.items() if isinstance(v, dict)
+              and v.get("osBuildVersion")}
+    rdma, sock = _edges(topo.get("connections"))
+    owners = _runner_nodes(state.get("instances"))
+    runners = []
+    for rid, value in (state.get("runners") or {}).items():
+        tag, body_ = _tagged(value)
+        runners.append(ExoRunner(runner_id=str(rid), status=tag, error_message=body_.get("errorMessage"),
+                                 node_id=owners.get(str(rid))))
+    bridge = {k: bool(v.get("enabled")) for k, v in (state.get("nodeThunderboltBridge") or {}).items()
+              if isinstance(v, dict) and "enabled" in v}
+    rdma_ctl = {k: bool(v.get("enabled")) for k, v in (state.get("nodeRdmaCtl") or {}).items()
+                if isinstance(v, dict) and "enabled" in v}
+    return ExoStateFacts(nodes=nodes, names=names, builds=builds, rdma_edges=rdma, socket_edges=sock,
+                         runners=sorted(runners, key=lambda r: r.runner_id), bridge_enabled=bridge,
+                         rdma_enabled=rdma_ctl)
+
+
+# ------------------------------------------------------------------------------------------------- the log
+
+START_LINE = re.compile(r"\bStarting EXO\b")
+
+
+READY_LINE = re.compile(r"\brunner ready\b", re.IGNORECASE)
+
+
+def log_since_start(text: str) -> list[str]:
+    """The lines of exo's log that tell its current state: since its last start (all of them when no start
+    line is in the tail read), and since the last time its runner became ready: errors before that were
+    recovered from."""
+    lines = text.splitlines()
+    marks = [i for i, line in enumerate(lines) if START_LINE.search(line) or READY_LINE.search(line)]
+    return lines[marks[-1]:] if marks else lines

@@ -1,0 +1,211 @@
+"""The doctor flow: one bounded pass of every probe on every node, judged by judge/health; `--fix` applies
+the safe fixes through their playbooks and judges again. Also what `watch` runs as its probe."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from macfleet.act.ansible import PLAYBOOKS_DIR, PlaybookRun, run_playbook
+from macfleet.collect.commands import DOCTOR_SPECS, CommandSpec, exo_specs
+from macfleet.collect.gather import Gathered, gather
+from macfleet.errors import FactsParseError, MacfleetError
+from macfleet.facts.exo import log_since_start, parse_exo_state, parse_http_response, parse_node_id
+from macfleet.facts.registry import parse
+from macfleet.flow.topology import prepare_apply
+from macfleet.inventory.model import Fleet, Mesh
+from macfleet.judge.health import HealthReport, NodeFacts, judge_health, wired_limit_target
+
+# NodeFacts field -> (gather key, KIND)
+FACT_KEYS: dict[str, tuple[str, str]] = {
+    "thunderbolt": ("thunderbolt", "thunderbolt"),
+    "hardware_ports": ("hardware-ports", "hardware-ports"),
+    "service_order": ("service-order", "service-order"),
+    "ifconfig": ("ifconfig", "ifconfig"),
+    "ibv_devices": ("ibv-devices", "ibv-devices"),
+    "ibv_devinfo": ("ibv-devinfo:verbose", "ibv-devinfo"),
+    "rdma_ctl": ("rdma-ctl", "rdma-ctl"),
+    "sw_vers": ("sw-vers", "sw-vers"),
+    "sysctl": ("sysctl", "sysctl"),
+    "pmset": ("pmset", "pmset"),
+    "fdesetup": ("fdesetup", "fdesetup"),
+}
+CURL_REFUSED = 7  # curl: "Failed to connect": nothing listens on the port
+
+
+def doctor_specs(meshes: list[Mesh]) -> tuple[CommandSpec, ...]:
+    port = meshes[0].settings.exo.port if meshes else 52415
+    return DOCTOR_SPECS + exo_specs(port)
+
+
+def _read(gathered: Gathered, node: str, key: str, problems: dict[str, str], timed_out: list[str]) -> str | None:
+    """A command's stdout, or None with the reason recorded: could not read is never nothing there."""
+    failed = gathered.failed.get(node, {})
+    if key in failed:
+        problems[key] = failed[key]
+        timed_out.append(key)
+        return None
+    raw = gathered.outputs.get(node, {}).get(key)
+    if raw is None:
+        problems[key] = "no answer (the command could not be started)"
+        return None
+    if raw.rc != 0 and not raw.stdout.strip():
+        problems[key] = f"exit {raw.rc}: {raw.stderr.strip()[-200:] or 'no output'}"
+        return None
+    return raw.stdout
+
+
+def _exo_facts(gathered: Gathered, node: str, problems: dict[str, str], timed_out: list[str]) -> dict:
+    out: dict = {}
+    raw = gathered.outputs.get(node, {}).get("exo-node-id")
+    if raw is not None and raw.rc == CURL_REFUSED:
+        out["exo_api"] = "refused"
+        problems["exo"] = f"connection refused: {raw.stderr.strip()[-200:] or 'curl exit 7'}"
+    elif (text := _read(gathered, node, "exo-node-id", problems, timed_out)) is not None:
+        try:
+            http = parse_http_response(text)
+            out.update(exo_api="up" if http.status == 200 else None, exo_version=http.version,
+                       exo_node_id=parse_node_id(http.body) if http.status == 200 else None)
+            if http.status != 200:
+                problems["exo"] = f"GET /node_id answered {http.status}"
+        except FactsParseError as e:
+            problems["exo"] = e.message
+    else:
+        problems["exo"] = problems.get("exo-node-id", "no answer")
+    if (text := _read(gathered, node, "exo-state", problems, timed_out)) is not None:
+        try:
+            out["exo_state"] = parse_exo_state(text)
+        except FactsParseError as e:
+            problems["exo-state"] = e.message
+    if (text := _read(gathered, node, "exo-log", problems, timed_out)) is not None:
+        out["exo_log"] = log_since_start(text)
+    return out
+
+
+def node_facts(gathered: Gathered, node: str) -> NodeFacts:
+    """One node's outputs of the pass, parsed; each fact that could not be read says why."""
+    if node in gathered.unreachable:
+        return NodeFacts(reachable=False, unreachable_reason=gathered.unreachable[node])
+    problems: dict[str, str] = {}
+    timed_out: list[str] = []
+    values: dict = {}
+    for name, (key, kind) in FACT_KEYS.items():
+        text = _read(gathered, node, key, problems, timed_out)
+        if text is None:
+            continue
+        try:
+            values[name] = parse(kind, text)
+        except FactsParseError as e:
+            problems[key] = e.message
+    values.update(_exo_facts(gathered, node, problems, timed_out))
+    return NodeFacts(**values, timed_out=timed_out, problems=problems)
+
+
+@dataclass
+class DoctorRun:
+    report: HealthReport
+    gathered: Gathered
+    facts: dict[str, NodeFacts] = field(default_factory=dict)
+
+
+def run_doctor(fleet: Fleet, meshes: list[Mesh], *, only: list[str] | None = None, now: datetime | None = None,
+               cancel: threading.Event | None = None, deadline_s: float | None = None) -> DoctorRun:
+    """One bounded pass over every node of `meshes`, judged. Never raises for a node's sake."""
+    nodes = [n for m in meshes for n in m.nodes]
+    gathered = gather(fleet, nodes, doctor_specs(meshes), cancel=cancel, deadline_s=deadline_s)
+    facts = {n.name: node_facts(gathered, n.name) for n in nodes}
+    report = judge_health(fleet, meshes, facts, now or datetime.now(UTC), only=only)
+    return DoctorRun(report=report, gathered=gathered, facts=facts)
+
+
+# ------------------------------------------------------------------------------------------------- --fix
+
+# check -> the playbook that fixes it (playbooks/<name>.yml); what is not here is not fixed automatically.
+FIX_PLAYBOOKS: dict[str, str] = {
+    "bridge": "network",
+    "ip-plan": "network",
+    "power": "power",
+    "wired-limit": "power",
+    "exo-running": "exo-service",
+}
+
+
+@dataclass
+class FixStep:
+    playbook: str
+    nodes: list[str]
+    checks: list[str]
+    extravars: dict = field(default_factory=dict)
+    status: str = "pending"  # "applied", "failed: ...", "skipped: ..."
+
+
+@dataclass
+class FixRun:
+    before: HealthReport
+    after: HealthReport | None
+    steps: list[FixStep]
+    not_fixed: list[tuple[str, str, str]]  # (node, check, why it is not fixed automatically)
+
+
+def plan_fixes(report: HealthReport) -> tuple[list[FixStep], list[tuple[str, str, str]]]:
+    """Which playbooks to run on which nodes, and which findings are left to a human (and why)."""
+    steps: dict[str, FixStep] = {}
+    left: list[tuple[str, str, str]] = []
+    for f in report.findings:
+        book = FIX_PLAYBOOKS.get(f.check)
+        if book is None:
+            left.append((f.node, f.check, f.fix))
+            continue
+        step = steps.setdefault(book, FixStep(playbook=book, nodes=[], checks=[]))
+        if f.node not in step.nodes:
+            step.nodes.append(f.node)
+        if f.check not in step.checks:
+            step.checks.append(f.check)
+    return list(steps.values()), left
+
+
+def fix_vars(step: FixStep, meshes: list[Mesh], facts: dict[str, NodeFacts]) -> dict:
+    """The judge's values a fix playbook applies (the inventory's pmset, each node's planned wired limit)."""
+    if step.playbook != "power":
+        return {}
+    mesh_of = {n: m for m in meshes for n in m.node_names}
+    wired = {}
+    for n in step.nodes:
+        sysctl = facts[n].sysctl
+        target = wired_limit_target(mesh_of[n], sysctl.int_value("hw.memsize") if sysctl else None)
+        if target is not None:
+            wired[n] = target
+    return {"power_pmset": dict(mesh_of[step.nodes[0]].settings.power.pmset), "power_wired_limit_by_host": wired}
+
+
+def fix_doctor(fleet: Fleet, meshes: list[Mesh], apply: Callable[[FixStep, Fleet, list[Mesh]], None], *,
+               only: list[str] | None = None) -> FixRun:
+    """Judge, apply the safe fixes (never a reboot) through `apply` (one playbook run per step), judge again."""
+    first = run_doctor(fleet, meshes, only=only)
+    before = first.report
+    steps, left = plan_fixes(before)
+    for step in steps:
+        step.extravars = fix_vars(step, meshes, first.facts)
+    if not steps:
+        return FixRun(before=before, after=None, steps=[], not_fixed=left)
+    for step in steps:
+        try:
+            apply(step, fleet, meshes)
+            step.status = "applied"
+        except Exception as exc:  # a failed fix is reported with the rest; the second look says what is left
+            step.status = f"failed: {getattr(exc, 'message', exc)}"
+    after = run_doctor(fleet, meshes, only=only).report
+    return FixRun(before=before, after=after, steps=steps, not_fixed=left)
+
+
+def apply_fix_step(step: FixStep, fleet: Fleet, meshes: list[Mesh]) -> None:
+    """Run one fix's playbook on its nodes. The IP plan is written as generated host_vars first (the same
+    `prepare_apply` as `topology apply`), so the playbook applies exactly the plan doctor judged against."""
+    if not (PLAYBOOKS_DIR / f"{step.playbook}.yml").is_file():
+        raise MacfleetError(f"playbooks/{step.playbook}.yml is not built yet", hint="; ".join(step.checks))
+    if step.playbook == "network":
+        prepare_apply(fleet, [m for m in meshes if set(step.nodes) & set(m.node_names)])
+    run_playbook(PlaybookRun(playbook=step.playbook, inventory=fleet.root, limit=tuple(step.nodes),
+                             extravars=step.extravars))

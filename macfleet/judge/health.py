@@ -1,0 +1,749 @@
+"""Doctor's checks: one collection pass of facts + the inventory + now → findings and per-node results.
+
+Each check is a named function with a stable code (`CHECKS`), called once per node with the whole pass
+(`HealthContext`), so cross-node checks (one build across the mesh, exo's view of its peers) see every
+node. A check returns findings, or `Unknown(reason)` when a fact it needs could not be read: "could not
+tell" is never "ok". When a check on which another depends found a problem on a node (the node is
+unreachable, the Thunderbolt Bridge is on...), the dependent check is not judged there and says so, so one
+cause is reported once, by the check that names it. Pure: no I/O, no clock (`now` is passed in).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from macfleet.facts.exo import ExoStateFacts
+from macfleet.facts.network import HardwarePortsFacts, IfconfigFacts, RoutesFacts, ServiceOrderFacts
+from macfleet.facts.rdma import IbvDevicesFacts, IbvDevinfoFacts, RdmaCtlFacts
+from macfleet.facts.system import FdesetupFacts, PmsetFacts, SwVersFacts, SysctlFacts
+from macfleet.facts.thunderbolt import ThunderboltFacts
+from macfleet.inventory.model import Fleet, Mesh
+from macfleet.judge.ipplan import NodeNetworkFacts, bind_ports, diff_ip, plan_ip
+from macfleet.judge.model import Change
+from macfleet.judge.topology import NodeTopologyFacts, TopologyReport, check_cabling
+
+Result = Literal["ok", "finding", "unknown"]
+MIN_MACOS = (26, 2)
+BRIDGE = "bridge0"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class HealthFinding(_Model):
+    node: str
+    check: str
+    severity: Literal["error", "warning"]
+    message: str
+    fix: str
+    evidence: str = ""
+
+
+class CheckResult(_Model):
+    check: str
+    node: str
+    result: Result
+    reason: str | None = None  # why unknown (or which finding); None when ok
+
+
+class Unknown(_Model):
+    reason: str
+
+
+class NodeFacts(_Model):
+    """Everything one node told us in one pass. A fact that is None could not be read: `problems` says why."""
+
+    reachable: bool = True
+    unreachable_reason: str | None = None
+    thunderbolt: ThunderboltFacts | None = None
+    hardware_ports: HardwarePortsFacts | None = None
+    service_order: ServiceOrderFacts | None = None
+    ifconfig: IfconfigFacts | None = None
+    netstat_routes: RoutesFacts | None = None
+    ibv_devices: IbvDevicesFacts | None = None
+    ibv_devinfo: IbvDevinfoFacts | None = None  # `ibv_devinfo -v`: states and GID tables
+    rdma_ctl: RdmaCtlFacts | None = None
+    sw_vers: SwVersFacts | None = None
+    sysctl: SysctlFacts | None = None
+    pmset: PmsetFacts | None = None
+    fdesetup: FdesetupFacts | None = None
+    exo_api: Literal["up", "refused"] | None = None  # None: could not tell (see problems["exo"])
+    exo_node_id: str | None = None
+    exo_version: str | None = None
+    exo_state: ExoStateFacts | None = None
+    exo_log: list[str] | None = None  # exo's log lines since its last start
+    timed_out: list[str] = Field(default_factory=list)  # kinds whose command gave no answer in time
+    problems: dict[str, str] = Field(default_factory=dict)  # kind -> why it is missing
+
+    def why(self, *kinds: str) -> str:
+        got = [f"{k}: {self.problems[k]}" for k in kinds if k in self.problems]
+        return "; ".join(got) or f"{', '.join(kinds)} not collected"
+
+
+class CheckSpec(_Model):
+    code: str
+    title: str
+    fixable: bool = False  # `doctor --fix` applies its fix through a playbook
+    depends: tuple[str, ...] = ()  # not judged on a node where one of these found a problem
+
+
+Verdict = list[HealthFinding] | Unknown
+
+
+@dataclass
+class HealthContext:
+    """One pass, with what several checks share computed once."""
+
+    fleet: Fleet
+    meshes: list[Mesh]
+    facts: dict[str, NodeFacts]
+    now: datetime
+    cabling: dict[str, TopologyReport] = field(default_factory=dict)  # mesh -> report
+    found: dict[tuple[str, str], bool] = field(default_factory=dict)  # (check, node) -> has a finding
+
+    def mesh_of(self, node: str) -> Mesh:
+        return next(m for m in self.meshes if node in m.node_names)
+
+    def up(self, node: str) -> bool:
+        f = self.facts.get(node)
+        return f is not None and f.reachable
+
+
+# --------------------------------------------------------------------------------------------- the checks
+
+
+def check_reachable(ctx: HealthContext, node: str) -> Verdict:
+    f = ctx.facts.get(node)
+    if f is not None and f.reachable:
+        return []
+    why = (f.unreachable_reason if f else None) or "no answer"
+    if "host key" in why.lower():
+        fix = (f"if {node} was reinstalled, check its new host key out of band and replace its line in the "
+               "inventory's known_hosts; otherwise treat it as an intrusion")
+    else:
+        fix = f"check that {node} is powered on and on the network; a hung Mac needs a power cycle"
+    return [HealthFinding(node=node, check="reachable", severity="error", message=f"{node} is unreachable: {why}",
+                          fix=fix, evidence=why)]
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
+
+
+def check_macos_build(ctx: HealthContext, node: str) -> Verdict:
+    f = ctx.facts[node]
+    if f.sw_vers is None or not f.sw_vers.build_version:
+        return Unknown(reason=f.why("sw-vers"))
+    mine = f.sw_vers
+    out: list[HealthFinding] = []
+    if mine.product_version and _version_tuple(mine.product_version) < MIN_MACOS:
+        out.append(HealthFinding(
+            node=node, check="macos-build", severity="error",
+            message=f"{node} runs macOS {mine.product_version}: RDMA over Thunderbolt needs 26.2 or later",
+            fix="upgrade macOS on every node to the same build (docs/runbooks/macos-upgrade.md)",
+            evidence=f"sw_vers: {mine.product_version} ({mine.build_version})"))
+    builds = {n: ctx.facts[n].sw_vers.build_version for n in ctx.mesh_of(node).node_names
+              if ctx.up(n) and ctx.facts[n].sw_vers is not None and ctx.facts[n].sw_vers.build_version}
+    counts: dict[str, int] = {}
+    for b in builds.values():
+        counts[b] = counts.get(b, 0) + 1
+    top = max(counts.values())
+    majority = [b for b, c in counts.items() if c == top]
+    if len(counts) > 1 and (mine.build_version not in majority or len(majority) > 1):
+        others = ", ".join(f"{n} {b}" for n, b in sorted(builds.items()) if n != node)
+        out.append(HealthFinding(
+            node=node, check="macos-build", severity="error",
+            message=f"{node} runs build {mine.build_version} ({mine.product_version}), not the mesh's "
+                    f"{'/'.join(sorted(b for b in majority if b != mine.build_version)) or 'other builds'}: "
+                    "exo and JACCL need the same macOS build on every node",
+            fix="bring every node to one build with the macOS-upgrade runbook (docs/runbooks/macos-upgrade.md); "
+                "macOS updates need the Mac's screen or Screen Sharing",
+            evidence=f"sw_vers on {node}: {mine.build_version}; {others}"))
+    return out
+
+
+@dataclass
+class RdmaNode:
+    """What the RDMA slot says about one node: problems of its own stack, and each port's state."""
+
+    stack: list[HealthFinding]
+    ports: dict[str, tuple[str | None, bool | None]]  # rdma_enX -> (PORT_ACTIVE/PORT_DOWN, has IPv4 GID)
+    unknown: str | None = None  # why the stack could not be judged
+
+
+def rdma_node(node: str, f: NodeFacts, mesh: str) -> RdmaNode:
+    """The RDMA slot: one node's own RDMA readiness from its facts (rdma_ctl, ibv_devices, ibv_devinfo -v)."""
+    if "ibv-devinfo:verbose" in f.timed_out or "ibv-devinfo" in f.timed_out:
+        return RdmaNode(stack=[HealthFinding(
+            node=node, check="rdma", severity="error",
+            message=f"RDMA wedged on {node}: `ibv_devinfo` hangs (gave no answer within its timeout)",
+            fix=f"reboot the whole mesh together: `macfleet reboot --mesh {mesh}` (stop exo first; rebooting "
+                f"{node} alone does not release the RDMA state its peers hold)",
+            evidence=f.why("ibv-devinfo:verbose"))], ports={})
+    if f.rdma_ctl is None:
+        return RdmaNode(stack=[], ports={}, unknown=f.why("rdma-ctl"))
+    if not f.rdma_ctl.enabled:
+        return RdmaNode(stack=[HealthFinding(
+            node=node, check="rdma", severity="error", message=f"RDMA is disabled on {node} (rdma_ctl status)",
+            fix=f"switch it on in Recovery mode at the Mac: `macfleet rdma enable {node}` walks you through it",
+            evidence=f"rdma_ctl status: {f.rdma_ctl.status}")], ports={})
+    if f.ibv_devices is not None and not f.ibv_devices.devices:
+        return RdmaNode(stack=[HealthFinding(
+            node=node, check="rdma", severity="error",
+            message=f"rdma_ctl says enabled on {node} but ibv_devices lists no RDMA device",
+            fix="a Thunderbolt 4-only Mac can never do RDMA; on a TB5 Mac reboot it and check again",
+            evidence="ibv_devices: header only")], ports={})
+    if f.ibv_devinfo is None:
+        return RdmaNode(stack=[], ports={}, unknown=f.why("ibv-devinfo:verbose"))
+    ports = {d.name: (d.state, d.has_ipv4_gid) for d in f.ibv_devinfo.devices}
+    return RdmaNode(stack=[], ports=ports)
+
+
+def _ok_cable_ends(report: TopologyReport, node: str) -> dict[str, str]:
+    """This node's devices (enX) whose cable the cabling check found good, with the peer on the other end."""
+    out = {}
+    for lk in report.links:
+        if lk.state != "ok" or lk.problems:
+            continue
+        for me, peer in ((lk.a, lk.b), (lk.b, lk.a)):
+            if me.node == node and me.device:
+                out[me.device] = peer.node
+    return out
+
+
+def check_rdma(ctx: HealthContext, node: str) -> Verdict:
+    mesh = ctx.mesh_of(node).name
+    mine = rdma_node(node, ctx.facts[node], mesh)
+    if mine.stack:
+        return mine.stack
+    if mine.unknown:
+        return Unknown(reason=mine.unknown)
+    report = ctx.cabling.get(mesh)
+    if report is None:
+        return Unknown(reason="the cabling could not be judged")
+    out: list[HealthFinding] = []
+    for device, peer in sorted(_ok_cable_ends(report, node).items()):
+        if not ctx.up(peer):
+            continue
+        theirs = rdma_node(peer, ctx.facts[peer], mesh)
+        if theirs.stack or theirs.unknown:
+            continue  # the peer's own RDMA problem is reported on the peer
+        state, gid = mine.ports.get(f"rdma_{device}", (None, None))
+        if state is None:
+            out.append(HealthFinding(node=node, check="rdma", severity="error",
+                                     message=f"{node} has no RDMA device rdma_{device} for its cable to {peer}",
+                                     fix="reboot the node; if it persists, check `ibv_devices`",
+                                     evidence=f"ibv_devinfo -v: no rdma_{device}"))
+        elif state != "PORT_ACTIVE":
+            out.append(HealthFinding(
+                node=node, check="rdma", severity="error",
+                message=f"rdma_{device} ({node}'s cable to {peer}) is {state} although the cable is a direct "
+                        "80 Gb/s one and both ends have RDMA on",
+                fix=f"reseat the {node}–{peer} cable; if it stays down, reboot the mesh (`macfleet reboot`)",
+                evidence=f"ibv_devinfo -v: rdma_{device} state {state}"))
+        elif gid is False:
+            out.append(HealthFinding(
+                node=node, check="rdma", severity="error",
+                message=f"rdma_{device} ({node}'s cable to {peer}) has no IPv4-mapped GID: JACCL fails with "
+                        "'Changing queue pair to RTR failed with errno 22'",
+                fix="give the port its planned address: `macfleet topology apply`",
+                evidence=f"ibv_devinfo -v: rdma_{device} has no ::ffff: GID"))
+    return out
+
+
+def check_cabling_node(ctx: HealthContext, node: str) -> Verdict:
+    report = ctx.cabling.get(ctx.mesh_of(node).name)
+    if report is None:
+        return Unknown(reason="the cabling could not be judged")
+    mine = [f for f in report.findings if node in f.nodes and f.code != "unreachable"]
+    if any(f.code == "no-facts" for f in mine):
+        return Unknown(reason=next(f.message for f in mine if f.code == "no-facts"))
+    return [HealthFinding(node=node, check="cabling", severity="error" if f.severity == "error" else "warning",
+                          message=f.message, fix=f.fix, evidence="; ".join(f.evidence) or f.code)
+            for f in mine]
+
+
+def _network_facts(f: NodeFacts) -> NodeNetworkFacts:
+    return NodeNetworkFacts(hardware_ports=f.hardware_ports, service_order=f.service_order, ifconfig=f.ifconfig,
+                            netstat_routes=f.netstat_routes)
+
+
+def _bridge_change(c: Change) -> bool:
+    return BRIDGE in c.what or "Bridge" in c.what
+
+
+def _ip_changes(ctx: HealthContext, node: str) -> list[Change] | Unknown:
+    f = ctx.facts[node]
+    if f.ifconfig is None or f.service_order is None or f.hardware_ports is None:
+        return Unknown(reason=f.why("ifconfig", "service-order", "hardware-ports"))
+    mesh = ctx.mesh_of(node)
+    report = ctx.cabling.get(mesh.name)
+    if report is None:
+        return Unknown(reason="the cabling could not be judged")
+    plan = bind_ports(plan_ip(ctx.fleet, mesh.name), {mesh.name: report})
+    # A port on a cable the cabling check flagged is reported there, not as address drift.
+    bad = _bad_cable_devices(report, node, f.hardware_ports)
+    return [c for c in diff_ip(plan, node, _network_facts(f))
+            if isinstance(c, Change) and not (set(re.findall(r"\ben\d+\b", c.what)) & bad)]
+
+
+def _bad_cable_devices(report: TopologyReport, node: str, ports: HardwarePortsFacts | None) -> set[str]:
+    """This node's devices on a cable the cabling check flagged (a bad link, or one seen from one end only)."""
+    by_port = ports.by_thunderbolt() if ports else {}
+    ends = [e for lk in report.links if lk.state != "ok" or lk.problems for e in (lk.a, lk.b)]
+    ends += [e for h in report.half_links for e in (h.seen_from, h.far) if e is not None]
+    out = set()
+    for e in ends:
+        if e.node != node:
+            continue
+        device = e.device or (by_port[e.receptacle].device if e.receptacle in by_port else None)
+        if device:
+            out.add(device)
+    return out
+
+
+def check_bridge(ctx: HealthContext, node: str) -> Verdict:
+    changes = _ip_changes(ctx, node)
+    if isinstance(changes, Unknown):
+        return changes
+    bridge = [c for c in changes if _bridge_change(c)]
+    if not bridge:
+        return []
+    return [HealthFinding(
+        node=node, check="bridge", severity="error",
+        message=f"the Thunderbolt Bridge is on on {node}: its Thunderbolt ports are bridged, so they carry no "
+                "address of their own and RDMA has no IPv4-mapped GID",
+        fix="`macfleet doctor --fix` (or `macfleet topology apply`) switches it off and restores the IP plan",
+        evidence="; ".join(c.what for c in bridge))]
+
+
+def _foreign(ctx: HealthContext, before: str | None) -> list[str]:
+    """Addresses on a Thunderbolt port that are not the IP plan's (put there by hand or by another tool)."""
+    pools = {m.settings.ipplan.pool for m in ctx.meshes}
+    out = []
+    for a in (before or "").split(", "):
+        try:
+            ip = ipaddress.IPv4Interface(a).ip
+        except ValueError:
+            continue
+        if not any(ip in p for p in pools):
+            out.append(a)
+    return out
+
+
+def _foreign_note(foreign: list[str]) -> str:
+    if not foreign:
+        return ""
+    apipa = [a for a in foreign if a.startswith("169.254.")]
+    if apipa and len(apipa) == len(foreign):
+        return f"; {', '.join(apipa)} is self-assigned: the port's service is on DHCP, not the plan's manual address"
+    return (f"; {', '.join(foreign)} is not the plan's: if another tool set it (`ifconfig … inet`, `route "
+            "change`), it is not saved and goes at the next reboot, when the plan's address returns")
+
+
+def check_ip_plan(ctx: HealthContext, node: str) -> Verdict:
+    changes = _ip_changes(ctx, node)
+    if isinstance(changes, Unknown):
+        return changes
+    out = []
+    for c in changes:
+        if _bridge_change(c):
+            continue
+        note = _foreign_note(_foreign(ctx, c.before))
+        out.append(HealthFinding(
+            node=node, check="ip-plan", severity="error",
+            message=f"{node}: the IP plan wants to {c.what}; now: {c.before or 'nothing'}{note}",
+            fix="`macfleet doctor --fix` (or `macfleet topology apply`) restores the plan now",
+            evidence=f"{c.what}: {c.before!r} -> {c.after!r}"))
+    return out
+
+
+def check_power(ctx: HealthContext, node: str) -> Verdict:
+    f = ctx.facts[node]
+    if f.pmset is None:
+        return Unknown(reason=f.why("pmset"))
+    want = ctx.mesh_of(node).settings.power.pmset
+    wrong = {k: (f.pmset.settings.get(k), str(v)) for k, v in want.items() if f.pmset.settings.get(k) != str(v)}
+    if not wrong:
+        return []
+    have = ", ".join(f"{k} {h if h is not None else 'unset'} (want {w})" for k, (h, w) in sorted(wrong.items()))
+    return [HealthFinding(node=node, check="power", severity="error",
+                          message=f"{node}'s power settings would let it sleep or not restart: {have}",
+                          fix="`macfleet doctor --fix` applies the inventory's pmset values (playbooks/power.yml)",
+                          evidence=f"pmset -g: {have}")]
+
+
+def wired_limit_target(mesh: Mesh, memsize_bytes: int | None) -> int | None:
+    """The iogpu.wired_limit_mb the inventory asks for on a node with that much memory (None: unknown)."""
+    setting = mesh.settings.power.wired_limit_mb
+    if setting != "auto":
+        return int(setting)
+    if memsize_bytes is None:
+        return None
+    return max(0, memsize_bytes // (1024 * 1024) - mesh.settings.power.wired_reserve_mb)
+
+
+def check_wired_limit(ctx: HealthContext, node: str) -> Verdict:
+    f = ctx.facts[node]
+    if f.sysctl is None:
+        return Unknown(reason=f.why("sysctl"))
+    have = f.sysctl.int_value("iogpu.wired_limit_mb")
+    want = wired_limit_target(ctx.mesh_of(node), f.sysctl.int_value("hw.memsize"))
+    if have is None or want is None:
+        return Unknown(reason="sysctl printed no iogpu.wired_limit_mb or hw.memsize")
+    if have == want:
+        return []
+    why = "macOS's default (it resets at every reboot)" if have == 0 else f"{have} MB"
+    return [HealthFinding(node=node, check="wired-limit", severity="error",
+                          message=f"{node}'s GPU wired memory limit is {why}, not the {want} MB planned: "
+                                  "large models may not fit",
+                          fix="`macfleet doctor --fix` sets it again (playbooks/power.yml)",
+                          evidence=f"sysctl iogpu.wired_limit_mb: {have}")]
+
+
+def check_filevault(ctx: HealthContext, node: str) -> Verdict:
+    f = ctx.facts[node]
+    if f.fdesetup is None:
+        return Unknown(reason=f.why("fdesetup"))
+    if not f.fdesetup.filevault_on:
+        return []
+    return [HealthFinding(node=node, check="filevault", severity="warning",
+                          message=f"FileVault is on on {node}: after a plain reboot it waits at the unlock screen, "
+                                  "so an unattended mesh reboot would strand it",
+                          fix="reboot it only with `fdesetup authrestart` (macfleet reboot does, with a stored "
+                              "credential), or turn FileVault off at the Mac (docs/runbooks/doctor.md)",
+                          evidence=f"fdesetup status: {f.fdesetup.status_line}")]
+
+
+# --------------------------------------------------------------------------------------------------- exo
+
+
+@dataclass(frozen=True)
+class Signature:
+    """An error string exo or JACCL prints, what it means and what to do (exo's and MLX's issue trackers)."""
+
+    pattern: re.Pattern[str]
+    cause: str
+    fix: str
+
+
+def _sig(pattern: str, cause: str, fix: str) -> Signature:
+    return Signature(re.compile(pattern), cause, fix)
+
+
+_REBOOT_MESH = "stop exo on every node, reboot the whole mesh together (`macfleet reboot`), then check again"
+SIGNATURES: tuple[Signature, ...] = (
+    _sig(r"Changing queue pair to RTR failed with errno 22",
+         "JACCL found no usable GID: no IPv4 on a Thunderbolt port, or the port is in the Thunderbolt Bridge",
+         "switch the bridge off and restore the IP plan (`macfleet topology apply`); if the GIDs are fine, "
+         + _REBOOT_MESH),
+    _sig(r"Changing queue pair to RTR failed with errno 96",
+         "queue pair setup refused (EPROTOTYPE): a missing GID or bridge0 owning the port; seen after idle nights",
+         "restore the IP plan and the bridge; restarting exo alone does not help: " + _REBOOT_MESH),
+    _sig(r"Changing queue pair to RTR failed with errno 60",
+         "the peer's IPv4-mapped GID is not reachable over this link (ETIMEDOUT)",
+         "check the IP plan on both ends (`macfleet topology ipplan`) and the cable"),
+    _sig(r"Couldn't allocate protection domain",
+         "ibv_alloc_pd failed: a port down, a degraded cable, or RDMA state not released",
+         "reseat the cable; if it persists, " + _REBOOT_MESH),
+    _sig(r"Creating the queue pair failed with errno 16",
+         "the device's queue pairs are exhausted (a Thunderbolt RDMA device has about 10): stale RDMA resources",
+         "reboot the node (`macfleet reboot`); then run fewer instances over RDMA at once"),
+    _sig(r"No IPv4-mapped GID",
+         "the RDMA port has no IPv4-mapped GID: no IPv4 address on the Thunderbolt port",
+         "restore the IP plan (`macfleet topology apply`)"),
+    _sig(r"tbt_post_recv",
+         "a Thunderbolt cable was unplugged during a collective: both ranks crash",
+         "check the cabling (`macfleet topology check`) and restart exo"),
+    _sig(r"ibv_reg_mr|register_to_protection_domain",
+         "JACCL ran with no RDMA device (null protection domain): RDMA off or not ready",
+         "check `macfleet rdma status`; enable RDMA or reboot the mesh"),
+    _sig(r"signal=11|Segmentation fault",
+         "exo's runner crashed (SIGSEGV), often JACCL without a working RDMA device",
+         "check RDMA (`macfleet rdma status`), then restart exo (`macfleet doctor --fix`)"),
+    _sig(r"Function fence_update is using language version",
+         "macOS is older than exo's Metal code needs (macOS 26 or later)",
+         "upgrade macOS (docs/runbooks/macos-upgrade.md)"),
+    _sig(r"mlx_item evaluation timed out|GPU Timeout",
+         "the GPU stopped making progress (often with MLX fast synch on)",
+         "restart exo with EXO_FAST_SYNCH off; a wedged GPU needs a reboot"),
+    _sig(r"\[ring\] (?:Receiving from socket|Too many send/recv errors)",
+         "the MLX ring lost a peer", "check the links (`macfleet topology check`) and restart exo"),
+    # last: a crash whose exception is not one of the above (or was cut off)
+    _sig(r"crashed with critical exception|Runner terminated with signal|exceeded 5 retries",
+         "exo's runner crashed", "read the exception in exo's log on the node, then restart exo"),
+)
+
+
+def match_signature(line: str) -> Signature | None:
+    return next((s for s in SIGNATURES if s.pattern.search(line)), None)
+
+
+def check_exo_running(ctx: HealthContext, node: str) -> Verdict:
+    f = ctx.facts[node]
+    if f.exo_api is None:
+        return Unknown(reason=f.why("exo"))
+    if f.exo_api == "up" and f.exo_node_id:
+        return []
+    return [HealthFinding(node=node, check="exo-running", severity="error",
+                          message=f"exo does not answer on {node} (its API refuses connections)",
+                          fix="`macfleet doctor --fix` starts it again (playbooks/exo-service.yml)",
+                          evidence=f.problems.get("exo", "connection refused on the API port"))]
+
+
+def check_exo_version(ctx: HealthContext, node: str) -> Verdict:
+    versions = {n: ctx.facts[n].exo_version for n in ctx.mesh_of(node).node_names
+                if ctx.up(n) and ctx.facts[n].exo_api == "up" and ctx.facts[n].exo_version}
+    mine = ctx.facts[node].exo_version
+    if mine is None:
+        return Unknown(reason="exo did not say its version")
+    counts: dict[str, int] = {}
+    for v in versions.values():
+        counts[v] = counts.get(v, 0) + 1
+    top = max(counts.values())
+    if counts[mine] == top and list(counts.values()).count(top) == 1:
+        return []
+    others = ", ".join(f"{n} {v}" for n, v in sorted(versions.items()) if n != node)
+    return [HealthFinding(node=node, check="exo-version", severity="error",
+                          message=f"{node} runs exo {mine}, not the version the rest of the mesh runs: exo nodes "
+                                  "of different versions ignore each other",
+                          fix="install one exo build everywhere (`macfleet rollout`)",
+                          evidence=f"{node} {mine}; {others}")]
+
+
+def _views(ctx: HealthContext, mesh: Mesh) -> dict[str, set[str]]:
+    """Each node's exo view of the mesh, in inventory names (node ids mapped through each node's /node_id)."""
+    ids = {ctx.facts[n].exo_node_id: n for n in mesh.node_names if ctx.up(n) and ctx.facts[n].exo_node_id}
+    return {n: {ids[i] for i in ctx.facts[n].exo_state.nodes if i in ids}
+            for n in mesh.node_names if ctx.up(n) and ctx.facts[n].exo_state is not None}
+
+
+def check_exo_peers(ctx: HealthContext, node: str) -> Verdict:
+    if ctx.facts[node].exo_state is None:
+        return Unknown(reason=ctx.facts[node].why("exo-state"))
+    views = _views(ctx, ctx.mesh_of(node))
+    live = set(views)
+    others = live - {node}
+    if not others:
+        return []
+    mine = views[node]
+    unseen_by = sorted(n for n in others if node not in views[n])
+    not_seen = sorted(others - mine)
+    if 2 * len(unseen_by) <= len(others) and 2 * len(not_seen) <= len(others):
+        return []  # a minority that disagrees is judged on its own nodes
+    return [HealthFinding(node=node, check="exo-peers", severity="error",
+                          message=f"exo on {node} is cut off from the mesh: it sees "
+                                  f"{', '.join(sorted(mine - {node})) or 'nobody'}, and "
+                                  f"{', '.join(unseen_by) or 'nobody'} do(es) not see it",
+                          fix="check the Thunderbolt addresses (`macfleet topology ipplan`) and restart exo on it",
+                          evidence=f"/state on {node}: {sorted(mine)}")]
+
+
+def _pair_clear(ctx: HealthContext, a: str, b: str) -> bool:
+    blocking = ("reachable", "cabling", "rdma", "bridge", "ip-plan", "exo-running", "exo-version", "exo-peers")
+    return not any(ctx.found.get((c, n)) for c in blocking for n in (a, b))
+
+
+def check_exo_rdma(ctx: HealthContext, node: str) -> Verdict:
+    f = ctx.facts[node]
+    if f.exo_state is None or f.exo_node_id is None:
+        return Unknown(reason=f.why("exo-state"))
+    mesh = ctx.mesh_of(node)
+    report = ctx.cabling.get(mesh.name)
+    if report is None:
+        return Unknown(reason="the cabling could not be judged")
+    ids = {n: ctx.facts[n].exo_node_id for n in mesh.node_names if ctx.up(n) and ctx.facts[n].exo_node_id}
+    edges = set(f.exo_state.rdma_edges)
+    missing = []
+    for peer in sorted(set(_ok_cable_ends(report, node).values())):
+        if peer not in ids or not _pair_clear(ctx, node, peer):
+            continue
+        if ctx.facts[peer].rdma_ctl is None or not ctx.facts[peer].rdma_ctl.enabled:
+            continue
+        if (ids[node], ids[peer]) not in edges or (ids[peer], ids[node]) not in edges:
+            missing.append(peer)
+    if not missing:
+        return []
+    return [HealthFinding(node=node, check="exo-rdma", severity="error",
+                          message=f"exo has no RDMA connection between {node} and {', '.join(missing)} although "
+                                  "the cables, ports and addresses are good",
+                          fix="restart exo on the mesh (`macfleet doctor --fix`); if it stays, reboot the mesh",
+                          evidence=f"/state on {node}: {len(edges)} RDMA edges")]
+
+
+def _runner_failures(f: NodeFacts) -> list[str]:
+    if f.exo_state is None or f.exo_node_id is None:
+        return []
+    return [r.error_message or r.status for r in f.exo_state.runners
+            if r.node_id == f.exo_node_id and r.status == "RunnerFailed"]
+
+
+def check_exo_runners(ctx: HealthContext, node: str) -> Verdict:
+    f = ctx.facts[node]
+    if f.exo_state is None:
+        return Unknown(reason=f.why("exo-state"))
+    out = []
+    for message in _runner_failures(f):
+        sig = match_signature(message)
+        out.append(HealthFinding(
+            node=node, check="exo-runners", severity="error",
+            message=f"exo's runner on {node} failed: {message}" + (f" ({sig.cause})" if sig else ""),
+            fix=sig.fix if sig else "read exo's log on the node, then restart exo (`macfleet doctor --fix`)",
+            evidence=f"/state runners: RunnerFailed {message}"))
+    return out
+
+
+def check_exo_log(ctx: HealthContext, node: str) -> Verdict:
+    f = ctx.facts[node]
+    if f.exo_log is None:
+        return Unknown(reason=f.why("exo-log"))
+    told = {s for m in _runner_failures(f) if (s := match_signature(m)) is not None}
+    seen: dict[Signature, list[str]] = {}
+    for line in f.exo_log:
+        sig = match_signature(line)
+        if sig is not None and sig not in told:
+            seen.setdefault(sig, []).append(line.strip())
+    return [HealthFinding(node=node, check="exo-log", severity="error",
+                          message=f"exo's log on {node} since its last start: {sig.cause} "
+                                  f"({len(lines)} line{'s' if len(lines) != 1 else ''})",
+                          fix=sig.fix, evidence=lines[-1][-300:])
+            for sig, lines in seen.items()]
+
+
+# ------------------------------------------------------------------------------------------- the catalogue
+
+_R = ("reachable",)
+CHECKS: tuple[CheckSpec, ...] = (
+    CheckSpec(code="reachable", title="SSH reaches the node and its host key matches known_hosts"),
+    CheckSpec(code="macos-build", title="macOS 26.2 or later, the same build on every node of the mesh",
+              depends=_R),
+    CheckSpec(code="cabling", title="every pair cabled once, directly, at 80 Gb/s, on RDMA-capable ports",
+              depends=_R),
+    CheckSpec(code="bridge", title="the Thunderbolt Bridge is off", fixable=True, depends=_R),
+    CheckSpec(code="ip-plan", title="each Thunderbolt port carries its planned address and nothing else",
+              fixable=True, depends=(*_R, "bridge")),
+    CheckSpec(code="rdma", title="RDMA enabled and not wedged; every cabled port ACTIVE with an IPv4-mapped GID",
+              depends=(*_R, "bridge", "ip-plan")),
+    CheckSpec(code="power", title="pmset as the inventory says (no sleep, restart after power loss)", fixable=True,
+              depends=_R),
+    CheckSpec(code="wired-limit", title="iogpu.wired_limit_mb as planned", fixable=True, depends=_R),
+    CheckSpec(code="filevault", title="FileVault will not strand an unattended reboot", depends=_R),
+    CheckSpec(code="exo-running", title="exo's API answers on the node", fixable=True, depends=_R),
+    CheckSpec(code="exo-version", title="the same exo version on every node", depends=(*_R, "exo-running")),
+    CheckSpec(code="exo-peers", title="exo on the node sees the mesh and the mesh sees it",
+              depends=(*_R, "exo-running", "exo-version", "bridge", "ip-plan")),
+    CheckSpec(code="exo-rdma", title="an exo RDMA connection for every pair whose cable and ports are good",
+              depends=(*_R, "exo-running")),
+    # JACCL errors on a node whose RDMA is off or wedged are that problem's consequence: reported by `rdma`.
+    CheckSpec(code="exo-runners", title="no failed exo runner", depends=(*_R, "exo-running", "rdma")),
+    CheckSpec(code="exo-log", title="no JACCL or runner error signature in exo's log since its last start "
+              "(or its runner's last recovery)", depends=(*_R, "rdma")),
+)
+CHECK_CODES: tuple[str, ...] = tuple(c.code for c in CHECKS)
+
+CHECK_FUNCTIONS: dict[str, Callable[[HealthContext, str], Verdict]] = {
+    "reachable": check_reachable,
+    "macos-build": check_macos_build,
+    "cabling": check_cabling_node,
+    "bridge": check_bridge,
+    "ip-plan": check_ip_plan,
+    "rdma": check_rdma,
+    "power": check_power,
+    "wired-limit": check_wired_limit,
+    "filevault": check_filevault,
+    "exo-running": check_exo_running,
+    "exo-version": check_exo_version,
+    "exo-peers": check_exo_peers,
+    "exo-rdma": check_exo_rdma,
+    "exo-runners": check_exo_runners,
+    "exo-log": check_exo_log,
+}
+
+
+class HealthSummary(_Model):
+    nodes: int
+    checks: int
+    ok: int
+    findings: int
+    unknown: int
+    errors: int
+    warnings: int
+    unreachable: list[str]
+    healthy: bool
+    checked_at: str
+
+
+class HealthReport(_Model):
+    findings: list[HealthFinding]
+    checks: list[CheckResult]
+    summary: HealthSummary
+
+    def json_payload(self) -> dict:
+        return {
+            "findings": [f.model_dump() for f in self.findings],
+            "checks": [{"check": c.check, "node": c.node, "result": c.result} for c in self.checks],
+            "summary": self.summary.model_dump(),
+        }
+
+
+def topology_facts(f: NodeFacts) -> NodeTopologyFacts:
+    return NodeTopologyFacts(thunderbolt=f.thunderbolt, hardware_ports=f.hardware_ports, ibv_devices=f.ibv_devices,
+                             ibv_devinfo=f.ibv_devinfo, ifconfig=f.ifconfig,
+                             problems=[f"{k}: {v}" for k, v in f.problems.items()])
+
+
+def select_checks(only: list[str] | None) -> list[CheckSpec]:
+    """The checks to run, in catalogue order; `reachable` always runs (every other check needs it)."""
+    if not only:
+        return list(CHECKS)
+    return [c for c in CHECKS if c.code in only or c.code == "reachable"]
+
+
+def judge_health(fleet: Fleet, meshes: list[Mesh], facts: Mapping[str, NodeFacts], now: datetime,
+                 only: list[str] | None = None) -> HealthReport:
+    """Run the (selected) checks on every node of `meshes`, in catalogue order, so a check sees which of the
+    checks it depends on found a problem on that node."""
+    ctx = HealthContext(fleet=fleet, meshes=meshes, facts=dict(facts), now=now)
+    for m in meshes:
+        up = {n: topology_facts(facts[n]) for n in m.node_names if n in facts and facts[n].reachable}
+        down = {n: facts[n].unreachable_reason or "no answer" for n in m.node_names if n not in up}
+        ctx.cabling[m.name] = check_cabling(m, up, down)
+    findings: list[HealthFinding] = []
+    results: list[CheckResult] = []
+    nodes = [n for m in meshes for n in m.node_names]
+    for spec in select_checks(only):
+        for node in nodes:
+            blocked = [d for d in spec.depends if ctx.found.get((d, node))]
+            if blocked:
+                results.append(CheckResult(check=spec.code, node=node, result="unknown",
+                                           reason=f"not judged: {', '.join(blocked)} found a problem first"))
+                continue
+            verdict = CHECK_FUNCTIONS[spec.code](ctx, node)
+            if isinstance(verdict, Unknown):
+                results.append(CheckResult(check=spec.code, node=node, result="unknown", reason=verdict.reason))
+            elif verdict:
+                ctx.found[(spec.code, node)] = True
+                findings += verdict
+                results.append(CheckResult(check=spec.code, node=node, result="finding",
+                                           reason=verdict[0].message))
+            else:
+                results.append(CheckResult(check=spec.code, node=node, result="ok"))
+    return HealthReport(findings=findings, checks=results, summary=_summary(nodes, findings, results, facts, now))
+
+
+def _summary(nodes: list[str], findings: list[HealthFinding], results: list[CheckResult],
+             facts: Mapping[str, NodeFacts], now: datetime) -> HealthSummary:
+    unreachable = sorted(n for n in nodes if n not in facts or not facts[n].reachable)
+    count = {r: sum(c.result == r for c in results) for r in ("ok", "finding", "unknown")}
+    return HealthSummary(
+        nodes=len(nodes), checks=len(results), ok=count["ok"], findings=len(findings), unknown=count["unknown"],
+        errors=sum(f.severity == "error" for f in findings), warnings=sum(f.severity == "warning" for f in findings),
+        unreachable=unreachable, healthy=not findings and not count["unknown"], checked_at=now.isoformat())

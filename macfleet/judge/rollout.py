@@ -1,0 +1,285 @@
+"""Rollout decisions, pure: manifests and release names, what each node still needs, the fan-out over the
+mesh's Thunderbolt links, and the health gate's verdict from exo's `/node_id` and `/state`.
+
+exo's API shapes: `GET /node_id` is a JSON string; `GET /state` is camelCase, with `topology.nodes` (ids),
+`topology.connections[src][sink]` a list of `{"sinkMultiaddr": …}` (socket) or `{"sourceRdmaIface",
+"sinkRdmaIface"}` (RDMA) edges, `nodeRdmaCtl[id].enabled`, and `runners[id]` a tagged union such as
+`{"RunnerReady": {}}` or `{"RunnerFailed": {"errorMessage": …}}` (exo-explore/exo src/exo/shared/types/).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DIGEST = "blake2b-256"
+VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._+-]{0,63}$")
+RELEASE_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._+-]{0,63}-[0-9a-f]{12}$")
+MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+_PART_RE = re.compile(r"^[^\x00-\x1f\x7f/]{1,255}$")
+MAX_FILES = 100_000
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ManifestFile(_Model):
+    path: str  # relative, "/"-separated, checked by safe_relpath
+    size: int = Field(ge=0)
+    digest: str  # blake2b-256 hex
+    executable: bool = False
+    sha256: str | None = None  # the source's own sha256 where it gives one (Hugging Face LFS files)
+
+
+class Manifest(_Model):
+    """Every file of a release or model, sorted by path."""
+
+    algorithm: str = DIGEST
+    files: tuple[ManifestFile, ...]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def digest(self) -> str:
+        """One digest over the whole content (paths, sizes, digests, modes): the release's identity."""
+        canon = json.dumps([[f.path, f.size, f.digest, f.executable] for f in self.files], separators=(",", ":"))
+        return hashlib.blake2b(canon.encode(), digest_size=32).hexdigest()
+
+
+def safe_relpath(path: str) -> str:
+    """A path read from a build, a tarball or a node is data: refuse anything that could leave its directory."""
+    parts = path.split("/")
+    if not path or path.startswith("/") or any(p in ("", ".", "..") or not _PART_RE.match(p) for p in parts):
+        raise ValueError(f"unsafe path in manifest: {path!r}")
+    return path
+
+
+def make_manifest(files: list[ManifestFile]) -> Manifest:
+    if len(files) > MAX_FILES:
+        raise ValueError(f"{len(files)} files: more than {MAX_FILES}")
+    seen: set[str] = set()
+    for f in files:
+        safe_relpath(f.path)
+        if f.path in seen:
+            raise ValueError(f"file listed twice: {f.path}")
+        seen.add(f.path)
+    return Manifest(files=tuple(sorted(files, key=lambda f: f.path)))
+
+
+def release_name(version: str, manifest: Manifest) -> str:
+    """`<version>-<hash>`: the version people read, and 12 hex of the content so two builds of one version
+    never share a name."""
+    if not VERSION_RE.match(version):
+        raise ValueError(f"bad exo version {version!r}: expected letters, digits and . _ + - (e.g. 1.0.71)")
+    return f"{version}-{manifest.digest()[:12]}"
+
+
+def check_release_name(name: str) -> str:
+    """A release directory name read from a node or a flag: one path component, no leading dot."""
+    if not VERSION_RE.match(name) or len(name) > 80:
+        raise ValueError(f"bad release name {name!r}: expected VERSION-HASH")
+    return name
+
+
+def model_dir_name(model: str) -> str:
+    """exo's layout: `org/name` lives in `<models dir>/org--name` (ModelId.normalize)."""
+    if not MODEL_RE.match(model) or ".." in model:
+        raise ValueError(f"bad model {model!r}: expected ORG/NAME (letters, digits, . _ -)")
+    return model.replace("/", "--")
+
+
+# ------------------------------------------------------------------------------------------------------
+# What each node needs
+# ------------------------------------------------------------------------------------------------------
+
+
+def missing_files(manifest: Manifest, have: Mapping[str, tuple[int, str | None]]) -> list[ManifestFile]:
+    """The files a node still needs: absent, or present with another size or digest. `have` maps a path
+    to (size, digest or None when not yet read); a file whose size matches but digest is unknown is needed."""
+    out = []
+    for f in manifest.files:
+        got = have.get(f.path)
+        if got is None or got[0] != f.size or got[1] != f.digest:
+            out.append(f)
+    return out
+
+
+def plan_slices(manifest: Manifest, holders: list[str]) -> dict[str, list[str]]:
+    """Split the files among `holders` so each carries about the same bytes (largest first, to the lightest)."""
+    slices: dict[str, list[str]] = {h: [] for h in holders}
+    load = dict.fromkeys(holders, 0)
+    for f in sorted(manifest.files, key=lambda f: (-f.size, f.path)):
+        h = min(holders, key=lambda h: (load[h], holders.index(h)))
+        slices[h].append(f.path)
+        load[h] += f.size
+    return slices
+
+
+class Hop(_Model):
+    """One transfer: `src` sends `files` to `dst` over the cable between them, at `dst_address`."""
+
+    src: str
+    dst: str
+    dst_address: str
+    files: tuple[str, ...]
+
+
+def fanout_slices(seed: str, peers: list[str], manifest: Manifest,
+                  addresses: Mapping[tuple[str, str], str]) -> tuple[list[Hop], list[Hop]]:
+    """Two rounds using every link at once: (1) the seed sends a different slice to each peer, each over its
+    own cable; (2) every peer sends its slice to every other peer over their cable. `addresses[(a, b)]` is
+    b's address on the a–b cable. With one peer, round 1 carries everything and round 2 is empty."""
+    if not peers:
+        return [], []
+    slices = plan_slices(manifest, peers)
+    first = [Hop(src=seed, dst=p, dst_address=addresses[(seed, p)], files=tuple(slices[p])) for p in peers]
+    second = [
+        Hop(src=p, dst=q, dst_address=addresses[(p, q)], files=tuple(slices[p]))
+        for p in peers for q in peers if p != q and slices[p]
+    ]
+    return first, second
+
+
+def fanout_direct(seed: str, peers: list[str], addresses: Mapping[tuple[str, str], str]) -> list[Hop]:
+    """The seed sends the whole thing to every peer at once, each over its own cable (small payloads: builds)."""
+    return [Hop(src=seed, dst=p, dst_address=addresses[(seed, p)], files=()) for p in peers]
+
+
+# ------------------------------------------------------------------------------------------------------
+# Releases kept
+# ------------------------------------------------------------------------------------------------------
+
+
+def releases_to_prune(releases: list[str], keep: set[str], limit: int) -> list[str]:
+    """`releases` oldest first; keep the newest `limit` and everything in `keep` (current, previous)."""
+    kept_newest = set(releases[-limit:]) if limit > 0 else set()
+    return [r for r in releases if r not in keep and r not in kept_newest]
+
+
+# ------------------------------------------------------------------------------------------------------
+# Health gate
+# ------------------------------------------------------------------------------------------------------
+
+
+class NodeAnswer(_Model):
+    """What one node's exo answered (None: it did not answer; `error` says why)."""
+
+    node_id: str | None = None
+    state: dict[str, Any] | None = None
+    error: str | None = None
+
+
+class HealthVerdict(_Model):
+    healthy: bool
+    reasons: tuple[str, ...]  # why not (empty when healthy)
+
+
+def _tag(value: Any) -> tuple[str, dict]:
+    if isinstance(value, dict) and len(value) == 1:
+        (k, v), = value.items()
+        return str(k), v if isinstance(v, dict) else {}
+    return "unknown", {}
+
+
+def _rdma_edge(state: dict[str, Any], a: str, b: str) -> bool:
+    conns = (state.get("topology") or {}).get("connections") or {}
+    for src, dst in ((a, b), (b, a)):
+        edges = (conns.get(src) or {}).get(dst) or []
+        if any(isinstance(e, dict) and "sourceRdmaIface" in e for e in edges):
+            return True
+    return False
+
+
+def _state_reasons(node: str, state: dict[str, Any], ids: dict[str, str]) -> list[str]:
+    reasons = []
+    seen = set((state.get("topology") or {}).get("nodes") or [])
+    missing = sorted(n for n, i in ids.items() if i not in seen)
+    if missing:
+        reasons.append(f"{node}: /state shows {len(seen)} of {len(ids)} nodes (missing: {', '.join(missing)})")
+    rdma = state.get("nodeRdmaCtl") or {}
+    on = sorted(n for n, i in ids.items() if (rdma.get(i) or {}).get("enabled") is True)
+    for x in range(len(on)):
+        for y in range(x + 1, len(on)):
+            if not _rdma_edge(state, ids[on[x]], ids[on[y]]):
+                reasons.append(f"{node}: /state has no RDMA connection between {on[x]} and {on[y]}")
+    for runner_id, runner in sorted((state.get("runners") or {}).items()):
+        tag, body = _tag(runner)
+        if tag == "RunnerFailed":
+            reasons.append(f"{node}: runner {runner_id} failed: {body.get('errorMessage', '(no message)')}")
+    return reasons
+
+
+def judge_health(answers: Mapping[str, NodeAnswer]) -> HealthVerdict:
+    """Healthy when every node answers /node_id, every node's /state shows all N nodes, an RDMA connection
+    joins every pair whose RDMA is on, and no runner failed. Any node that did not answer is a reason."""
+    reasons: list[str] = []
+    ids: dict[str, str] = {}
+    for node, a in sorted(answers.items()):
+        if not a.node_id:
+            reasons.append(f"{node}: no answer on /node_id ({a.error or 'empty'})")
+        else:
+            ids[node] = a.node_id
+    if len(set(ids.values())) != len(ids):
+        reasons.append("two nodes answered the same /node_id")
+    for node, a in sorted(answers.items()):
+        if node not in ids:
+            continue
+        if a.state is None:
+            reasons.append(f"{node}: no answer on /state ({a.error or 'empty'})")
+            continue
+        reasons += _state_reasons(node, a.state, ids)
+    return HealthVerdict(healthy=not reasons, reasons=tuple(reasons))
+
+
+# ------------------------------------------------------------------------------------------------------
+# Reports (the --json contracts)
+# ------------------------------------------------------------------------------------------------------
+
+
+class NodeStatus(_Model):
+    version: str | None  # the release `current` points at; None: could not tell (no `current`)
+    running: bool
+
+
+class RolloutStatus(_Model):
+    current: str | None  # the release every node is on; None when they differ
+    nodes: dict[str, NodeStatus]
+
+
+class RolloutReport(_Model):
+    result: str  # "switched", "already", "repaired"
+    release: str | None
+    previous: str | None
+    took_s: float
+    staged: list[str] = Field(default_factory=list)
+    status: RolloutStatus
+
+
+class ModelNodeReport(_Model):
+    had_files: int  # complete, verified files it already held
+    received_bytes: int  # what it still needed (less what was already staged)
+
+
+class ModelPushReport(_Model):
+    model: str
+    directory: str  # under the models dir: org--name
+    files: int
+    bytes: int
+    result: str  # "pushed", "already"
+    took_s: float
+    seed: str | None = None
+    nodes: dict[str, ModelNodeReport]
+    rerouted: list[str] = Field(default_factory=list)  # cables that failed, and what was done instead
+
+
+class ModelVerifyReport(_Model):
+    model: str
+    files: int
+    differ: dict[str, dict[str, str]]  # node -> path -> why (absent, size, digest)

@@ -1,0 +1,102 @@
+"""Human renderings of rollout results: which release each node runs, and what a rollout did."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+from rich.console import Group, RenderableType
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from macfleet.judge.rollout import ModelPushReport, ModelVerifyReport, RolloutReport, RolloutStatus
+from macfleet.render.output import err_console, mode
+
+
+def render_status(status: RolloutStatus) -> RenderableType:
+    title = f"exo release: {status.current}" if status.current else "exo release: nodes differ"
+    t = Table(title=title)
+    t.add_column("node")
+    t.add_column("release")
+    t.add_column("running")
+    for node, s in status.nodes.items():
+        t.add_row(Text(node), Text(s.version or "(none)"),
+                  Text("yes", style="green") if s.running else Text("no", style="red"))
+    return t
+
+
+def render_report(report: RolloutReport) -> RenderableType:
+    what = {
+        "switched": f"switched to {report.release}" + (f" (from {report.previous})" if report.previous else ""),
+        "already": f"already on {report.release}, healthy: nothing to do",
+        "repaired": f"repaired an interrupted switch: back on {report.release}",
+    }.get(report.result, report.result)
+    line = Text(what + (f" in {report.took_s:g} s" if report.took_s else ""), style="bold green")
+    if report.staged:
+        line.append(Text(f"; staged on {', '.join(report.staged)}", style=""))
+    return Group(line, render_status(report.status))
+
+
+def render_history(entries: list[dict]) -> RenderableType:
+    t = Table(title="rollout history (oldest first)")
+    for col in ("time", "action", "from", "to", "healthy"):
+        t.add_column(col)
+    for e in entries:
+        t.add_row(*(Text(str(e.get(k, "")) if e.get(k) is not None else "") for k in ("time", "action", "from", "to")),
+                  Text("yes", style="green") if e.get("healthy") else Text("no", style="red"))
+    return t
+
+
+def render_model_push(report: ModelPushReport) -> RenderableType:
+    head = Text(f"{report.model}: {report.files} files, {report.bytes / 1e6:.1f} MB "
+                f"{'already on every node' if report.result == 'already' else 'pushed'} "
+                f"in {report.took_s:g} s" + (f" (seed {report.seed})" if report.seed else ""), style="bold green")
+    t = Table()
+    t.add_column("node")
+    t.add_column("had files", justify="right")
+    t.add_column("received MB", justify="right")
+    for node, n in report.nodes.items():
+        t.add_row(Text(node), str(n.had_files), f"{n.received_bytes / 1e6:.1f}")
+    notes = [Text(f"rerouted: {r}", style="yellow") for r in report.rerouted]
+    return Group(head, t, *notes)
+
+
+def render_model_verify(report: ModelVerifyReport) -> RenderableType:
+    if not report.differ:
+        return Text(f"{report.model}: all {report.files} files match on every node", style="bold green")
+    t = Table(title=f"{report.model}: files that differ")
+    t.add_column("node")
+    t.add_column("file")
+    t.add_column("why")
+    for node, files in report.differ.items():
+        for path, why in files.items():
+            t.add_row(Text(node), Text(path), Text(why))
+    return t
+
+
+@contextlib.contextmanager
+def push_progress() -> Iterator[Callable[[str, int, int], None] | None]:
+    """Per-node bytes, rate and ETA on stderr while a push runs (only on a terminal, never with --json)."""
+    if mode.json or not err_console.is_terminal:
+        yield None
+        return
+    bars = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                    TimeRemainingColumn(), console=err_console, transient=False)
+    tasks: dict[str, TaskID] = {}
+
+    def update(node: str, done: int, total: int) -> None:
+        if node not in tasks:
+            tasks[node] = bars.add_task(Text(node).plain, total=total)
+        bars.update(tasks[node], completed=done, total=total)
+
+    with bars:
+        yield update

@@ -1,0 +1,140 @@
+"""`macfleet doctor` against the lab over real SSH: healthy → exit 0 and every check ok; each lab fault its
+checks cover → found by the right check on the right node and nothing else, gone after `--clear`; a wedged
+RDMA stack is named within the bound; a hung node → exit 3 with the rest still judged.
+
+Runs on the shared `lab4`. The lab starts with macOS's default GPU wired limit (0), as a Mac that was never
+bootstrapped; the module sets the inventory's limit first (what bootstrap does) and puts 0 back at the end.
+Every wait polls doctor with a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+pytestmark = pytest.mark.lab
+
+WIRED_MB = 512 * 1024 - 16384  # Mac Studio M3 Ultra 512 GB, less the default reserve
+S1, S2, S3 = "studio-1", "studio-2", "studio-3"
+
+
+def doctor(lab, *args: str) -> tuple[int, dict, float]:
+    t0 = time.monotonic()
+    p = lab.macfleet("doctor", "-i", str(lab.inventory), "--json", *args, check=False, timeout=120)
+    took = time.monotonic() - t0
+    assert p.returncode in (0, 1, 3), p.stderr
+    return p.returncode, json.loads(p.stdout), took
+
+
+def found(report: dict) -> set[tuple[str, str]]:
+    return {(f["check"], f["node"]) for f in report["findings"]}
+
+
+def wait_doctor(lab, want: set[tuple[str, str]], timeout: float, what: str) -> tuple[int, dict, float]:
+    """Poll doctor until its findings are exactly `want` (the lab's exo refreshes every 1-10 s)."""
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while True:
+        rc, report, took = doctor(lab)
+        if found(report) == want and (want or rc == 0):
+            return rc, report, took
+        last = sorted(found(report))
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: after {timeout} s doctor finds {last}, expected {sorted(want)}")
+
+
+def set_wired_limit(lab, value: int) -> None:
+    for n in lab.nodes:
+        lab.ssh(n, f"sudo -n sysctl iogpu.wired_limit_mb={value}")
+
+
+@pytest.fixture(scope="module")
+def bootstrapped(lab4):
+    set_wired_limit(lab4, WIRED_MB)
+    yield lab4
+    set_wired_limit(lab4, 0)
+
+
+def test_healthy_lab_every_check_ok(bootstrapped) -> None:
+    rc, report, _ = wait_doctor(bootstrapped, set(), 60, "healthy lab")
+    assert rc == 0 and report["findings"] == []
+    assert {c["result"] for c in report["checks"]} == {"ok"}
+    assert {c["node"] for c in report["checks"]} == set(bootstrapped.nodes)
+    assert report["summary"]["healthy"] is True
+
+
+def both(check: str, *nodes: str) -> set[tuple[str, str]]:
+    return {(check, n) for n in nodes}
+
+
+# fault args -> the (check, node) findings doctor must report, and nothing else
+MATRIX: list[tuple[tuple[str, ...], set[tuple[str, str]]]] = [
+    (("unplug", S1, S2), both("cabling", S1, S2)),
+    (("slow-cable", S1, S2), both("cabling", S1, S2)),
+    (("wrong-port", S1, S2), both("cabling", S1, S2)),
+    (("double-cable", S1, S2), both("cabling", S1, S2)),
+    (("via-hub", S1, S2), both("cabling", S1, S2)),
+    (("unknown-mac", S1), both("cabling", S1)),
+    (("bridge-on", S2), both("bridge", S2)),
+    (("ip-drift", S2), both("ip-plan", S2)),
+    (("apipa", S2), both("ip-plan", S2)),
+    (("rdma-off", S2), both("rdma", S2)),
+    (("rdma-wedge", S2), both("rdma", S2)),  # exo's JACCL crash there is its consequence
+    (("qp-exhausted", S2), both("exo-runners", S2)),
+    (("os-mismatch", S2), both("macos-build", S2)),
+    (("filevault-on", S2), both("filevault", S2)),
+    (("sleep-on", S2), both("power", S2)),
+    (("wired-limit-lost", S2), both("wired-limit", S2)),
+    (("exo-down", S2), both("exo-running", S2)),
+    (("exo-version", S2, "1.0.70"), both("exo-version", S2)),
+    (("exo-runner-failed", S2), both("exo-runners", S2)),
+]
+# Not in the table: disk-full and clock-skew (doctor reads no `df` / `date`: no real capture of either yet),
+# slow-boot (shows only across a reboot), hang (its own test below).
+
+
+def test_fault_matrix(bootstrapped) -> None:
+    lab = bootstrapped
+    wait_doctor(lab, set(), 60, "healthy before the matrix")
+    failures = []
+    for args, want in MATRIX:
+        lab.fault(*args)
+        try:
+            rc, report, took = wait_doctor(lab, want, 60, " ".join(args))
+            assert rc == 1
+            assert all(f["fix"] for f in report["findings"])
+            if args[0] == "rdma-wedge":
+                assert took < 30, f"doctor took {took:.1f} s with ibv_devinfo hanging"
+                assert any("wedged" in f["message"] for f in report["findings"])
+        except AssertionError as exc:
+            failures.append(str(exc))
+        finally:
+            lab.fault(*[a for a in args if a != "1.0.70"], clear=True)
+        try:
+            wait_doctor(lab, set(), 90, f"{' '.join(args)} --clear")
+        except AssertionError as exc:
+            failures.append(str(exc))
+            break  # the lab is not clean: later rows would report this fault's leftovers
+    assert not failures, "\n".join(failures)
+
+
+def test_hung_node_exits_3_and_the_rest_is_judged(bootstrapped) -> None:
+    lab = bootstrapped
+    lab.fault("hang", S3)
+    try:
+        rc, report, took = doctor(lab)
+        assert rc == 3, report["summary"]
+        assert took < 60, f"doctor took {took:.1f} s with a hung node"
+        assert ("reachable", S3) in found(report)
+        assert report["summary"]["unreachable"] == [S3]
+        others = [c for c in report["checks"] if c["node"] != S3]
+        assert others and {c["result"] for c in others} <= {"ok", "finding"}
+        assert {c["result"] for c in report["checks"] if c["node"] == S3 and c["check"] != "reachable"} == {"unknown"}
+    finally:
+        lab.fault("hang", S3, clear=True)  # a power cycle
+        lab.wait_state(S3, {"up"}, timeout=120)
+        lab.wait_ssh(S3, timeout=60)
+        lab.ssh(S3, f"sudo -n sysctl iogpu.wired_limit_mb={WIRED_MB}")
+    wait_doctor(lab, set(), 90, "after the power cycle")
