@@ -71,6 +71,7 @@ def exo_specs(port: int = 52415) -> tuple[CommandSpec, ...]:
 
 # What `doctor` reads besides exo: one command each, the verbose ibv_devinfo (states and GID tables) only.
 DOCTOR_SPECS: tuple[CommandSpec, ...] = (
-    THUNDERBOLT, HARDWARE_PORTS, SERVICE_ORDER, IFCONFIG, IBV_DEVICES, IBV_DEVINFO_VERBOSE, RDMA_CTL, SW_VERS,
-    SYSCTL, PMSET, FDESETUP,
+    *specs_for(("thunderbolt", "hardware-ports", "service-order", "ifconfig", "ibv-devices")),
+    spec_for("ibv-devinfo", "verbose"),
+    *specs_for(("rdma-ctl", "sw-vers", "sysctl", "pmset", "fdesetup")),
 )
