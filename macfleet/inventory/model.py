@@ -8,7 +8,6 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 from typing import Literal
-
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator

@@ -12,7 +12,7 @@ No I/O, no clock: `now` is passed in, and the loop persists the state between pr
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import datetime, time, timedelta
+from datetime import datetime, timedelta
 from typing import Literal
 from zoneinfo import ZoneInfo
 
