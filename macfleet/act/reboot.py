@@ -7,6 +7,7 @@ property list: never in argv, never in a log, never in an error message.
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 import threading
@@ -30,6 +31,8 @@ from macfleet.facts.system import FdesetupFacts
 from macfleet.inventory.model import Fleet, Mesh
 
 MAX_CREDENTIAL_BYTES = 4096
+# paramiko's transport thread logs every refused handshake of a booting node; the wait reports them itself.
+logging.getLogger("paramiko.transport").setLevel(logging.CRITICAL)
 BOOTTIME = CommandSpec("boottime", ("sysctl", "-n", "kern.boottime"), timeout_s=10)
 EXO_RUNNING = (f"launchctl print gui/$(id -u)/{LABEL} 2>/dev/null | grep -q 'state = running' "
                "&& echo running || echo stopped")

@@ -159,7 +159,8 @@ class Watcher:
 
     def record(self, mesh: Mesh, report: HealthReport, s: Step, result: str, problems: dict, now: datetime,
                took_s: float) -> None:
-        nodes = sorted({line.split(":", 1)[0] for line in problems.get(s.check or "", [])})
+        lines = problems.get(s.check, []) if s.check else [x for v in problems.values() for x in v]
+        nodes = sorted({line.split(":", 1)[0] for line in lines})
         entry = {"time": now.isoformat(), "mesh": mesh.name, "node": ",".join(nodes) or None,
                  "finding": s.check or (", ".join(problems) or None), "decision": s.reason, "action": s.action,
                  "result": result}
