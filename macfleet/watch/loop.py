@@ -108,7 +108,8 @@ class Watcher:
     def probe(self, mesh: Mesh, now: datetime) -> HealthReport:
         checks = mesh.settings.remediation.checks
         specs = DOCTOR_SPECS + (exo_specs(mesh.settings.exo.port) if any(c.startswith("exo") for c in checks) else ())
-        gathered = self.probers[mesh.name].probe(specs, mesh.settings.probes.gather_deadline_s)
+        probes = mesh.settings.probes
+        gathered = self.probers[mesh.name].probe(specs, probes.gather_deadline_s, probes.command_timeout_s)
         facts = {n: node_facts(gathered, n) for n in mesh.node_names}
         self._links(mesh, facts)
         return judge_health(self.fleet, [mesh], facts, now, only=checks)

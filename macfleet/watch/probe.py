@@ -72,7 +72,9 @@ class Prober:
         for s in self.sessions.values():
             s.retry_now()
 
-    def probe(self, specs: tuple[CommandSpec, ...], deadline_s: float) -> Gathered:
+    def probe(self, specs: tuple[CommandSpec, ...], deadline_s: float, command_timeout_s: float) -> Gathered:
+        """Every spec on every node; a command gets min(its own timeout, `command_timeout_s`), so a hung
+        `ibv_devinfo` (a wedge) costs one command timeout per probe, not more."""
         started = time.monotonic()
         deadline = started + deadline_s
         result = Gathered()
@@ -89,8 +91,8 @@ class Prober:
 
             def one(spec: CommandSpec) -> None:
                 try:
-                    outputs[spec.key] = session.run(spec, timeout_s=min(spec.timeout_s, max(0.1, deadline -
-                                                                                             time.monotonic())),
+                    budget = min(spec.timeout_s, command_timeout_s, max(0.1, deadline - time.monotonic()))
+                    outputs[spec.key] = session.run(spec, timeout_s=budget,
                                                     cancel=cancel)
                 except CommandTimeout as exc:
                     failed[spec.key] = str(exc)
