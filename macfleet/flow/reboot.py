@@ -163,6 +163,12 @@ def _run_phases(fleet, mesh, plan: RebootPlan, before, lock, held, result: Reboo
 
     def stop() -> tuple[bool, str]:
         running.update(act.exo_running(fleet, nodes))
+        prior = held.taken_over
+        if prior is not None and prior.owner == "reboot" and prior.phase.get("exo_running"):
+            # a reboot died after stopping exo: finish its job too, so exo comes back where it ran before
+            running.update({n: True for n in prior.phase["exo_running"] if n in running})
+            say(f"the interrupted reboot had stopped exo on {', '.join(prior.phase['exo_running'])}: "
+                "it will be started there again")
         lock.set_phase(held, {"phase": "stopping exo", "exo_running": sorted(n for n, r in running.items() if r)})
         act.stop_exo_on(fleet, [n for n, r in running.items() if r])
         return True, f"exo was running on {sum(running.values())} of {len(nodes)} node(s)"
