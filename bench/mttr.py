@@ -67,8 +67,8 @@ def main() -> None:
             if time.monotonic() > deadline:
                 sys.exit("watch never judged the mesh healthy")
             time.sleep(0.2)
-        t0 = time.monotonic()
         _run(["lab", "fault", "--name", a.name, "rdma-wedge", "studio-2"], work, env)
+        t0 = time.monotonic()  # the wedge is on once the fault command has returned
         deadline = t0 + 600
         while not any(e["decision"].startswith("healthy (recovered") for e in _audit(work / "state")):
             if time.monotonic() > deadline:
