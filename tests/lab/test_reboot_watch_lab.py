@@ -15,6 +15,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -65,10 +66,18 @@ def back_up(lab) -> None:
         lab.wait_ssh(n)
 
 
-def test_filevault_without_credential_refused_before_any_node_goes_down(lab_small, env, tmp_path):
+LOCK_AS = ("import sys; from pathlib import Path; from macfleet.act.lock import ClusterLock, lock_path;"
+           "l = ClusterLock(lock_path(Path(sys.argv[1]))); h = l.acquire('rollout exo', 'switching releases');"
+           "h.record.pid = int(sys.argv[2]); l._write(h.record)")
+
+
+def test_refusals_before_any_node_goes_down_then_authrestart_takeover_and_slow_boot(lab_small, env, tmp_path):
+    """FileVault without a credential, a loose credential file, a live lock: refused, nothing rebooted. Then one
+    real reboot: FileVault node through authrestart, a stale lock taken over, a slow node waited for."""
     lab = lab_small
     set_policy(lab)
     lab.fault("filevault-on", "studio-2")
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
         before = boottimes(lab)
         p = mf(lab, env, "reboot", "-i", str(lab.inventory), "--json")
@@ -76,48 +85,28 @@ def test_filevault_without_credential_refused_before_any_node_goes_down(lab_smal
         out = json.loads(p.stdout)
         assert out["result"] == "refused" and "FileVault is on on studio-2" in out["refusal"]
         assert "no FileVault credential is stored" in out["refusal"]
-        loose = tmp_path / "fv-password"
-        loose.write_text("s3cret-unlock\n")
-        loose.chmod(0o644)
-        set_policy(lab, cred=str(loose))
+        secret = tmp_path / "fv-password"
+        secret.write_text("s3cret-unlock\n")
+        secret.chmod(0o644)
+        set_policy(lab, cred=str(secret))
         p = mf(lab, env, "reboot", "-i", str(lab.inventory), "--json")
         assert p.returncode == 1 and "readable by others" in json.loads(p.stdout)["refusal"]
+        secret.chmod(0o600)
+        subprocess.run([sys.executable, "-c", LOCK_AS, str(lab.inventory), str(holder.pid)], env=env, check=True,
+                       cwd=lab.workdir)
+        p = mf(lab, env, "reboot", "-i", str(lab.inventory), "--json")
+        assert p.returncode == 1
+        assert f"locked by rollout exo (pid {holder.pid}" in json.loads(p.stdout)["refusal"]
         assert boottimes(lab) == before  # nothing went down
-        loose.chmod(0o600)
-        p = mf(lab, env, "reboot", "-i", str(lab.inventory), "--json", "--reason", "filevault test")
+        holder.kill()
+        holder.wait()
+        lab.fault("slow-boot", "studio-1", "6")
+        p = mf(lab, env, "reboot", "-i", str(lab.inventory), "studio-1", "studio-2", "--json", "--reason", "test")
         assert p.returncode == 0, p.stdout + p.stderr
         out = json.loads(p.stdout)
         assert {x["node"]: x["method"] for x in out["plan"]} == {"studio-1": "shutdown", "studio-2": "authrestart"}
         assert "s3cret-unlock" not in p.stdout + p.stderr
-        after = boottimes(lab)
-        assert all(after[n] != before[n] for n in lab.nodes)  # studio-2 came back through authrestart
-    finally:
-        back_up(lab)
-        lab.fault("filevault-on", "studio-2", clear=True)
-        set_policy(lab)
-
-
-def test_lock_held_refused_stale_lock_taken_over_and_slow_boot_waited_for(lab_small, env):
-    lab = lab_small
-    set_policy(lab, timeout=60)
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    code = ("import sys, os; from pathlib import Path; from macfleet.act.lock import ClusterLock, lock_path;"
-            "l = ClusterLock(lock_path(Path(sys.argv[1]))); h = l.acquire('rollout exo', 'switching releases');"
-            "h.record.pid = int(sys.argv[2]); l._write(h.record)")
-    try:
-        subprocess.run([sys.executable, "-c", code, str(lab.inventory), str(holder.pid)], env=env, check=True,
-                       cwd=lab.workdir)
-        p = mf(lab, env, "reboot", "-i", str(lab.inventory), "--json")
-        assert p.returncode == 1
-        assert "locked by rollout exo (pid %d" % holder.pid in json.loads(p.stdout)["refusal"]
-    finally:
-        holder.kill()
-        holder.wait()
-    lab.fault("slow-boot", "studio-1", "6")
-    try:
-        p = mf(lab, env, "reboot", "-i", str(lab.inventory), "studio-1", "studio-2", "--json")
-        assert p.returncode == 0, p.stdout + p.stderr
-        out = json.loads(p.stdout)
+        assert all(boottimes(lab)[n] != before[n] for n in lab.nodes)  # studio-2 came back through authrestart
         assert "took over a stale cluster lock held by rollout exo" in out["lock"] and "is gone" in out["lock"]
         assert "; released (ok: " in out["lock"]
         assert out["nodes"]["studio-1"]["took_s"] >= 6 > out["nodes"]["studio-2"]["took_s"]
@@ -125,7 +114,12 @@ def test_lock_held_refused_stale_lock_taken_over_and_slow_boot_waited_for(lab_sm
                                                          "verify RDMA, IP plan, cabling", "start exo"]
         assert "waiting" in p.stderr and "studio-1: back" in p.stderr  # per-node progress
     finally:
-        lab.fault("slow-boot", "studio-1", clear=True)
+        holder.kill()
+        holder.wait()
+        back_up(lab)
+        lab.fault("slow-boot", "studio-1", clear=True, check=False)
+        lab.fault("filevault-on", "studio-2", clear=True)
+        set_policy(lab)
 
 
 def test_node_not_back_is_named_with_what_it_looked_like_and_hang_refused(lab_small, env):
@@ -161,9 +155,9 @@ def test_node_not_back_is_named_with_what_it_looked_like_and_hang_refused(lab_sm
 
 
 class Hook(http.server.BaseHTTPRequestHandler):
-    got: list[dict] = []
+    got: ClassVar[list[dict]] = []
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):
         Hook.got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
         self.send_response(204)
         self.end_headers()
@@ -226,7 +220,7 @@ def test_watch_heals_a_wedge_then_breaker_trips_on_a_returning_wedge(lab_small, 
         lab.wait(lambda: any("breaker tripped" in h["decision"] and h["page"] for h in Hook.got), 20, "paged")
     finally:
         watch.send_signal(signal.SIGTERM)
-        out, err = watch.communicate(timeout=60)
+        _out, err = watch.communicate(timeout=60)
         hook.shutdown()
     assert watch.returncode == 0, err[-2000:]
     assert "circuit breaker: at most 2 reboot(s)" in err  # the policy in words at start
