@@ -25,7 +25,7 @@ from macfleet.act.transfer import SshArgs, on_nodes, run_remote
 from macfleet.collect.commands import CommandSpec, spec_for
 from macfleet.collect.gather import gather
 from macfleet.collect.ssh import CommandTimeout, SshSession, SshTarget, Unreachable
-from macfleet.errors import FactsParseError, MacfleetError
+from macfleet.errors import FactsParseError, MacfleetError, UnreachableError
 from macfleet.facts.registry import parse
 from macfleet.facts.system import FdesetupFacts
 from macfleet.inventory.model import Fleet, Mesh
@@ -129,6 +129,10 @@ def issue_reboots(fleet: Fleet, methods: dict[str, str], credential_file: Path |
                 run_remote(args, "sudo -n fdesetup authrestart -inputplist", stdin=secret, timeout_s=60)
             else:
                 run_remote(args, "sudo -n shutdown -r now", timeout_s=60)
+        except UnreachableError:
+            # the connection dropped under the command: the node is going down (it answered the preflight
+            # seconds ago); the wait phase tells from its boot time whether it really rebooted
+            return None
         except MacfleetError as exc:
             # the secret never reaches the message: only the command line and stderr are in it
             return exc.message
