@@ -198,8 +198,9 @@ class Watcher:
         # kured's jitter: the first tick falls somewhere in d/2..3d/2, so many controllers do not align
         delay = self.rng.uniform(self.interval_s / 2, self.interval_s * 1.5)
         while not stop.wait(delay):
-            self.tick()
-            delay = self.interval_s * self.rng.uniform(0.9, 1.1)
+            acted = any(s.action in ("restart-exo", "reboot") for s in self.tick())
+            # after an action, look again at once: the audit log should say as soon as possible whether it helped
+            delay = 0.0 if acted else self.interval_s * self.rng.uniform(0.9, 1.1)
 
 
 def reset(fleet: Fleet, meshes: list[Mesh], say: Callable[[str], None]) -> None:
