@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -43,7 +44,8 @@ def bench_size(size: str, repeat: int, workdir: Path) -> dict:
     from macfleet.inventory.load import load_inventory
     from macfleet.lab import control
 
-    name = "bt" + size.replace("x", "p")
+    # The test-lab prefix keeps two checkouts' benches on one machine from sharing a lab.
+    name = os.environ.get("MACFLEET_TEST_LAB_PREFIX", "") + "bt" + size.replace("x", "p")
     up_args = ["--pods", size] if "x" in size else ["--nodes", size]
     if "x" not in size and int(size) > 6:
         up_args.append("--all-ports")
@@ -66,9 +68,17 @@ def bench_size(size: str, repeat: int, workdir: Path) -> dict:
 
         check_in = _median_s(in_process, repeat)
         cli_codes: list[int] = []
+        cli_problems: list[str] = []
 
         def cli() -> None:
-            cli_codes.append(_run(["topology", "check", "-i", str(inv), "--json"], workdir).returncode)
+            p = _run(["topology", "check", "-i", str(inv), "--json"], workdir)
+            cli_codes.append(p.returncode)
+            if p.returncode != 0:  # say why, so a regression can be told from a loaded controller
+                try:
+                    found = json.loads(p.stdout).get("findings", [])
+                    cli_problems.extend(f"{f.get('code')}: {f.get('message', '')[:200]}" for f in found)
+                except ValueError:
+                    cli_problems.append((p.stderr or p.stdout).strip()[-200:])
 
         check_cli = _median_s(cli, repeat)
         return {
@@ -82,6 +92,7 @@ def bench_size(size: str, repeat: int, workdir: Path) -> dict:
             "ratio_cli_to_ssh_true": round(check_cli / ssh_true, 2),
             "findings": findings[-1],
             "cli_exit_codes": sorted(set(cli_codes)),
+            "cli_problems": cli_problems[:5],
         }
     finally:
         _run(["lab", "down", "--name", name], workdir)

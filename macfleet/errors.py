@@ -151,6 +151,13 @@ class RolloutFailed(MacfleetError):
     code = "rollout_failed"
 
 
+class Cancelled(MacfleetError):
+    """Ctrl-C in the middle of a change: the message says what had been done and what had not."""
+
+    exit_code = EXIT_CANCELLED
+    code = "cancelled"
+
+
 class LabError(MacfleetError):
     """The lab could not do what was asked (a failed `ip`, a node that did not come up...)."""
 
@@ -171,6 +178,7 @@ ERROR_CODES = frozenset(
         LockHeld,
         Refused,
         RolloutFailed,
+        Cancelled,
         LabError,
     )
 )

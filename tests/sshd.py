@@ -48,11 +48,16 @@ def start(tmp: Path, nodes: tuple[str, ...] = ("node-1",)) -> LocalSshd:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(inv / "id_ed25519")], check=True)
     (tmp / "authorized_keys").write_text((inv / "id_ed25519.pub").read_text())
     port = _free_port()
+    # one loopback address per node (127.0.0.1, 127.0.0.2...): the inventory refuses two hosts at one address
+    addresses = [f"127.0.0.{i + 1}" for i in range(len(nodes))]
     config = tmp / "sshd_config"
+    listen = "".join(f"ListenAddress {a}\n" for a in addresses)
     config.write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {tmp / 'host_key'}\nPidFile {tmp / 'sshd.pid'}\n"
+        f"Port {port}\n{listen}HostKey {tmp / 'host_key'}\nPidFile {tmp / 'sshd.pid'}\n"
         f"AuthorizedKeysFile {tmp / 'authorized_keys'}\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-        "PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nMaxSessions 30\nMaxStartups 100\n"
+        "PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\n"
+        # macOS's limits (OpenSSH's defaults): 10 channels per connection, 10 unauthenticated connections.
+        "MaxSessions 10\nMaxStartups 10:30:100\nAllowTcpForwarding yes\n"
         "AcceptEnv LANG LC_*\nSubsystem sftp internal-sftp\n"
     )
     Path("/run/sshd").mkdir(exist_ok=True)
@@ -70,12 +75,12 @@ def start(tmp: Path, nodes: tuple[str, ...] = ("node-1",)) -> LocalSshd:
             raise RuntimeError("sshd did not start")
         time.sleep(0.05)
     pub = (tmp / "host_key.pub").read_text().split()
-    (inv / "known_hosts").write_text(f"[127.0.0.1]:{port} {pub[0]} {pub[1]}\n")
+    (inv / "known_hosts").write_text("".join(f"[{a}]:{port} {pub[0]} {pub[1]}\n" for a in addresses))
     user = os.environ.get("USER") or "root"
     hosts = "".join(
         f"        {n}:\n"
-        f"          ansible_host: 127.0.0.1\n          ansible_port: {port}\n          ansible_user: {user}\n"
-        for n in nodes
+        f"          ansible_host: {a}\n          ansible_port: {port}\n          ansible_user: {user}\n"
+        for n, a in zip(nodes, addresses, strict=True)
     )
     (inv / "hosts.yml").write_text(f"macfleet:\n  children:\n    mesh1:\n      hosts:\n{hosts}")
     (inv / "group_vars" / "all" / "macfleet.yml").write_text(
@@ -83,8 +88,9 @@ def start(tmp: Path, nodes: tuple[str, ...] = ("node-1",)) -> LocalSshd:
     )
     (inv / "group_vars" / "all" / "ansible.yml").write_text(
         'ansible_ssh_private_key_file: "{{ inventory_dir }}/id_ed25519"\n'
-        'ansible_ssh_common_args: "-o UserKnownHostsFile={{ inventory_dir }}/known_hosts'
-        ' -o StrictHostKeyChecking=yes"\n'
+        "ansible_ssh_common_args: >-\n"
+        "  -o {{ ('UserKnownHostsFile=\"' ~ inventory_dir ~ '/known_hosts\"') | quote }}\n"
+        "  -o StrictHostKeyChecking=yes\n"
         "ansible_python_interpreter: /usr/bin/python3\n"
     )
     return LocalSshd(port=port, inventory=inv, process=process, host_key_pub=" ".join(pub[:2]))

@@ -60,6 +60,7 @@ def test_inventory_check_json(cli) -> None:
         "inventory": str(EXAMPLE_INVENTORY),
         "ok": True,
         "meshes": {"mesh1": ["studio-1", "studio-2", "studio-3", "studio-4"]},
+        "warnings": [],
     }
 
 
@@ -144,3 +145,30 @@ def test_exit_code_precedence(codes: list[int], expected: int) -> None:
     from macfleet.errors import most_severe_exit
 
     assert most_severe_exit(codes) == expected
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("inventory", "check", "--bogus", "--json"),  # unknown option
+        ("facts", "parse", "--json"),  # missing argument
+        ("topology", "plan", "--nodes", "many", "--json"),  # a value of the wrong type
+    ],
+)
+def test_json_usage_errors_are_the_json_error_object(cli, argv: tuple[str, ...]) -> None:
+    result = cli(*argv)
+    assert result.exit_code == 2
+    error = json.loads(result.stdout)["error"]
+    assert error["code"] == "usage" and error["message"]
+    assert "╭" not in result.stderr  # one plain line, not click's box
+
+
+def test_inventory_check_warns_about_a_proxycommand(cli, example_inventory) -> None:
+    hosts = example_inventory / "hosts.yml"
+    user = "          ansible_user: admin\n"
+    hosts.write_text(hosts.read_text().replace(user, user + "          ansible_ssh_extra_args: -o ProxyCommand=x\n", 1))
+    result = cli("inventory", "check", "-i", str(example_inventory), "--json")
+    assert result.exit_code == 0, result.stderr
+    assert "warning: inv/hosts.yml:18" in result.stderr and "ProxyCommand" in result.stderr
+    (warning,) = json.loads(result.stdout)["warnings"]
+    assert (warning["file"], warning["line"]) == ("inv/hosts.yml", 18)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 
-from macfleet.cli.doctor import exit_code
 from macfleet.flow.doctor import FIX_PLAYBOOKS, plan_fixes
+from macfleet.flow.doctor import doctor_exit_code as exit_code
 from macfleet.judge.health import CHECK_CODES, CheckResult, HealthFinding, HealthReport, HealthSummary
 from tests.conftest import EXAMPLE_INVENTORY
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "captures"
 
 
 def report(findings: list[HealthFinding], unreachable: list[str] | None = None, unknown: int = 0) -> HealthReport:
@@ -50,3 +53,24 @@ def test_fix_plan_groups_by_playbook_and_never_reboots() -> None:
                                                             ("exo-service", ("b",))}
     assert {(n, c) for n, c, _ in left} == {("c", "rdma"), ("a", "cabling")}
     assert "rdma" not in FIX_PLAYBOOKS and "reachable" not in FIX_PLAYBOOKS
+
+
+def test_node_facts_keep_why_a_fact_is_missing() -> None:
+    from macfleet.collect.gather import Gathered
+    from macfleet.collect.ssh import Raw
+    from macfleet.flow.doctor import node_facts
+
+    rdma = (FIXTURES / "rdma-ctl" / "macos__rdma_ctl_status_enabled_1.txt").read_text()
+    g = Gathered(outputs={"a": {"rdma-ctl": Raw(stdout=rdma, stderr="", rc=0, took_s=0.1),
+                                "exo-node-id": Raw(stdout="", stderr="curl: (7) Failed to connect", rc=7, took_s=0.1),
+                                "pmset": Raw(stdout="", stderr="pmset: not found", rc=127, took_s=0.1)}},
+                 failed={"a": {"ibv-devinfo:verbose": "`ibv_devinfo -v` gave no answer within 10 s"}},
+                 unreachable={"b": "cannot connect to b:22: timed out"})
+    a = node_facts(g, "a")
+    assert a.rdma_ctl is not None and a.rdma_ctl.enabled
+    assert a.timed_out == ["ibv-devinfo:verbose"]
+    assert a.exo_api == "refused" and "refused" in a.problems["exo"]
+    assert a.pmset is None and "exit 127" in a.problems["pmset"]
+    assert a.sw_vers is None and "no answer" in a.problems["sw-vers"]
+    b = node_facts(g, "b")
+    assert not b.reachable and "timed out" in b.unreachable_reason

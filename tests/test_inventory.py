@@ -242,3 +242,129 @@ def test_fuzz_raw_text(tmp_path_factory: pytest.TempPathFactory, text: str) -> N
         load_inventory(inv)
     except InventoryError as exc:
         assert exc.problems
+
+
+# ------------------------------------------------------------------------------------ bounded input
+
+
+def _alias_bomb(levels: int = 9) -> str:
+    out = 'x0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
+    for i in range(1, levels + 1):
+        out += f"x{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]\n"
+    return out
+
+
+def test_alias_bomb_is_refused_at_once(example_inventory: Path) -> None:
+    """9^10 values once expanded: before, 30-50 s and gigabytes, then a MemoryError traceback. Run as the
+    user would, in a child with 1 GB of address space and a deadline, so the old behaviour fails the test
+    instead of taking the machine down."""
+    import resource
+    import subprocess
+    import sys
+
+    hosts = example_inventory / HOSTS
+    text = hosts.read_text().replace('macfleet_model: "Mac15,14"  ', "macfleet_model: *a9  ", 1)
+    hosts.write_text("anchors:\n" + "".join(f"  {line}\n" for line in _alias_bomb().splitlines()) + text)
+
+    def limit_memory() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    result = subprocess.run(
+        [sys.executable, "-m", "macfleet", "inventory", "check", "-i", str(example_inventory)],
+        capture_output=True, text=True, timeout=60, preexec_fn=limit_memory,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "inv/hosts.yml:" in result.stderr and "alias" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "found"),
+    [
+        ("macfleet_exo:\n  version: " + "v" * 10_000 + "\n", "a value of 10000 characters"),
+        ("macfleet_exo:\n  env: " + "[" * 100 + "]" * 100 + "\n", "nested more than 64 deep"),
+    ],
+    ids=["long-value", "deep-nesting"],
+)
+def test_long_values_and_deep_nesting_are_refused(example_inventory: Path, yaml_text: str, found: str) -> None:
+    (example_inventory / "group_vars/all/zz.yml").write_text(yaml_text)
+    (problem,) = _problems(example_inventory)
+    assert problem.startswith("inv/group_vars/all/zz.yml:2") and found in problem
+
+
+def test_oversized_file_is_refused(example_inventory: Path) -> None:
+    (example_inventory / "group_vars/all/zz.yml").write_text("# padding\n" * 200_000)
+    (problem,) = _problems(example_inventory)
+    assert "over 1048576 bytes" in problem
+
+
+# ------------------------------------------------------------------------- what Ansible would refuse
+
+
+def test_mesh_vars_that_are_not_a_mapping_are_refused(example_inventory: Path) -> None:
+    _edit(example_inventory / HOSTS, "    mesh1:\n", '    mesh1:\n      vars: "str"\n')
+    assert _problems(example_inventory) == [
+        "inv/hosts.yml:7 macfleet.children.mesh1.vars: found 'str', expected a mapping (Ansible refuses anything "
+        "else here)"
+    ]
+
+
+def test_two_hosts_at_one_address_are_refused(example_inventory: Path) -> None:
+    _edit(example_inventory / HOSTS, "studio-3.cluster.example.com", "Studio-1.cluster.example.com")
+    (problem,) = _problems(example_inventory)
+    assert problem.startswith("inv/hosts.yml:20 macfleet.children.mesh1.hosts.studio-3.ansible_host: found ")
+    assert "already the address of `studio-1`" in problem
+
+
+@pytest.mark.parametrize(
+    "pool", ["0.0.0.0/0", "127.0.0.0/8", "169.254.0.0/16", "100.64.0.0/16", "8.8.0.0/16", "224.0.0.0/8",
+             "198.18.0.0/16", "10.0.0.0/7"],
+)
+def test_a_pool_outside_the_private_ranges_is_refused(example_inventory: Path, pool: str) -> None:
+    _edit(example_inventory / SETTINGS, "pool: 10.213.0.0/16", f"pool: {pool}")
+    (problem,) = _problems(example_inventory)
+    assert problem.startswith(f"inv/group_vars/all/macfleet.yml:7 macfleet_ipplan.pool: found '{pool}', expected a "
+                              "private range")
+
+
+@pytest.mark.parametrize("pool", ["10.0.0.0/8", "172.16.0.0/12", "192.168.64.0/20"])
+def test_private_pools_are_accepted(example_inventory: Path, pool: str) -> None:
+    _edit(example_inventory / SETTINGS, "pool: 10.213.0.0/16", f"pool: {pool}")
+    assert str(load_inventory(example_inventory).settings.ipplan.pool) == pool
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ("  gather_deadline_s: 60", "  gather_deadline_s: .inf", "macfleet_probes.gather_deadline_s: found inf"),
+        ("  interval_s: 30", "  interval_s: .nan", "macfleet_probes.interval_s: found nan"),
+        ("  connect_timeout_s: 10", "  connect_timeout_s: 1e12",
+         "connect_timeout_s: found '1e12', expected less than or equal to 600"),
+    ],
+    ids=["inf", "nan", "huge"],
+)
+def test_numbers_are_finite_and_sane(example_inventory: Path, old: str, new: str, expected: str) -> None:
+    _edit(example_inventory / SETTINGS, old, new)
+    (problem,) = _problems(example_inventory)
+    assert expected in problem
+
+
+# --------------------------------------------------------------- ssh options that run a local command
+
+
+def test_proxycommand_and_localcommand_are_warned_about_with_file_and_line(example_inventory: Path) -> None:
+    _edit(example_inventory / HOSTS, "          ansible_user: admin\n",
+          "          ansible_user: admin\n          ansible_ssh_extra_args: -o ProxyCommand='nc %h %p'\n")
+    hv = example_inventory / "host_vars" / "studio-2"
+    hv.mkdir(parents=True)
+    (hv / "ssh.yml").write_text("# hand-written\nansible_ssh_common_args: -oPermitLocalCommand=yes -oLocalCommand=id\n")
+    fleet = load_inventory(example_inventory)
+    assert [str(w) for w in fleet.warnings] == [
+        "inv/host_vars/studio-2/ssh.yml:2 ansible_ssh_common_args: found the ssh option PermitLocalCommand, which runs "
+        "a command on this machine at every connection, expected ProxyJump for a jump host, unless you wrote this "
+        "command yourself",
+        "inv/hosts.yml:18 macfleet.children.mesh1.hosts.studio-2.ansible_ssh_extra_args: found the ssh option "
+        "ProxyCommand, which runs a command on this machine at every connection, expected ProxyJump for a jump "
+        "host, unless you wrote this command yourself",
+    ]
+    assert load_inventory(EXAMPLE_INVENTORY).warnings == ()

@@ -1,16 +1,22 @@
 """The one wrapper around ansible-runner: a typed PlaybookRun in, a typed PlaybookResult out.
 
-It owns what ansible-runner leaves to its caller (design.md §4): cancellation through our own
-callback (ansible-runner would otherwise take over SIGINT), live progress from events rather than
-polling, no environment or passwords written to disk, and bounded artifacts.
+It owns what ansible-runner leaves to its caller: cancellation through our own callback (ansible-runner
+would otherwise take over SIGINT), live progress from events rather than polling, bounded artifacts, and
+no secret on disk: ansible-playbook gets only the environment a run needs (ansible-runner would hand it,
+and write into artifacts/<run>/command, every variable of the macfleet process). Ansible's SSH master
+connections (ControlPersist) live in a directory of the run's own and are closed when the run ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shutil
 import signal
+import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from macfleet.errors import PlaybookFailed, UnreachableError, UsageError
+from macfleet.errors import Cancelled, PlaybookFailed, UnreachableError, UsageError
 from macfleet.paths import state_dir
 
 
@@ -37,6 +43,13 @@ PLAYBOOKS_DIR = Path(os.environ.get("MACFLEET_PLAYBOOKS", SHIPPED_ROOT / "playbo
 ANSIBLE_CFG = SHIPPED_ROOT / "ansible.cfg"
 PLAYBOOK_NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
 KEEP_ARTIFACTS = 20
+# What ansible-playbook may inherit from the macfleet process; everything else (AWS_SECRET_ACCESS_KEY,
+# ANSIBLE_BECOME_PASS, tokens…) stays out of its environment and out of the artifacts. Ansible's settings
+# come from our ansible.cfg, not from ANSIBLE_* variables in the caller's shell.
+INHERITED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "SSH_AUTH_SOCK")
+# What ansible-runner itself adds to the environment for its callback, event files and fact cache.
+RUNNER_ENV = ("ANSIBLE_CALLBACK_PLUGINS", "ANSIBLE_STDOUT_CALLBACK", "ANSIBLE_RETRY_FILES_ENABLED",
+              "ANSIBLE_CACHE_PLUGIN", "ANSIBLE_CACHE_PLUGIN_CONNECTION", "AWX_ISOLATED_DATA_DIR")
 
 
 @dataclass(frozen=True)
@@ -125,8 +138,6 @@ def run_playbook(
     raise_on_failure: bool = True,
 ) -> PlaybookResult:
     """Run one playbook to the end (or until `cancel` is set) and describe what happened."""
-    import ansible_runner  # heavy; only commands that change nodes pay for it
-
     if not run.path.is_file():
         raise UsageError(f"no playbook {run.path}")
     if not run.inventory.is_dir():
@@ -164,10 +175,36 @@ def run_playbook(
     private = state_dir() / "runs"
     private.mkdir(parents=True, exist_ok=True)
     ident = f"{run.playbook}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%fZ')}"
-    envvars = {"ANSIBLE_CONFIG": str(ANSIBLE_CFG), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"}
-    with _own_signal_handlers():
-        runner = _run(ansible_runner, run, private, ident, envvars, event_handler, cancel)
+    # A short directory of this run's own for the SSH master sockets (a socket path has ~100 bytes at most).
+    control_dir = Path(tempfile.mkdtemp(prefix="mf-cp-"))
+    envvars = {
+        "ANSIBLE_CONFIG": str(ANSIBLE_CFG),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_HOST_KEY_CHECKING": "True",  # ansible-runner sets it False when absent
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control_dir),
+    }
+    try:
+        with _own_signal_handlers():
+            runner = _run(run, private, ident, envvars, event_handler, cancel)
+    finally:
+        close_ssh_masters(control_dir)
     return _result(run, runner, failed_tasks, changes, unreachable, raise_on_failure)
+
+
+def close_ssh_masters(control_dir: Path) -> None:
+    """End every SSH master connection Ansible left in `control_dir` (`ssh -O exit`), then remove it: no
+    connection outlives the macfleet run that opened it, so a known_hosts changed afterwards is checked."""
+    for socket_path in sorted(control_dir.glob("*")) if control_dir.is_dir() else []:
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):  # a master already gone: nothing to close
+            subprocess.run(["ssh", "-o", f"ControlPath={socket_path}", "-O", "exit", "macfleet-control"],
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
+    # A master still starting when a run was cancelled has no socket yet to be told to exit: its command
+    # line names our private directory, so end it by that.
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        subprocess.run(["pkill", "-TERM", "-f", re.escape(f"{control_dir}/")],
+                       stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
+    shutil.rmtree(control_dir, ignore_errors=True)
 
 
 @contextmanager
@@ -186,7 +223,6 @@ def _own_signal_handlers() -> Iterator[None]:
 
 
 def _run(
-    ansible_runner: Any,
     run: PlaybookRun,
     private: Path,
     ident: str,
@@ -194,7 +230,9 @@ def _run(
     event_handler: Callable[[dict[str, Any]], bool],
     cancel: threading.Event,
 ) -> Any:
-    return ansible_runner.run(
+    from ansible_runner.interface import init_runner  # heavy; only commands that change nodes pay for it
+
+    runner = init_runner(
         private_data_dir=str(private),
         project_dir=str(PLAYBOOKS_DIR),
         playbook=run.path.name,
@@ -211,6 +249,15 @@ def _run(
         event_handler=event_handler,
         cancel_callback=cancel.is_set,
     )
+    runner.config.env = scrubbed_env(runner.config.env, envvars)
+    runner.run()
+    return runner
+
+
+def scrubbed_env(env: dict[str, str], ours: dict[str, str]) -> dict[str, str]:
+    """Only what a run needs: ours, ansible-runner's own, and a few plain process variables."""
+    keep = {*ours, *RUNNER_ENV, *INHERITED_ENV}
+    return {k: v for k, v in env.items() if k in keep or k.startswith("LC_")}
 
 
 def _result(
@@ -253,7 +300,7 @@ def raise_for(result: PlaybookResult) -> None:
     if result.unreachable:
         raise UnreachableError(result.unreachable, hint=f"ansible artifacts: {result.artifact_dir}")
     if result.status == "canceled":
-        raise KeyboardInterrupt
+        raise Cancelled(cancel_summary(result))
     if result.failed_tasks or result.status != "successful":
         first = result.failed_tasks[0] if result.failed_tasks else None
         where = f": {first.host}: {first.task}: {first.message}" if first else f" ({result.status}, rc {result.rc})"
@@ -265,3 +312,10 @@ def raise_for(result: PlaybookResult) -> None:
                 "hosts": {h: s.__dict__ for h, s in result.hosts.items()},
             },
         )
+
+
+def cancel_summary(result: PlaybookResult) -> str:
+    """One line: what a cancelled run had done, and that the rest was not."""
+    changed = sorted((h, len(tasks)) for h, tasks in result.changes.items() if tasks)
+    done = ", ".join(f"{n} task(s) changed {h}" for h, n in changed) or "nothing had been changed"
+    return f"playbook {result.playbook} cancelled: {done}; the tasks after that were not run"

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import importlib
+import os
+import signal
 import sys
+import threading
 import traceback
 from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
 from pydantic import ValidationError
+from typer.exceptions import TyperException
 
 from macfleet import __version__
-from macfleet.errors import EXIT_CANCELLED, EXIT_PROBLEMS, MacfleetError, NotBuiltYet, UsageError
+from macfleet.errors import EXIT_CANCELLED, EXIT_PROBLEMS, EXIT_USAGE, MacfleetError, NotBuiltYet, UsageError
 from macfleet.paths import state_dir
 from macfleet.render import output
 
@@ -54,7 +58,7 @@ GROUPS: list[tuple[str, str, str]] = [
     ("bootstrap", "macfleet.cli.bootstrap", "Prepare every node: power, memory, OS checks, IP plan, RDMA."),
     ("doctor", "macfleet.cli.doctor", "Every health probe, each with its fix."),
     ("rollout", "macfleet.cli.rollout", "Push exo builds and model weights once, fanned out over the mesh."),
-    ("rdma", "macfleet.cli.rdma", "The guided Recovery-mode steps that switch RDMA on."),
+    ("rdma", "macfleet.cli.rdma", "RDMA status, and the guided Recovery-mode steps that switch it on."),
     ("reboot", "macfleet.cli.reboot", "The coordinated whole-mesh reboot."),
     ("watch", "macfleet.cli.watch", "The watcher that heals a wedged mesh."),
 ]
@@ -82,7 +86,6 @@ for _name, _module, _help in GROUPS:
         app.add_typer(_group, name=_name)
 
 
-
 def _report_crash(exc: BaseException) -> int:
     path = state_dir() / "last-error.log"
     try:
@@ -102,20 +105,62 @@ def _validation_error(exc: ValidationError) -> UsageError:
     return UsageError("invalid input: " + "; ".join(lines))
 
 
+def _ignore_second_interrupt(console: bool) -> None:
+    """A second Ctrl-C while exiting must not print a threading traceback."""
+    if console and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _cancelled(*, console: bool) -> None:
+    """Plain Ctrl-C (a change that was cut says what it had done through `Cancelled`): exit 130 at once."""
+    _ignore_second_interrupt(console)
+    output.info("cancelled")
+    sys.exit(EXIT_CANCELLED)
+
+
+def _json_requested(argv: list[str]) -> bool:
+    """Whether --json was asked for, read before click parses anything (a usage error stops the parse before
+    the option's own callback runs)."""
+    words = argv[: argv.index("--")] if "--" in argv else argv
+    env = os.environ.get("MACFLEET_JSON", "").strip().lower()
+    return "--json" in words or env in ("1", "true", "yes", "on")
+
+
+def _click_error(exc: TyperException) -> int:
+    """A usage error found by click (unknown option, missing argument, bad value): with --json, the JSON
+    error object on stdout like every other error; else click's own message."""
+    if not output.mode.json:
+        from typer import rich_utils
+
+        rich_utils.rich_format_error(exc)
+        return int(getattr(exc, "exit_code", EXIT_USAGE))
+    ctx = getattr(exc, "ctx", None)
+    where = ctx.command_path if ctx is not None else "macfleet"
+    message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    return output.fail(UsageError(message or "no command given", hint=f"see `{where} --help`"))
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point. Only here do exceptions become exit codes (docs/cli.md)."""
-    output.mode.json = False
+    args = list(sys.argv[1:] if argv is None else argv)
+    output.mode.json = _json_requested(args)
     output.mode.verbose = 0
     try:
-        app(args=argv, prog_name="macfleet", standalone_mode=True)
+        code = app(args=args, prog_name="macfleet", standalone_mode=False)
     except MacfleetError as exc:
+        if exc.exit_code == EXIT_CANCELLED:
+            _ignore_second_interrupt(argv is None)
         sys.exit(output.fail(exc))
     except ValidationError as exc:
         sys.exit(output.fail(_validation_error(exc)))
-    except KeyboardInterrupt:
-        output.info("cancelled")
-        sys.exit(EXIT_CANCELLED)
+    except TyperException as exc:
+        sys.exit(_click_error(exc))
+    except (KeyboardInterrupt, typer.Abort):
+        _cancelled(console=argv is None)
     except SystemExit:
         raise
     except Exception as exc:
         sys.exit(_report_crash(exc))
+    if code == EXIT_CANCELLED:  # typer turns Ctrl-C into exit code 130 and returns it
+        _cancelled(console=argv is None)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,6 +1,6 @@
 """`macfleet lab`: a simulated Thunderbolt-mesh Mac cluster on this Linux machine (docs/lab.md).
 
-Thin room: parse options, call `macfleet.lab.control` (imported lazily, design.md §6.1), render.
+Thin room: parse options, call `macfleet.lab.control` (imported lazily: the core never loads the lab), render.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from pydantic import BaseModel
 
-from macfleet.cli.options import JsonOpt
+from macfleet.cli.options import JsonOpt, seconds_option
 from macfleet.errors import UsageError
 from macfleet.render.output import console, emit
 
@@ -22,7 +22,21 @@ app = typer.Typer(
     "Linux, root.",
 )
 
-NameOpt = Annotated[str, typer.Option("--name", help="Lab name (also the inventory name).")]
+
+
+def _lab_name(value: str) -> str:
+    """Every lab command checks --name here, before it does anything (a name becomes paths and namespaces)."""
+    from macfleet.lab import state
+
+    return state.check_name(value)
+
+
+NameOpt = Annotated[str, typer.Option("--name", callback=_lab_name, help="Lab name (also the inventory name).")]
+
+
+def ssh_hint(name: str, node: str) -> str:
+    """The `lab ssh` line `lab up` suggests (options before the node: the command after it is passed as is)."""
+    return f"macfleet lab ssh --name {name} {node} 'sw_vers'"
 
 
 class LabNode(BaseModel):
@@ -66,11 +80,13 @@ def up_cmd(
     name: NameOpt = "lab",
     nodes: Annotated[int | None, typer.Option("--nodes", min=1, help="Nodes in one full mesh (default 4).")] = None,
     pods: Annotated[str | None, typer.Option("--pods", help="PODSxNODES meshes, e.g. 8x4.")] = None,
-    model: Annotated[str, typer.Option("--model", help="mac-studio-m3-ultra | mac-studio-m4-max | mac-mini-m4-pro")]
+    model: Annotated[str, typer.Option("--model", help="mac-studio-m3-ultra | mac-studio-m4-max | mac-mini-m4-pro "
+                                       "| mac-mini-m4")]
     = "mac-studio-m3-ultra",
     tb_rate: Annotated[str, typer.Option("--tb-rate", help="Thunderbolt link rate (tc units).")] = "1gbit",
     mgmt_rate: Annotated[str, typer.Option("--mgmt-rate", help="Management link rate (tc units).")] = "125mbit",
-    boot_seconds: Annotated[float, typer.Option("--boot-seconds", min=0, help="How long a reboot takes.")] = 3.0,
+    boot_seconds: Annotated[float, seconds_option("--boot-seconds", low=0, high=600,
+                                                  help="How long a reboot takes.")] = 3.0,
     fresh: Annotated[bool, typer.Option("--fresh", help="Macs out of the box: bridge on, RDMA off, no exo.")] = False,
     no_exo: Annotated[bool, typer.Option("--no-exo", help="Do not install and start the exo stand-in.")] = False,
     all_ports: Annotated[bool, typer.Option("--all-ports", help="Cable the ports that cannot do RDMA too, for "
@@ -90,7 +106,7 @@ def up_cmd(
     def human(r: LabUp) -> None:
         _table(r.nodes)
         console.print(f"lab [bold]{r.name}[/bold] up in {r.took_s:.1f}s; inventory: {r.inventory}")
-        console.print(f"try: macfleet lab ssh {r.nodes[0].name} --name {r.name} 'sw_vers'")
+        console.print(f"try: {ssh_hint(r.name, r.nodes[0].name)}", highlight=False)
 
     emit(result, json_mode=json_output, human=human)
 
@@ -119,10 +135,10 @@ def ssh_cmd(
     name: NameOpt = "lab",
 ) -> None:
     """SSH to a node with the lab's key and strict host keys; passes stdout, stderr and exit code through."""
-    from macfleet.lab import control
+    from macfleet.lab import state
 
-    control.require_root_linux()
-    argv = control.ssh_argv(name, node, command)
+    state.require_root_linux()
+    argv = state.ssh_argv(name, node, command)
     rc = subprocess.call(argv)
     raise typer.Exit(rc)
 
@@ -135,10 +151,9 @@ def power_cmd(
     json_output: JsonOpt = False,
 ) -> None:
     """Press the power button: on, off (hard), or cycle (off, then on after --boot-seconds)."""
-    from macfleet.lab import control
+    from macfleet.lab import state
 
-    state = control.power(name, node, action)
-    emit(LabPower(node=node, state=state), json_mode=json_output,
+    emit(LabPower(node=node, state=state.power(name, node, action)), json_mode=json_output,
          human=lambda r: console.print(f"{r.node}: {r.state}"))
 
 

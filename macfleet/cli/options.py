@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -46,3 +48,55 @@ DEFAULT_INVENTORY = Path("inventories/default")
 
 def inventory_path(value: Path | None) -> Path:
     return value if value is not None else DEFAULT_INVENTORY
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Numbers from flags: each has a unit and a sane range, checked here, at the edge. click's own FloatRange
+# lets `nan` and `inf` through (nan compares false with every bound), so every number is parsed by one of these.
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _g(value: float) -> str:
+    return f"{value:g}"
+
+
+def parse_seconds(low: float, high: float, *, low_open: bool = False) -> Callable[[str], float]:
+    """A parser for a duration in seconds: finite, in [low, high] (or (low, high] with low_open)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except (TypeError, ValueError):
+            raise typer.BadParameter(f"{text!r} is not a number of seconds") from None
+        too_low = value <= low if low_open else value < low
+        if not math.isfinite(value) or too_low or value > high:
+            bound = f"more than {_g(low)}" if low_open else f"at least {_g(low)}"
+            raise typer.BadParameter(f"{text} s is out of range: expected {bound} and at most {_g(high)} seconds")
+        return value
+
+    return parse
+
+
+def parse_count(low: int, high: int, what: str) -> Callable[[str], int]:
+    """A parser for a whole number of `what` in [low, high]."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(str(text).strip(), 10)
+        except (TypeError, ValueError):
+            raise typer.BadParameter(f"{text!r} is not a whole number of {what}") from None
+        if not low <= value <= high:
+            raise typer.BadParameter(f"{value} {what} is out of range: expected {low} to {high}")
+        return value
+
+    return parse
+
+
+def seconds_option(*names: str, low: float, high: float, low_open: bool = False, **kwargs: Any) -> Any:
+    """typer.Option for a duration in seconds, range-checked and finite; use as Annotated[float, ...]."""
+    return typer.Option(*names, parser=parse_seconds(low, high, low_open=low_open), metavar="SECONDS", **kwargs)
+
+
+def count_option(*names: str, low: int, high: int, what: str, **kwargs: Any) -> Any:
+    """typer.Option for a count of things, range-checked; use as Annotated[int, ...]."""
+    return typer.Option(*names, parser=parse_count(low, high, what), metavar="N", **kwargs)

@@ -10,7 +10,15 @@ from typing import Annotated
 import typer
 from rich.console import Group
 
-from macfleet.cli.options import CheckOpt, InventoryOpt, JsonOpt, MeshOpt, inventory_path
+from macfleet.cli.options import (
+    CheckOpt,
+    InventoryOpt,
+    JsonOpt,
+    MeshOpt,
+    count_option,
+    inventory_path,
+    seconds_option,
+)
 from macfleet.errors import UsageError
 from macfleet.flow.facts import links_from_captures
 from macfleet.flow.topology import (
@@ -23,11 +31,12 @@ from macfleet.flow.topology import (
     watch_topology,
 )
 from macfleet.inventory.load import load_inventory
-from macfleet.inventory.model import MAC_MODELS, Fleet, MacModelSpec, Mesh, model_spec
+from macfleet.inventory.model import MAC_MODELS, MAX_MESH_NODES, Fleet, MacModelSpec, Mesh, model_spec
 from macfleet.render import output
 from macfleet.render.facts import render_links
 from macfleet.render.output import console, emit, info, verbose
 from macfleet.render.svg import svg_from_plan, svg_from_report
+from macfleet.render.text import text
 from macfleet.render.topology import (
     collision_lines,
     progress_line,
@@ -119,17 +128,18 @@ def _model_or_fail(name: str) -> MacModelSpec:
     return spec
 
 
-def _write_svg(path: Path, text: str) -> None:
+def _write_svg(path: Path, svg: str) -> None:
     try:
-        path.write_text(text)
+        path.write_text(svg)
     except OSError as e:
         raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
-    info(f"wrote {path}")
+    info(text(f"wrote {path}"))
 
 
 @app.command("plan")
 def plan_cmd(
-    nodes: Annotated[int | None, typer.Option("--nodes", min=2, help="How many Macs (with --model).")] = None,
+    nodes: Annotated[int | None, count_option("--nodes", low=2, high=MAX_MESH_NODES, what="Macs",
+                                              help="How many Macs (with --model).")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Mac model: slug or identifier (Mac15,14).")] = None,
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
@@ -173,9 +183,10 @@ def show_cmd(
 def watch_cmd(
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
-    interval: Annotated[float, typer.Option("--interval", min=0.2, help="Seconds between looks.")] = 2.0,
-    timeout: Annotated[float | None, typer.Option("--timeout", help="Give up after this many seconds (exit 1).",
-                                                  show_default=False)] = None,
+    interval: Annotated[float, seconds_option("--interval", low=0.2, high=3600, help="Seconds between looks.")] = 2.0,
+    timeout: Annotated[float | None, seconds_option("--timeout", low=0, high=7 * 86400, low_open=True,
+                                                    help="Give up after this many seconds (exit 1).",
+                                                    show_default=False)] = None,
 ) -> None:
     """Live cabling assistant: prints each cable plugged (+), pulled (−) or wrong (!) as it happens, with the
     pairs still missing, until the mesh is complete (exit 0) or Ctrl-C."""

@@ -1,5 +1,6 @@
-"""Read many commands from many nodes in one pass: nodes in parallel, each node's commands in parallel
-over its one SSH connection, each under its own timeout, the whole pass under a deadline.
+"""Read many commands from many nodes in one pass: nodes in parallel, each node's commands over its one SSH
+connection on a bounded number of channels at once, each under its own timeout, the whole pass under a
+deadline. Every command asked for ends either in `outputs` or in `failed` with its reason.
 
 One pass matters: Thunderbolt domain UUIDs change at every boot, so cable ends are matched only
 within outputs read together.
@@ -7,18 +8,23 @@ within outputs read together.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from macfleet.collect.commands import CommandSpec
-from macfleet.collect.ssh import CommandTimeout, Raw, SshSession, SshTarget, Unreachable
+from macfleet.collect.ssh import Jumps, Raw, SshSession, SshTarget, Unreachable
 from macfleet.inventory.model import Fleet, Node
 
 # Enough to overlap SSH handshakes on a small controller without starving it (2 cores here).
 MAX_PARALLEL_NODES = 32
+# sshd allows MaxSessions (10 by default, on macOS too) channels at once per connection; a channel over it is
+# refused. Stay under it with headroom: a session refused here would be a command not read.
+MAX_CHANNELS_PER_CONNECTION = 8
+# How often the waiting thread wakes to notice Ctrl-C and the deadline.
+POLL_S = 0.05
 
 
 @dataclass
@@ -26,7 +32,7 @@ class Gathered:
     """Outputs by node and command key; what could not be read says why."""
 
     outputs: dict[str, dict[str, Raw]] = field(default_factory=dict)
-    failed: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> key -> reason (timeout...)
+    failed: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> key -> why it was not read
     unreachable: dict[str, str] = field(default_factory=dict)  # node -> reason
     took_s: float = 0.0
 
@@ -35,29 +41,53 @@ class Gathered:
         return raw.stdout if raw is not None else None
 
 
-def _gather_node(
-    target: SshTarget,
-    specs: tuple[CommandSpec, ...],
-    deadline: float,
-    cancel: threading.Event,
+def _run_all(
+    session: SshSession, specs: tuple[CommandSpec, ...], deadline: float, cancel: threading.Event
 ) -> tuple[dict[str, Raw], dict[str, str]]:
+    """At most MAX_CHANNELS_PER_CONNECTION commands at once on the session; each keeps its own timeout
+    (counted from when its channel opens), cut short by the pass's deadline."""
     outputs: dict[str, Raw] = {}
     failed: dict[str, str] = {}
-    with SshSession(target) as session:
+    todo: queue.SimpleQueue[CommandSpec] = queue.SimpleQueue()
+    for spec in specs:
+        todo.put(spec)
 
-        def one(spec: CommandSpec) -> None:
-            budget = min(spec.timeout_s, max(0.1, deadline - time.monotonic()))
+    def worker() -> None:
+        while True:
             try:
-                outputs[spec.key] = session.run(spec, timeout_s=budget, cancel=cancel)
-            except CommandTimeout as exc:
-                failed[spec.key] = str(exc)
+                spec = todo.get_nowait()
+            except queue.Empty:
+                return
+            left = deadline - time.monotonic()
+            if cancel.is_set():
+                failed[spec.key] = f"`{spec.command_line}` not run: cancelled"
+                continue
+            if left <= 0:
+                failed[spec.key] = f"`{spec.command_line}` not run: the pass's deadline had passed"
+                continue
+            try:
+                outputs[spec.key] = session.run(spec, timeout_s=min(spec.timeout_s, left), cancel=cancel)
+            except Exception as exc:  # whatever it was, this command was not read: say why
+                failed[spec.key] = str(exc) or type(exc).__name__
 
-        threads = [threading.Thread(target=one, args=(s,), daemon=True) for s in specs]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+    workers = [threading.Thread(target=worker, daemon=True, name=f"ssh-{session.target.node}")
+               for _ in range(min(MAX_CHANNELS_PER_CONNECTION, len(specs)))]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
     return outputs, failed
+
+
+def _wait(all_done: threading.Event, errors: list[BaseException], until: float, cancel: threading.Event) -> None:
+    """Wait in short slices, so Ctrl-C (KeyboardInterrupt) reaches this thread at once and cancels the pass."""
+    try:
+        while not all_done.wait(POLL_S):
+            if errors or time.monotonic() > until:
+                return
+    except BaseException:
+        cancel.set()
+        raise
 
 
 def gather(
@@ -69,7 +99,8 @@ def gather(
     cancel: threading.Event | None = None,
     on_node_done: Callable[[str], None] | None = None,
 ) -> Gathered:
-    """Run every spec on every node. Never raises for a node's sake: unreachable nodes are recorded."""
+    """Run every spec on every node. Never raises for a node's sake: unreachable nodes are recorded. Bad input
+    (a missing key, a changed host key…) is raised as UsageError before or instead of a verdict."""
     nodes = list(nodes)
     specs = tuple(specs)
     cancel = cancel or threading.Event()
@@ -80,33 +111,61 @@ def gather(
     result = Gathered()
     if not nodes:
         return result
+    targets = {n.name: SshTarget.for_node(fleet, n) for n in nodes}
+    for target in targets.values():
+        target.check_local_files()  # bad input is refused before any node is dialled
+    jumps = Jumps()
+    slots = threading.BoundedSemaphore(MAX_PARALLEL_NODES)
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    all_done = threading.Event()
+    pending = set(targets)
+    open_for_results = [True]  # a straggler finishing after we returned must not change the result
 
-    def work(node: Node) -> None:
+    def record(node: str, outputs: dict[str, Raw] | None, failed: dict[str, str], why: str | None) -> None:
+        with lock:
+            if open_for_results[0]:
+                if outputs is not None:
+                    result.outputs[node] = outputs
+                if failed:
+                    result.failed[node] = failed
+                if why is not None:
+                    result.unreachable[node] = why
+            pending.discard(node)
+            if not pending:
+                all_done.set()
+
+    def work(node: str) -> None:
+        outputs, failed, why = None, {}, None
         try:
-            outputs, failed = _gather_node(SshTarget.for_node(fleet, node), specs, deadline, cancel)
+            with slots:
+                if cancel.is_set():
+                    raise Unreachable("not contacted: cancelled")
+                with SshSession(targets[node], jumps) as session:
+                    outputs, failed = _run_all(session, specs, deadline, cancel)
         except Unreachable as exc:
-            result.unreachable[node.name] = str(exc)
-        else:
-            result.outputs[node.name] = outputs
-            if failed:
-                result.failed[node.name] = failed
+            why = str(exc)
+        except BaseException as exc:  # handed to the caller's thread below
+            with lock:
+                errors.append(exc)
+        record(node, outputs, failed, why)
         if on_node_done is not None:
-            on_node_done(node.name)
+            on_node_done(node)
 
-    pool = ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_NODES, len(nodes)), thread_name_prefix="gather")
-    futures = {pool.submit(work, n): n for n in nodes}
+    # Daemon threads: the process can exit without joining one stuck in a connect timeout.
+    for node in targets:
+        threading.Thread(target=work, args=(node,), daemon=True, name=f"gather-{node}").start()
     try:
-        done, pending = wait(futures, timeout=deadline_s + 5)
-        if pending:
-            cancel.set()  # stop the stragglers' channels; their nodes are reported, not waited for
-        for future in pending:
-            result.unreachable.setdefault(futures[future].name, f"no answer within the {deadline_s:g} s deadline")
-        for future in done:
-            exc = future.exception()
-            if exc is not None:
-                # A UsageError (a missing known_hosts file...) is the operator's to fix: surface it.
-                raise exc
+        _wait(all_done, errors, deadline + 5, cancel)
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+        with lock:
+            open_for_results[0] = False
+            if pending:
+                cancel.set()  # stop the stragglers' channels; their nodes are reported, not waited for
+        jumps.close()
+    if errors:
+        raise errors[0]
+    for node in pending:
+        result.unreachable.setdefault(node, f"no answer within the {deadline_s:g} s deadline")
     result.took_s = time.monotonic() - started
     return result

@@ -1,20 +1,37 @@
-"""One paramiko SSH connection per node, strict host-key checking, commands as parallel channels.
+"""One paramiko SSH connection per node, strict host-key checking, commands as channels on it.
+
+A node is reached the way Ansible's ssh reaches it for the same inventory: the host's user, port and key
+(`ansible_user`, `ansible_port`, `ansible_ssh_private_key_file`), the options given in
+`ansible_ssh_common_args` / `ansible_ssh_extra_args` (`-o ProxyJump=`, `-J`, `-o UserKnownHostsFile=`,
+`-i`, `-l`, `-p`, `-F`), then the ssh config file (`-F FILE`, else ~/.ssh/config) through
+paramiko.SSHConfig. As in OpenSSH, the first value given wins, and a jump host is configured from the
+config file only (OpenSSH does not pass command-line options on to it).
 
 This module moves bytes and nothing else: it never parses what it reads.
 """
 
 from __future__ import annotations
 
+import base64
+import functools
+import hashlib
+import os
+import shlex
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import paramiko
 
 from macfleet.collect.commands import CommandSpec
 from macfleet.errors import UsageError
 from macfleet.inventory.model import Fleet, Node
+
+# What ssh reads when no -F is given. A module setting, so tests can point it at a file of their own.
+USER_SSH_CONFIG = Path("~/.ssh/config")
+MAX_ARGS_CHARS = 4096
 
 
 @dataclass(frozen=True)
@@ -32,8 +49,29 @@ class CommandTimeout(Exception):
         super().__init__(f"`{spec.command_line}` gave no answer within {timeout_s:g} s")
 
 
+class CommandCancelled(Exception):
+    def __init__(self, spec: CommandSpec):
+        super().__init__(f"`{spec.command_line}` was cancelled before it answered")
+
+
 class Unreachable(Exception):
     """The node could not be reached or refused us; the message says which and why."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Where and how to log in
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One jump host on the way to a node."""
+
+    host: str  # the name ssh connects to (and looks up in known_hosts)
+    port: int
+    user: str | None
+    key_files: tuple[Path, ...] = ()
+    known_hosts: tuple[Path, ...] = ()  # empty: the user's ~/.ssh/known_hosts
 
 
 @dataclass(frozen=True)
@@ -42,30 +80,382 @@ class SshTarget:
     host: str
     port: int
     user: str | None
-    key_file: Path | None
-    known_hosts: Path | None
+    key_files: tuple[Path, ...]
+    known_hosts: tuple[Path, ...]  # empty: the user's ~/.ssh/known_hosts
     connect_timeout_s: float
+    jumps: tuple[Hop, ...] = ()
+    proxy_command: str | None = None
 
     @classmethod
     def for_node(cls, fleet: Fleet, node: Node) -> SshTarget:
+        """Resolve the node's login as Ansible's ssh would; UsageError for what cannot be followed."""
         ssh = next(m.settings.ssh for m in fleet.meshes if m.name == node.mesh)
+        args = SshArgs.parse(node, fleet.root)
+        config = _read_config(args.config_file, node.name)
+        cfg = config.lookup(node.address) if config is not None else {}
+        user = node.user or args.user or cfg.get("user")
+        port = node.port or args.port or _int(cfg.get("port"), node.name) or 22
+        keys = [fleet.root / Path(_render(node.key_file, node, fleet.root)).expanduser()] if node.key_file else []
+        keys += args.key_files
+        if not keys and ssh.private_key_file:
+            keys.append(fleet.path(ssh.private_key_file))  # type: ignore[arg-type]
+        keys += _config_keys(cfg)
+        if args.known_hosts:
+            known = args.known_hosts
+        elif cfg.get("userknownhostsfile"):
+            known = _config_files(cfg["userknownhostsfile"])
+        else:
+            known = [fleet.path(ssh.known_hosts_file)] if ssh.known_hosts_file else []
+        jump_text = args.proxy_jump or cfg.get("proxyjump")
+        command = None if jump_text else (args.proxy_command or cfg.get("proxycommand"))
+        jumps = _hops(jump_text, config, node.name) if jump_text and jump_text.lower() != "none" else ()
         return cls(
             node=node.name,
-            host=node.address,
-            port=node.port,
-            user=node.user,
-            key_file=fleet.path(ssh.private_key_file),
-            known_hosts=fleet.path(ssh.known_hosts_file),
+            host=cfg.get("hostname", node.address),
+            port=port,
+            user=user,
+            key_files=tuple(dict.fromkeys(keys)),
+            known_hosts=tuple(p for p in known if p is not None),
             connect_timeout_s=ssh.connect_timeout_s,
+            jumps=jumps,
+            proxy_command=None if command is None or command.lower() == "none" else command,
         )
+
+    def check_local_files(self) -> None:
+        """Refuse, as bad input, what OpenSSH would refuse before dialling: a missing or unreadable key, one
+        protected by a passphrase (we never prompt), one readable by others, a known_hosts file that is not text."""
+        for key in (*self.key_files, *(k for hop in self.jumps for k in hop.key_files)):
+            _check_private_key(key, self.node)
+        for path in self.known_hosts:
+            _check_known_hosts(path, self.node)
+
+
+@dataclass
+class SshArgs:
+    """The options of ansible_ssh_common_args + ansible_ssh_extra_args that decide where and how to log in."""
+
+    user: str | None = None
+    port: int | None = None
+    key_files: list[Path] = field(default_factory=list)
+    known_hosts: list[Path] = field(default_factory=list)
+    proxy_jump: str | None = None
+    proxy_command: str | None = None
+    config_file: Path | None = None
+
+    @classmethod
+    def parse(cls, node: Node, root: Path) -> SshArgs:
+        text = " ".join(a for a in (node.ssh_common_args, node.ssh_extra_args) if a)
+        out = cls()
+        if not text:
+            return out
+        words = _words(_render(text, node, root), node.name)
+        i = 0
+        while i < len(words):
+            word = words[i]
+            flag, inline = (word[:2], word[2:]) if word.startswith("-") and len(word) > 1 else (word, "")
+            if flag in ("-o", "-J", "-F", "-i", "-l", "-p"):
+                value = inline or (words[i + 1] if i + 1 < len(words) else "")
+                i += 1 if inline else 2
+                out._take(flag, value, node.name)
+            else:
+                i += 1
+        return out
+
+    def _take(self, flag: str, value: str, node: str) -> None:
+        if flag == "-o":
+            key, _, val = value.replace("=", " ", 1).partition(" ")
+            self._option(key.strip().lower(), val.strip(), node)
+        elif flag == "-J":
+            self.proxy_jump = self.proxy_jump or value
+        elif flag == "-F":
+            self.config_file = self.config_file or Path(value).expanduser()
+        elif flag == "-i":
+            self.key_files.append(Path(value).expanduser())
+        elif flag == "-l":
+            self.user = self.user or value
+        elif flag == "-p":
+            self.port = self.port or _int(value, node)
+
+    def _option(self, key: str, value: str, node: str) -> None:
+        # ssh's own word splitting for option values: double quotes keep spaces (ssh_config(5)).
+        values = _words(value, node) if value else []
+        first = values[0] if values else ""
+        if key == "proxyjump":
+            self.proxy_jump = self.proxy_jump or first
+        elif key == "proxycommand":
+            self.proxy_command = self.proxy_command or value
+        elif key == "userknownhostsfile" and not self.known_hosts:
+            self.known_hosts = [Path(v).expanduser() for v in values]
+        elif key == "identityfile":
+            self.key_files.append(Path(first).expanduser())
+        elif key == "user":
+            self.user = self.user or first
+        elif key == "port":
+            self.port = self.port or _int(first, node)
+
+
+def _render(text: str, node: Node, root: Path) -> str:
+    """Template the few variables a connection argument may use, as Ansible does; anything else is refused."""
+    if len(text) > MAX_ARGS_CHARS:
+        raise UsageError(f"{node.name}: an ssh connection variable is longer than {MAX_ARGS_CHARS} characters")
+    if "{{" not in text and "{%" not in text:
+        return text
+    import jinja2
+
+    try:
+        return _template(text).render(
+            inventory_dir=str(root), inventory_hostname=node.name, ansible_host=node.address,
+            ansible_user=node.user, ansible_port=node.port,
+        )
+    except jinja2.TemplateError as exc:
+        raise UsageError(
+            f"{node.name}: cannot follow the ssh connection variable {text!r}: {exc}",
+            hint="macfleet templates only inventory_dir, inventory_hostname, ansible_host/user/port and `| quote`",
+        ) from None
+
+
+@functools.lru_cache(maxsize=64)
+def _template(text: str) -> Any:
+    """Compiled once per text: every node of a mesh usually shares the same group-level arguments."""
+    import jinja2
+    from jinja2.sandbox import SandboxedEnvironment
+
+    env = SandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False)
+    env.filters["quote"] = lambda v: shlex.quote(str(v))
+    return env.from_string(text)
+
+
+def _words(text: str, node: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise UsageError(f"{node}: cannot split the ssh arguments {text!r}: {exc}",
+                         hint="quote paths with `{{ path | quote }}`") from None
+
+
+def _int(value: str | int | None, node: str) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        port = int(value)
+    except ValueError:
+        raise UsageError(f"{node}: ssh port {value!r} is not a number") from None
+    if not 1 <= port <= 65535:
+        raise UsageError(f"{node}: ssh port {port} is not in 1-65535")
+    return port
+
+
+def _read_config(path: Path | None, node: str) -> paramiko.SSHConfig | None:
+    explicit = path is not None
+    path = (path or USER_SSH_CONFIG).expanduser()
+    if not path.is_file():
+        if explicit:
+            raise UsageError(f"{node}: ssh config file {path} (from -F) does not exist")
+        return None
+    try:
+        return paramiko.SSHConfig.from_text(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, paramiko.ConfigParseError, ValueError) as exc:
+        raise UsageError(f"{node}: cannot read ssh config file {path}: {exc}") from None
+
+
+def _config_keys(cfg: dict) -> list[Path]:
+    """IdentityFile lines of the ssh config file; like ssh, skip those that do not exist (a `Host *` default)."""
+    return [p for k in cfg.get("identityfile", []) if (p := Path(k).expanduser()).exists()]
+
+
+def _config_files(value: str) -> list[Path]:
+    """paramiko.SSHConfig gives UserKnownHostsFile with its quotes already removed: one path with spaces, or
+    several paths separated by spaces."""
+    if not value.strip():
+        return []
+    whole = Path(value.strip()).expanduser()
+    return [whole] if whole.exists() or " " not in value.strip() else [Path(v).expanduser() for v in value.split()]
+
+
+def _hops(text: str, config: paramiko.SSHConfig | None, node: str) -> tuple[Hop, ...]:
+    """`[user@]host[:port][,…]` (or ssh://user@host:port), each hop completed from the ssh config file."""
+    hops = []
+    for part in text.split(","):
+        spec = part.strip().removeprefix("ssh://")
+        user, _, hostport = spec.rpartition("@")
+        host, port = hostport, None
+        if hostport.startswith("["):
+            host, _, rest = hostport[1:].partition("]")
+            port = rest.removeprefix(":") or None
+        elif hostport.count(":") == 1:
+            host, port = hostport.split(":")
+        if not host:
+            raise UsageError(f"{node}: cannot read the jump host {part!r}", hint="expected [user@]host[:port]")
+        cfg = config.lookup(host) if config is not None else {}
+        hops.append(Hop(
+            host=cfg.get("hostname", host),
+            port=_int(port, node) or _int(cfg.get("port"), node) or 22,
+            user=user or cfg.get("user"),
+            key_files=tuple(_config_keys(cfg)),
+            known_hosts=tuple(_config_files(cfg.get("userknownhostsfile", ""))),
+        ))
+    return tuple(hops)
+
+
+def _check_private_key(path: Path, node: str) -> None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise UsageError(f"{node}: private key {path} does not exist",
+                         hint="set ansible_ssh_private_key_file (or macfleet_ssh.private_key_file) to a key") from None
+    except OSError as exc:
+        raise UsageError(f"{node}: cannot read private key {path}: {exc.strerror or exc}") from None
+    # OpenSSH's rule (sshkey_perm_ok): a key we own must not be readable or writable by group or others.
+    if st.st_uid == os.getuid() and st.st_mode & 0o077:
+        raise UsageError(
+            f"{node}: private key {path} is accessible by others (mode {st.st_mode & 0o777:04o}); "
+            "OpenSSH refuses such a key, and so does macfleet",
+            hint=f"chmod 600 {shlex.quote(str(path))}",
+        )
+    try:
+        paramiko.PKey.from_path(path)
+    except (paramiko.PasswordRequiredException, TypeError):  # cryptography says TypeError for a missing password
+        raise UsageError(
+            f"{node}: private key {path} is protected by a passphrase, and macfleet never prompts for one",
+            hint="add it to ssh-agent (ssh-add) and leave the key file unset, so the agent signs for it",
+        ) from None
+    except (paramiko.SSHException, ValueError, OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{node}: {path} is not a private key macfleet can read: {exc}") from None
+
+
+def _check_known_hosts(path: Path, node: str) -> None:
+    if not path.is_file():
+        raise UsageError(
+            f"known_hosts file {path} does not exist",
+            hint="host keys are checked strictly: add each Mac's key first (ssh-keygen -lf, verified on the Mac)",
+        )
+    data = path.read_bytes()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise UsageError(
+            f"known_hosts file {path}, line {line}: byte 0x{data[exc.start]:02x} is not UTF-8 text",
+            hint="each line is `host key-type base64-key`; remove or fix that line",
+        ) from None
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH's SHA256 fingerprint, as `ssh-keygen -lf` prints it."""
+    digest = base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
+    return f"{key.get_name()} SHA256:{digest}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Connecting
+# ---------------------------------------------------------------------------------------------
+
+
+def _client(known_hosts: tuple[Path, ...]) -> paramiko.SSHClient:
+    client = paramiko.SSHClient()
+    if known_hosts:
+        for path in known_hosts:
+            client.load_host_keys(str(path))
+    else:
+        client.load_system_host_keys()
+    # Never trust an unknown host key: a Mac whose key changed is refused, not re-learned.
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    return client
+
+
+def _login(
+    client: paramiko.SSHClient,
+    what: str,
+    host: str,
+    port: int,
+    user: str | None,
+    key_files: tuple[Path, ...],
+    timeout_s: float,
+    sock: object | None,
+    known_hosts: tuple[Path, ...],
+) -> None:
+    try:
+        client.connect(
+            host, port=port, username=user, key_filename=[str(k) for k in key_files] or None,
+            look_for_keys=not key_files, allow_agent=not key_files, sock=sock,  # type: ignore[arg-type]
+            timeout=timeout_s, banner_timeout=timeout_s, auth_timeout=timeout_s,
+        )
+    except paramiko.BadHostKeyException as exc:
+        where = ", ".join(str(p) for p in known_hosts) or "~/.ssh/known_hosts"
+        shown = host if port == 22 else f"[{host}]:{port}"
+        raise UsageError(
+            f"{what}: the host key of {shown} has CHANGED: {where} has {fingerprint(exc.expected_key)}, the host "
+            f"offers {fingerprint(exc.key)}. Either it was reinstalled, or someone is in between: nothing was sent",
+            hint=f"check the new key on the Mac itself (`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub`), "
+                 f"then replace its line: ssh-keygen -R {shlex.quote(shown)} -f {shlex.quote(where.split(', ')[0])}",
+        ) from None
+    except paramiko.AuthenticationException as exc:
+        raise Unreachable(f"{host}:{port} refused our login as {user or 'the default user'}: {exc}") from None
+    except paramiko.SSHException as exc:
+        raise Unreachable(f"ssh to {host}:{port} failed: {exc}") from None
+    except OSError as exc:  # includes timeouts
+        raise Unreachable(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from None
+
+
+class Jumps:
+    """Jump-host connections shared by every node of a pass, so 32 nodes behind one jump host make one login
+    there (not 32, which its sshd's MaxStartups would start dropping)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._clients: dict[tuple[Hop, ...], paramiko.SSHClient] = {}
+        self._failed: dict[tuple[Hop, ...], Exception] = {}
+
+    def transport(self, hops: tuple[Hop, ...], target: SshTarget) -> paramiko.Transport:
+        """The transport of the last hop, connecting each hop through the one before it."""
+        with self._lock:
+            for n in range(1, len(hops) + 1):
+                chain = hops[:n]
+                if chain in self._failed:
+                    raise self._failed[chain]
+                client = self._clients.get(chain)
+                if client is not None and client.get_transport() and client.get_transport().is_active():
+                    continue
+                hop = chain[-1]
+                sock = _open_forward(self._clients[chain[:-1]], hop.host, hop.port, target) if n > 1 else None
+                client = _client(hop.known_hosts + target.known_hosts)
+                try:
+                    _login(client, f"{target.node} (jump host {hop.host})", hop.host, hop.port, hop.user,
+                           hop.key_files or target.key_files, target.connect_timeout_s, sock,
+                           hop.known_hosts or target.known_hosts)
+                except Unreachable as exc:
+                    self._failed[chain] = Unreachable(f"jump host {hop.host}: {exc}")
+                    raise self._failed[chain] from None
+                self._clients[chain] = client
+            transport = self._clients[hops].get_transport()
+            assert transport is not None
+            return transport
+
+    def close(self) -> None:
+        with self._lock:
+            for client in self._clients.values():
+                client.close()
+            self._clients.clear()
+
+
+def _open_forward(client: paramiko.SSHClient, host: str, port: int, target: SshTarget) -> paramiko.Channel:
+    transport = client.get_transport()
+    try:
+        assert transport is not None
+        return transport.open_channel("direct-tcpip", (host, port), ("127.0.0.1", 0),
+                                      timeout=target.connect_timeout_s)
+    except (paramiko.SSHException, OSError, EOFError, AssertionError) as exc:
+        raise Unreachable(f"the jump host could not reach {host}:{port}: {exc}") from None
 
 
 class SshSession:
     """A connected node. Use as a context manager; `run` may be called from several threads."""
 
-    def __init__(self, target: SshTarget):
+    def __init__(self, target: SshTarget, jumps: Jumps | None = None):
         self.target = target
-        self.client = paramiko.SSHClient()
+        self._own_jumps = jumps is None
+        self.jumps = jumps or Jumps()
+        self.client = _client(target.known_hosts)
 
     def __enter__(self) -> SshSession:
         self.connect()
@@ -76,41 +466,47 @@ class SshSession:
 
     def connect(self) -> None:
         t = self.target
-        if t.known_hosts is not None:
-            if not t.known_hosts.is_file():
-                raise UsageError(
-                    f"known_hosts file {t.known_hosts} does not exist",
-                    hint="host keys are checked strictly: add each Mac's key first (ssh-keyscan, then verify it)",
-                )
-            self.client.load_host_keys(str(t.known_hosts))
-        else:
-            self.client.load_system_host_keys()
-        # Never trust an unknown host key: a Mac whose key changed is refused, not re-learned.
-        self.client.set_missing_host_key_policy(paramiko.RejectPolicy())
-        try:
-            self.client.connect(
-                t.host,
-                port=t.port,
-                username=t.user,
-                key_filename=str(t.key_file) if t.key_file else None,
-                look_for_keys=t.key_file is None,
-                allow_agent=t.key_file is None,
-                timeout=t.connect_timeout_s,
-                banner_timeout=t.connect_timeout_s,
-                auth_timeout=t.connect_timeout_s,
-            )
-        except paramiko.BadHostKeyException as exc:
-            raise Unreachable(f"host key of {t.host} does not match known_hosts (impersonation?): {exc}") from None
-        except paramiko.SSHException as exc:
-            raise Unreachable(f"ssh to {t.host}:{t.port} failed: {exc}") from None
-        except OSError as exc:  # includes timeouts
-            raise Unreachable(f"cannot connect to {t.host}:{t.port}: {exc.strerror or exc}") from None
+        sock: object | None = None
+        if t.jumps:
+            last = self.jumps.transport(t.jumps, t)
+            try:
+                sock = last.open_channel("direct-tcpip", (t.host, t.port), ("127.0.0.1", 0),
+                                         timeout=t.connect_timeout_s)
+            except (paramiko.SSHException, OSError, EOFError) as exc:
+                raise Unreachable(f"jump host {t.jumps[-1].host} could not reach {t.host}:{t.port}: {exc}") from None
+        elif t.proxy_command:
+            sock = paramiko.ProxyCommand(t.proxy_command)
+        _login(self.client, t.node, t.host, t.port, t.user, t.key_files, t.connect_timeout_s, sock, t.known_hosts)
         transport = self.client.get_transport()
         if transport is not None:
             transport.set_keepalive(5)
 
     def close(self) -> None:
         self.client.close()
+        if self._own_jumps:
+            self.jumps.close()
+
+    def _open_channel(
+        self, transport: paramiko.Transport, deadline: float, cancel: threading.Event | None
+    ) -> paramiko.Channel:
+        """A session channel; one refused (the server is at MaxSessions while a finished channel is still being
+        closed on its side) is asked for again until the command's own deadline."""
+        delay = 0.05
+        while True:
+            try:
+                return transport.open_session(timeout=max(0.1, deadline - time.monotonic()))
+            except paramiko.ChannelException as exc:
+                if time.monotonic() + delay > deadline or (cancel is not None and cancel.is_set()):
+                    raise Unreachable(
+                        f"{self.target.host}: could not start a command: the server kept refusing a channel "
+                        f"({exc.text}; at its MaxSessions limit?)"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+            except (paramiko.SSHException, OSError, EOFError) as exc:
+                raise Unreachable(
+                    f"{self.target.host}: could not start a command: {exc or type(exc).__name__}"
+                ) from None
 
     def run(self, spec: CommandSpec, *, timeout_s: float | None = None, cancel: threading.Event | None = None) -> Raw:
         return self.run_line(spec.command_line, timeout_s=timeout_s or spec.timeout_s, cancel=cancel, spec=spec)
@@ -123,18 +519,22 @@ class SshSession:
         cancel: threading.Event | None = None,
         spec: CommandSpec | None = None,
     ) -> Raw:
-        """Run one already-quoted command line; raise CommandTimeout past `timeout_s`."""
+        """Run one already-quoted command line on a channel of its own; CommandTimeout past `timeout_s`.
+
+        macOS has no timeout(1): the timeout is kept here, on the client, and the channel is closed at it."""
+        spec = spec or CommandSpec("?", (command_line,))
         transport = self.client.get_transport()
         if transport is None or not transport.is_active():
             raise Unreachable(f"connection to {self.target.host} was lost")
         started = time.monotonic()
+        deadline = started + timeout_s
+        channel = self._open_channel(transport, deadline, cancel)
         try:
-            channel = transport.open_session(timeout=timeout_s)
             channel.exec_command(command_line)
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise Unreachable(f"{self.target.host}: could not start a command: {exc}") from None
+            channel.close()
+            raise Unreachable(f"{self.target.host}: could not start a command: {exc or type(exc).__name__}") from None
         out, err = bytearray(), bytearray()
-        deadline = started + timeout_s
         try:
             while True:
                 while channel.recv_ready():
@@ -145,10 +545,14 @@ class SshSession:
                     break
                 if channel.closed and not channel.recv_ready():
                     break
-                if time.monotonic() > deadline or (cancel is not None and cancel.is_set()):
-                    raise CommandTimeout(spec or CommandSpec("?", (command_line,)), timeout_s)
+                if cancel is not None and cancel.is_set():
+                    raise CommandCancelled(spec)
+                if time.monotonic() > deadline:
+                    raise CommandTimeout(spec, timeout_s)
                 channel.status_event.wait(0.02)
-            rc = channel.recv_exit_status() if channel.exit_status_ready() else -1
+            rc = channel.recv_exit_status()
+            if rc == -1:  # paramiko's mark for "no exit status came": the session dropped, or a signal ended it
+                raise Unreachable(f"{self.target.host}: the session of `{command_line}` closed without an exit status")
         finally:
             channel.close()
         return Raw(

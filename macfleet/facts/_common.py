@@ -134,12 +134,30 @@ def split_transcript(text: str) -> list[Section]:
     return sections
 
 
+# C0 controls but tab, newline, CR and form feed; DEL; and U+FFFD, which is what undecodable bytes became when
+# the capture was read. A few can be real (a dock that names itself with an escape sequence: the renderers
+# neutralise those); a NUL or more than 1 % of them is binary data, never the text output of a command.
+_CONTROL = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f\ufffd]")
+
+
+def _is_binary(text: str) -> bool:
+    if "\x00" in text:
+        return True
+    limit = max(8, len(text) // 100)
+    return sum(1 for _ in zip(range(limit + 1), _CONTROL.finditer(text), strict=False)) > limit
+
+
 def lines_for(kind: str, text: str) -> list[Line]:
     """The lines of `text` that are the output of KIND's command: the whole text, less a typed command line
     above it, or the matching section of a transcript. Raises FactsParseError when the transcript holds
     only other commands."""
     if not isinstance(text, str):
         raise FactsParseError(command_line(kind), "text", found=type(text).__name__)
+    if _is_binary(text):
+        m = _CONTROL.search(text)
+        line = text.count("\n", 0, m.start()) + 1 if m else None
+        raise FactsParseError(command_line(kind), "text (no command we read prints binary data)", line=line,
+                              found=f"character {ord(m.group()):#04x}" if m else None)
     sections = split_transcript(text)
     for s in sections:
         if s.kind == kind:

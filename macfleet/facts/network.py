@@ -173,8 +173,11 @@ def parse_services(text: str) -> ServicesFacts:
         first = lines[0] if lines else (1, "")
         raise fail(kind, repr(_ASTERISK) + " as the first line", line=first[0], found=first[1].strip())
     out: list[NetworkService] = []
-    for _n, raw in lines[1:]:
+    for n, raw in lines[1:]:
         t = raw.strip()
+        if _ORDER_LINE.match(t) or t.startswith("(Hardware Port:"):
+            # `-listnetworkserviceorder` starts with the same sentence; its "(1) Wi-Fi" lines give it away
+            raise fail(kind, "one service name a line", line=n, found=t)
         if t.startswith("*"):
             out.append(NetworkService(name=t[1:].strip(), enabled=False))
         else:

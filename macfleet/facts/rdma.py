@@ -217,6 +217,8 @@ class NvramFacts(Facts):
         return self.variables.get("rdma-enable")
 
 
+# boot-args, rdma-enable, SystemAudioVolume, or GUID:name for a variable outside the Apple namespace.
+_NVRAM_NAME = re.compile(r"^(?:[0-9A-Fa-f]{8}-[0-9A-Fa-f-]{27}:)?[A-Za-z0-9][A-Za-z0-9_.%-]*$")
 _NVRAM_MISSING = re.compile(r"^nvram: Error getting variable - '(?P<name>[^']+)'")
 
 
@@ -231,11 +233,13 @@ def parse_nvram(text: str) -> NvramFacts:
         if m := _NVRAM_MISSING.match(t):
             missing.append(m.group("name"))
             continue
-        parts = raw.strip("\n").split("\t", 1) if "\t" in raw else t.split(None, 1)
+        # nvram separates name and value with a tab; a capture pasted from a web page may have spaces
+        # instead, and then a line is exactly two words.
+        parts = raw.strip("\n").split("\t", 1) if "\t" in raw else t.split()
         name = parts[0].strip()
-        if not name or " " in name or ":" in name:
+        if len(parts) != 2 or not _NVRAM_NAME.match(name):
             raise fail(kind, "'<name>\\t<value>' lines", line=n, found=t)
-        variables[name] = parts[1].strip() if len(parts) > 1 else ""
+        variables[name] = parts[1].strip()
     if not variables and not missing:
         raise fail(kind, "'<name>\\t<value>' lines", line=1, found="")
     return NvramFacts(variables=variables, missing=missing)

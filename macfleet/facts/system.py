@@ -88,6 +88,9 @@ def parse_sysctl(text: str) -> SysctlFacts:
     lines = nonblank(lines_for(kind, text))
     if not lines:
         raise fail(kind, "'name: value' lines or bare values", line=1, found="")
+    first = lines[0][1].strip()
+    if not (_SYSCTL_NAMED.match(first) or _SYSCTL_UNKNOWN.match(first)):
+        return _sysctl_bare(lines)
     values: dict[str, str] = {}
     changes: dict[str, SysctlChange] = {}
     unknown: list[str] = []
@@ -104,9 +107,26 @@ def parse_sysctl(text: str) -> SysctlFacts:
                 values[m.group("name")] = value
         else:
             rest.append(t.strip())
-    if values or changes or unknown:
-        return SysctlFacts(values=values, changes=changes, unknown_oids=unknown, other_lines=rest)
-    return SysctlFacts(bare_values=rest)
+    return SysctlFacts(values=values, changes=changes, unknown_oids=unknown, other_lines=rest)
+
+
+# `sysctl -n a b c` prints only values, one a line; the caller asks for a few, and at least one of the
+# values macfleet reads (memsize, ncpu, wired_limit_mb...) is a number.
+_SYSCTL_BARE_MAX_LINES = 32
+_SYSCTL_BARE_MAX_CHARS = 256
+_SYSCTL_BARE_NUMBER = re.compile(r"-?\d+")
+
+
+def _sysctl_bare(lines: list[tuple[int, str]]) -> SysctlFacts:
+    kind = "sysctl"
+    values = [t.strip() for _, t in lines]
+    for (n, _), v in zip(lines, values, strict=True):
+        if len(v) > _SYSCTL_BARE_MAX_CHARS or re.match(r"^[A-Z][\w ()/-]*:(\s|$)", v):
+            raise fail(kind, "'name: value' lines, or the bare values of `sysctl -n`", line=n, found=v)
+    if len(values) > _SYSCTL_BARE_MAX_LINES or not any(_SYSCTL_BARE_NUMBER.fullmatch(v) for v in values):
+        raise fail(kind, f"'name: value' lines, or up to {_SYSCTL_BARE_MAX_LINES} bare values of `sysctl -n` "
+                   "(at least one a number)", line=lines[0][0], found=values[0])
+    return SysctlFacts(bare_values=values)
 
 
 # ---------------------------------------------------------------------------- SPHardwareDataType -json
@@ -225,6 +245,10 @@ class PmsetFacts(Facts):
 _PMSET_LINE = re.compile(r"^\s*(?P<key>\S(?:.*?\S)?)\s+(?P<value>[^\s()]+)(?:\s+\((?P<note>.*)\)?)?\s*$")
 
 
+# `pmset -g` prints the first two, `pmset -g custom` one per power source.
+_PMSET_SECTIONS = ("System-wide power settings", "Currently in use", "AC Power", "Battery Power", "UPS Power")
+
+
 @guarded("pmset")
 def parse_pmset(text: str) -> PmsetFacts:
     kind = "pmset"
@@ -236,6 +260,9 @@ def parse_pmset(text: str) -> PmsetFacts:
         t = raw.rstrip()
         if not t[:1].isspace() and t.endswith(":"):
             section = t[:-1].strip()
+            if section not in _PMSET_SECTIONS:
+                raise fail(kind, "a section header: " + ", ".join(f"'{h}:'" for h in _PMSET_SECTIONS),
+                           line=n, found=t.strip())
             sections.setdefault(section, {})
             continue
         if section is None:

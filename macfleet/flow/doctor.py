@@ -11,12 +11,19 @@ from datetime import UTC, datetime
 from macfleet.act.ansible import PLAYBOOKS_DIR, PlaybookRun, run_playbook
 from macfleet.collect.commands import DOCTOR_SPECS, CommandSpec, exo_specs
 from macfleet.collect.gather import Gathered, gather
-from macfleet.errors import FactsParseError, MacfleetError
+from macfleet.errors import (
+    EXIT_PROBLEMS,
+    EXIT_UNREACHABLE,
+    FactsParseError,
+    MacfleetError,
+    UsageError,
+    most_severe_exit,
+)
 from macfleet.facts.exo import log_since_start, parse_exo_state, parse_http_response, parse_node_id
 from macfleet.facts.registry import parse
 from macfleet.flow.topology import prepare_apply
 from macfleet.inventory.model import Fleet, Mesh
-from macfleet.judge.health import HealthReport, NodeFacts, judge_health, wired_limit_target
+from macfleet.judge.health import CHECK_CODES, CHECKS, HealthReport, NodeFacts, judge_health, wired_limit_target
 
 # NodeFacts field -> (gather key, KIND)
 FACT_KEYS: dict[str, tuple[str, str]] = {
@@ -209,3 +216,35 @@ def apply_fix_step(step: FixStep, fleet: Fleet, meshes: list[Mesh]) -> None:
         prepare_apply(fleet, [m for m in meshes if set(step.nodes) & set(m.node_names)])
     run_playbook(PlaybookRun(playbook=step.playbook, inventory=fleet.root, limit=tuple(step.nodes),
                              extravars=step.extravars))
+
+
+def check_catalogue() -> list:
+    """`doctor --list`: every check with its stable code."""
+    return list(CHECKS)
+
+
+def parse_only(value: str | None) -> list[str] | None:
+    """`--only a,b`: known check codes, or UsageError naming the unknown ones."""
+    if not value:
+        return None
+    codes = [c.strip() for c in value.split(",") if c.strip()]
+    bad = [c for c in codes if c not in CHECK_CODES]
+    if bad:
+        raise UsageError(f"--only: unknown check(s) {', '.join(bad)}", hint="checks: " + ", ".join(CHECK_CODES))
+    return codes
+
+
+def doctor_exit_code(report: HealthReport) -> int:
+    """3 when a node is unreachable, 1 for findings or a check that could not tell, else 0."""
+    codes = [EXIT_UNREACHABLE] if report.summary.unreachable else []
+    if report.findings or report.summary.unknown:
+        codes.append(EXIT_PROBLEMS)
+    return most_severe_exit(codes)
+
+
+def fix_payload(run: FixRun) -> dict:
+    """`doctor --fix --json`: the report before and after, the playbooks run and what was left."""
+    return {"before": run.before.json_payload(), "after": run.after.json_payload() if run.after else None,
+            "fixes": [{"playbook": s.playbook, "nodes": s.nodes, "checks": s.checks, "status": s.status}
+                      for s in run.steps],
+            "not_fixed": [{"node": n, "check": c, "fix": w} for n, c, w in run.not_fixed]}

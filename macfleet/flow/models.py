@@ -2,9 +2,9 @@
 Thunderbolt cables, every file landing under exo's layout only after its digest matched.
 
 Order: lock → manifest of the source → preflight on every node (what it has, what is staged, free space;
-refuse before a byte moves) → controller → seed (the files the seed lacks) → round 1: the seed sends a
-different slice to each peer, each over its own cable → round 2: the peers exchange their slices over
-their cables → anything a failed cable left missing comes from the controller over management → unlock.
+refuse before a byte moves) → the model cut into one slice per peer, pipelined: the controller sends slice k
+to the seed over management while slice k-1 goes seed → its peer → every other peer, each hop over its own
+cable → anything a failed cable left missing comes from the controller over management → unlock.
 """
 
 from __future__ import annotations

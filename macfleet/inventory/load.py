@@ -134,15 +134,79 @@ def _display(path: Path, root: Path) -> str:
         return str(path)
 
 
-def _read_yaml(path: Path, root: Path, problems: list[Problem]) -> _Source | None:
-    shown = _display(path, root)
+# Bounds on what one inventory file may hold. A hand-written inventory is a few kB; these only stop a file
+# that would take minutes and gigabytes to expand (a YAML alias bomb) or a value no setting needs.
+MAX_FILE_BYTES = 1 << 20
+MAX_EXPANDED_VALUES = 100_000  # values after every alias is expanded
+MAX_ALIASES = 1_000  # alias uses (`*name`) per file
+MAX_DEPTH = 64  # nesting of mappings and lists
+MAX_VALUE_CHARS = 8_192  # one key or scalar value
+
+
+def _check_bounds(root_node: yaml.Node | None) -> tuple[str, int] | None:
+    """Walk the composed YAML graph (aliases not yet expanded) as construction would; (what, line) of the
+    first bound exceeded, else None."""
+    if root_node is None:
+        return None
+    seen: set[int] = set()
+    aliases = expanded = 0
+    stack: list[tuple[yaml.Node, int]] = [(root_node, 1)]
+    while stack:
+        node, depth = stack.pop()
+        line = node.start_mark.line + 1
+        expanded += 1
+        if id(node) in seen:
+            aliases += 1
+        seen.add(id(node))
+        if expanded > MAX_EXPANDED_VALUES:
+            return f"aliases that expand to more than {MAX_EXPANDED_VALUES} values", line
+        if aliases > MAX_ALIASES:
+            return f"more than {MAX_ALIASES} alias uses", line
+        if depth > MAX_DEPTH:
+            return f"values nested more than {MAX_DEPTH} deep", line
+        if isinstance(node, yaml.ScalarNode):
+            if len(node.value) > MAX_VALUE_CHARS:
+                return f"a value of {len(node.value)} characters (at most {MAX_VALUE_CHARS})", line
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((child, depth + 1) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                stack.extend(((key, depth + 1), (value, depth + 1)))
+    return None
+
+
+def _read_text(path: Path, shown: str, problems: list[Problem]) -> str | None:
+    """The file as UTF-8 text, read with a size limit (a FIFO or a device file never blocks us for long)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         problems.append(Problem(shown, "", f"an unreadable file ({exc})", "a readable UTF-8 YAML file"))
         return None
+    if len(data) > MAX_FILE_BYTES:
+        problems.append(Problem(shown, "", f"a file over {MAX_FILE_BYTES} bytes", "an inventory file of at most 1 MiB"))
+        return None
+    return text
+
+
+def _read_yaml(path: Path, root: Path, problems: list[Problem]) -> _Source | None:
+    shown = _display(path, root)
+    text = _read_text(path, shown, problems)
+    if text is None:
+        return None
     try:
-        data = yaml.load(text, Loader=_Loader)
+        loader = _Loader(text)
+        try:
+            node = loader.get_single_node()
+            exceeded = _check_bounds(node)
+            if exceeded is not None:
+                what, line = exceeded
+                problems.append(Problem(shown, "", what, "a plain inventory (few aliases, short values)", line))
+                return None
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
     except _DuplicateKey as dup:
         problems.append(
             Problem(
@@ -156,6 +220,9 @@ def _read_yaml(path: Path, root: Path, problems: list[Problem]) -> _Source | Non
         problems.append(
             Problem(shown, "", f"a YAML syntax error ({what})", "valid YAML", mark.line + 1 if mark else None)
         )
+        return None
+    except RecursionError:
+        problems.append(Problem(shown, "", "values nested too deep to read", "a plain inventory"))
         return None
     return _Source(path, LineDict() if data is None else data)
 
@@ -236,7 +303,7 @@ def _build_settings(
             else:
                 found, expected = (
                     _type_name(err.get("input")),
-                    err["msg"].replace("Input should be", "").strip() or err["msg"],
+                    err["msg"].replace("Input should be", "").removeprefix("Value error,").strip() or err["msg"],
                 )
             problems.append(Problem(file, key_path, found, expected, line))
         return None
@@ -375,7 +442,8 @@ def _read_node(
         labels = {}
     if len(problems) > before:
         return None
-    return Node(name=name, mesh=mesh, address=address, user=user, port=port, model=model, port_labels=labels)
+    return Node(name=name, mesh=mesh, address=address, user=user, port=raw.get("ansible_port"), model=model,
+                port_labels=labels)
 
 
 def _read_hosts(src: _Source, root: Path, problems: list[Problem]) -> list[tuple[str, list[Node], dict]]:
@@ -448,7 +516,96 @@ def _read_hosts(src: _Source, root: Path, problems: list[Problem]) -> list[tuple
         ]
         inline_vars = group.get("vars") or {}
         meshes.append((mesh_name, nodes, inline_vars))
+    _check_group_shapes(src, root, problems)
+    _check_addresses(src, meshes, root, problems)
     return meshes
+
+
+def _check_group_shapes(src: _Source, root: Path, problems: list[Problem]) -> None:
+    """`vars` and `children` of the macfleet group and of each mesh are mappings (or empty), as Ansible
+    requires: a string there is ignored by us and refused by ansible-playbook, so refuse it first."""
+    top = src.data.get("macfleet") if isinstance(src.data, dict) else None
+    if not isinstance(top, dict):
+        return
+    groups: list[tuple[list[Any], dict]] = [(["macfleet"], top)]
+    children = top.get("children")
+    if isinstance(children, dict):
+        groups += [(["macfleet", "children", n], g) for n, g in children.items() if isinstance(g, dict)]
+    for key_path, group in groups:
+        for key in ("vars", "children"):
+            if key_path == ["macfleet"] and key == "children":
+                continue  # checked with the meshes
+            value = group.get(key)
+            if value is not None and not isinstance(value, dict):
+                problems.append(
+                    Problem(
+                        _display(src.path, root),
+                        ".".join(map(str, [*key_path, key])),
+                        _type_name(value),
+                        "a mapping (Ansible refuses anything else here)",
+                        src.line(*key_path, key),
+                    )
+                )
+
+
+def _check_addresses(src: _Source, meshes_raw: list[tuple[str, list[Node], dict]], root: Path,
+                     problems: list[Problem]) -> None:
+    """Two hosts at one address and port are one Mac under two names: every pair would be judged against
+    itself and the IP plan would give one Mac two sets of link addresses."""
+    first: dict[tuple[str, int], str] = {}
+    for mesh_name, nodes, _ in meshes_raw:
+        for node in nodes:
+            key = (node.address.lower().rstrip("."), node.port)
+            if key in first and first[key] != node.name:
+                kp = ["macfleet", "children", mesh_name, "hosts", node.name]
+                problems.append(
+                    Problem(
+                        _display(src.path, root),
+                        ".".join(kp) + ".ansible_host",
+                        f"{node.address}:{node.port}, already the address of `{first[key]}`",
+                        "each Mac at its own address (or port)",
+                        src.line(*kp, "ansible_host") or src.line(*kp),
+                    )
+                )
+            first.setdefault(key, node.name)
+
+
+# Ansible passes these to ssh as they are; OpenSSH runs ProxyCommand and LocalCommand on the controller.
+SSH_ARGS_KEYS = ("ansible_ssh_common_args", "ansible_ssh_extra_args", "ansible_ssh_args")
+# `-oProxyCommand=...` has no word boundary before the name, so the name is matched where it stands.
+_LOCAL_COMMAND_OPTION = re.compile(r"(?i)(PermitLocalCommand|ProxyCommand|LocalCommand)(?=\s*[=\s])")
+
+
+def _ssh_command_warnings(root: Path) -> tuple[Problem, ...]:
+    """Every ProxyCommand / LocalCommand option in an ssh argument string of any inventory file: legitimate
+    for some jump setups, but it runs a command on this machine at every connection, so the operator is told."""
+    paths = [p for n in ("hosts.yml", "hosts.yaml") if (p := root / n).is_file()]
+    for kind in ("group_vars", "host_vars"):
+        if (root / kind).is_dir():
+            paths += sorted(p for p in (root / kind).rglob("*") if p.is_file() and p.suffix in ("", ".yml", ".yaml"))
+    found: list[Problem] = []
+    for path in paths:
+        src = _read_yaml(path, root, [])  # problems in these files are reported by the loader itself
+        if src is None:
+            continue
+        stack: list[tuple[Any, list[Any]]] = [(src.data, [])]
+        while stack:
+            node, key_path = stack.pop()
+            items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+            for key, value in items:
+                if isinstance(value, dict | list):
+                    stack.append((value, [*key_path, key]))
+                elif key in SSH_ARGS_KEYS and isinstance(value, str) and (m := _LOCAL_COMMAND_OPTION.search(value)):
+                    found.append(
+                        Problem(
+                            _display(path, root),
+                            ".".join(str(k) for k in [*key_path, key]),
+                            f"the ssh option {m.group(1)}, which runs a command on this machine at every connection",
+                            "ProxyJump for a jump host, unless you wrote this command yourself",
+                            src.line(*key_path, key),
+                        )
+                    )
+    return tuple(sorted(found, key=lambda p: (p.file, p.line or 0)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -516,17 +673,8 @@ def load_inventory(root: Path) -> Fleet:
                     f"at most {MAX_MESH_NODES} in one Thunderbolt mesh",
                 )
             )
-        for node in nodes:
-            spec = model_spec(node.model)
-            if node.model and spec is None and not re.match(r"^Mac\d+,\d+$", node.model):
-                problems.append(
-                    Problem(
-                        _display(hosts_file, root),
-                        f"macfleet.children.{mesh_name}.hosts.{node.name}.macfleet_model",
-                        repr(node.model),
-                        KNOWN_MODELS_TEXT,
-                    )
-                )
+        nodes = [_with_connection_vars(n, [*all_sources, *mesh_sources], hosts_src, root, problems) for n in nodes]
+        _check_models(nodes, mesh_name, _display(hosts_file, root), problems)
         ipplan_src = origin.get("ipplan") or all_origin.get("ipplan")
         if ipplan_src is not None:
             pool_origin[mesh_name] = _display(ipplan_src.path, root)
@@ -537,7 +685,68 @@ def load_inventory(root: Path) -> Fleet:
     if problems:
         raise InventoryError(problems)
     assert fleet_settings is not None
-    return Fleet(root=root.resolve(), meshes=tuple(meshes), settings=fleet_settings)
+    return Fleet(root=root.resolve(), meshes=tuple(meshes), settings=fleet_settings,
+                 warnings=_ssh_command_warnings(root))
+
+
+def _check_models(nodes: list[Node], mesh_name: str, shown: str, problems: list[Problem]) -> None:
+    for node in nodes:
+        if node.model and model_spec(node.model) is None and not re.match(r"^Mac\d+,\d+$", node.model):
+            problems.append(
+                Problem(
+                    shown,
+                    f"macfleet.children.{mesh_name}.hosts.{node.name}.macfleet_model",
+                    repr(node.model),
+                    KNOWN_MODELS_TEXT,
+                )
+            )
+
+
+# Ansible's connection variables, at any level; macfleet's own SSH reads them to log in as Ansible does.
+CONNECTION_VARS = {
+    "ansible_user": "user",
+    "ansible_port": "port",
+    "ansible_private_key_file": "key_file",
+    "ansible_ssh_private_key_file": "key_file",  # listed last: Ansible prefers it over the one above
+    "ansible_ssh_common_args": "ssh_common_args",
+    "ansible_ssh_extra_args": "ssh_extra_args",
+}
+
+
+def _with_connection_vars(
+    node: Node, groups: list[_Source], hosts_src: _Source | None, root: Path, problems: list[Problem]
+) -> Node:
+    """The node's connection variables as Ansible resolves them: host_vars/<node> over the host's own entry in
+    hosts.yml over its mesh's group_vars over group_vars/all (later sources here win)."""
+    host_files = [s for p in _vars_files(root, "host_vars", node.name) if (s := _read_yaml(p, root, problems))]
+    host_entry = None
+    if hosts_src is not None:
+        entry = hosts_src.data["macfleet"]["children"][node.mesh]["hosts"][node.name]
+        host_entry = _Source(hosts_src.path, entry if isinstance(entry, dict) else {})
+    update: dict[str, Any] = {}
+    for src in [*groups, *([host_entry] if host_entry else []), *host_files]:
+        if not isinstance(src.data, dict):
+            continue
+        for var, field in CONNECTION_VARS.items():
+            if var not in src.data:
+                continue
+            value = src.data[var]
+            expected = _connection_value_expected(field, value)
+            if expected is not None:
+                problems.append(Problem(_display(src.path, root), var, _type_name(value), expected, src.line(var)))
+                continue
+            update[field] = value
+    return node.model_copy(update=update) if update else node
+
+
+def _connection_value_expected(field: str, value: Any) -> str | None:
+    """None when `value` is a sane value for that connection field, else what was expected."""
+    if field == "user":
+        return None if isinstance(value, str) and USER_NAME.match(value) else "a user name"
+    if field == "port":
+        good = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535
+        return None if good else "a port number 1-65535"
+    return None if isinstance(value, str) and "\n" not in value and len(value) <= 4096 else "one line of text"
 
 
 def _check_pools(meshes: list[Mesh], pool_origin: dict[str, str], problems: list[Problem]) -> None:

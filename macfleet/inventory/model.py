@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -110,6 +110,20 @@ MAC_MODELS: dict[str, MacModelSpec] = {
                 where=["rear, left", "rear, middle", "rear, right"],
             ),
         ),
+        # Thunderbolt 4 only (idle "Up to 40 Gb/s"): it can never do RDMA over Thunderbolt. Its rear ports are
+        # named Thunderbolt 1, 2 and 4 on en2, en3, en4 (a real capture: tests/fixtures/captures/hardware-ports/
+        # macos__networksetup_listallhardwareports_macmini_m4_1.txt).
+        MacModelSpec(
+            slug="mac-mini-m4",
+            model_identifier="Mac16,10",
+            marketing_name="Mac mini",
+            chip="Apple M4",
+            memory_bytes=16 * 1024**3,
+            thunderbolt_ports=tuple(
+                ThunderboltPortSpec(receptacle=r, device=d, max_speed_gbps=40, rdma_capable=False, where=w)
+                for r, d, w in ((1, "en2", "rear, left"), (2, "en3", "rear, middle"), (4, "en4", "rear, right"))
+            ),
+        ),
     )
 }
 MODEL_BY_IDENTIFIER: dict[str, MacModelSpec] = {m.model_identifier: m for m in MAC_MODELS.values()}
@@ -127,6 +141,12 @@ def model_spec(name: str | None) -> MacModelSpec | None:
 # ---------------------------------------------------------------------------------------------
 
 
+# Sane upper bounds for numbers read from group_vars: a value past them is a typo or an attack, never a setting.
+HOUR_S = 3600.0
+DAY_S = 24 * HOUR_S
+MAX_MEMORY_MB = 1 << 24  # 16 TiB
+
+
 class _Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -140,10 +160,22 @@ SUBNETS_PER_MESH = 32
 MAX_MESH_NODES = 8
 
 
+# Link addresses must be private (RFC 1918): anything else is someone's public range, loopback, link-local
+# (macOS's own Thunderbolt Bridge uses 169.254/16), multicast, CGNAT or a benchmark/documentation range.
+PRIVATE_RANGES = tuple(ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
+
+
 class IpPlanSettings(_Settings):
     pool: ipaddress.IPv4Network = Field(default=ipaddress.IPv4Network(DEFAULT_IP_POOL))
     prefix: Literal[30, 31] = 30
     mtu: int = Field(default=1500, ge=1280, le=16000)
+
+    @field_validator("pool")
+    @classmethod
+    def _private(cls, pool: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
+        if not any(pool.subnet_of(r) for r in PRIVATE_RANGES):
+            raise ValueError("a private range inside 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16 (RFC 1918)")
+        return pool
 
 
 class ExoSettings(_Settings):
@@ -158,7 +190,7 @@ class ExoSettings(_Settings):
 class ModelToStage(_Settings):
     name: str
     source: str | None = None
-    bytes: int | None = Field(default=None, ge=0)
+    bytes: int | None = Field(default=None, ge=0, le=1 << 50)
 
 
 class PowerSettings(_Settings):
@@ -167,14 +199,14 @@ class PowerSettings(_Settings):
         default_factory=lambda: {"sleep": 0, "disksleep": 0, "displaysleep": 10, "womp": 1, "autorestart": 1}
     )
     # iogpu.wired_limit_mb: "auto" = total memory less a reserve, an integer = that many MB, 0 = macOS default
-    wired_limit_mb: int | Literal["auto"] = "auto"
-    wired_reserve_mb: int = Field(default=16384, ge=0)
+    wired_limit_mb: Annotated[int, Field(ge=0, le=MAX_MEMORY_MB)] | Literal["auto"] = "auto"
+    wired_reserve_mb: int = Field(default=16384, ge=0, le=MAX_MEMORY_MB)
 
 
 class ProbeSettings(_Settings):
-    interval_s: float = Field(default=30.0, gt=0)
-    command_timeout_s: float = Field(default=20.0, gt=0)
-    gather_deadline_s: float = Field(default=60.0, gt=0)
+    interval_s: float = Field(default=30.0, gt=0, le=DAY_S, allow_inf_nan=False)
+    command_timeout_s: float = Field(default=20.0, gt=0, le=HOUR_S, allow_inf_nan=False)
+    gather_deadline_s: float = Field(default=60.0, gt=0, le=HOUR_S, allow_inf_nan=False)
 
 
 _HHMM = r"^([01]\d|2[0-3]):[0-5]\d$"
@@ -210,11 +242,11 @@ class RemediationSettings(_Settings):
     """`macfleet watch`'s policy: what it probes, when a problem counts, what it may do about it."""
 
     checks: list[str] = Field(default_factory=lambda: ["reachable", "rdma", "exo-running", "exo-runners"],
-                              min_length=1)  # doctor's check codes run at every probe
-    debounce: int = Field(default=3, ge=1)  # consecutive bad probes before any action
+                              min_length=1, max_length=50)  # doctor's check codes run at every probe
+    debounce: int = Field(default=3, ge=1, le=1000)  # consecutive bad probes before any action
     ladder: dict[str, list[Rung]] = Field(default_factory=_default_ladder)  # check -> rungs it may climb
-    reboot_breaker_limit: int = Field(default=2, ge=0)  # at most this many reboots per window, then stop
-    reboot_breaker_window_s: float = Field(default=6 * 3600, gt=0)
+    reboot_breaker_limit: int = Field(default=2, ge=0, le=1000)  # at most this many reboots per window, then stop
+    reboot_breaker_window_s: float = Field(default=6 * HOUR_S, gt=0, le=30 * DAY_S, allow_inf_nan=False)
     windows: list[MaintenanceWindow] = Field(default_factory=list)  # empty: reboots at any time
     webhook: str | None = Field(default=None, pattern=r"^https?://\S+$")
     pause_file: str = "watch.pause"  # relative to the inventory directory: while it exists, no action
@@ -234,15 +266,15 @@ class RebootSettings(_Settings):
     with a FileVault user's password: read from this file (only its owner may read it), given on stdin."""
 
     filevault_credential_file: str | None = None  # relative to the inventory directory unless absolute
-    timeout_s: float = Field(default=900.0, gt=0)  # every node back within this
-    lock_ttl_s: float = Field(default=3600.0, gt=0)
+    timeout_s: float = Field(default=900.0, gt=0, le=DAY_S, allow_inf_nan=False)  # every node back within this
+    lock_ttl_s: float = Field(default=HOUR_S, gt=0, le=30 * DAY_S, allow_inf_nan=False)
 
 
 class SshSettings(_Settings):
     # Paths are relative to the inventory directory unless absolute.
     private_key_file: str | None = None
     known_hosts_file: str | None = "known_hosts"
-    connect_timeout_s: float = Field(default=10.0, gt=0)
+    connect_timeout_s: float = Field(default=10.0, gt=0, le=600, allow_inf_nan=False)
 
 
 class Settings(_Settings):
@@ -272,7 +304,11 @@ class Node(BaseModel):
     mesh: str
     address: str  # ansible_host
     user: str | None = None  # ansible_user
-    port: int = 22  # ansible_port
+    port: int | None = None  # ansible_port; None = what ssh would use (~/.ssh/config, else 22)
+    # How Ansible logs in, read so macfleet's own connections log in the same way (collect/ssh.py):
+    key_file: str | None = None  # ansible_ssh_private_key_file (or ansible_private_key_file), as written
+    ssh_common_args: str | None = None  # ansible_ssh_common_args, as written
+    ssh_extra_args: str | None = None  # ansible_ssh_extra_args, as written
     model: str | None = None  # macfleet_model: a model identifier such as "Mac15,14", or a catalogue slug
     port_labels: dict[int, str] = Field(default_factory=dict)  # macfleet_port_labels: receptacle -> label
 
@@ -307,6 +343,8 @@ class Fleet(BaseModel):
     root: Path
     meshes: tuple[Mesh, ...]
     settings: Settings  # the `all` group's
+    # What is allowed but deserves a word (an ssh option that runs a local command): errors.Problem items.
+    warnings: tuple[Any, ...] = Field(default=(), exclude=True)
 
     @property
     def nodes(self) -> tuple[Node, ...]:

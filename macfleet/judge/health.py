@@ -25,7 +25,7 @@ from macfleet.facts.rdma import IbvDevicesFacts, IbvDevinfoFacts, RdmaCtlFacts
 from macfleet.facts.system import FdesetupFacts, PmsetFacts, SwVersFacts, SysctlFacts
 from macfleet.facts.thunderbolt import ThunderboltFacts
 from macfleet.inventory.model import Fleet, Mesh
-from macfleet.judge.ipplan import NodeNetworkFacts, bind_ports, diff_ip, plan_ip
+from macfleet.judge.ipplan import IpPlan, NodeNetworkFacts, bind_ports, diff_ip, plan_ip
 from macfleet.judge.model import Change
 from macfleet.judge.topology import NodeTopologyFacts, TopologyReport, check_cabling
 
@@ -290,9 +290,20 @@ def _ip_changes(ctx: HealthContext, node: str) -> list[Change] | Unknown:
         return Unknown(reason="the cabling could not be judged")
     plan = bind_ports(plan_ip(ctx.fleet, mesh.name), {mesh.name: report})
     # A port on a cable the cabling check flagged is reported there, not as address drift.
-    bad = _bad_cable_devices(report, node, f.hardware_ports)
+    bad = _bad_cable_devices(report, node, f.hardware_ports) | _resting_devices(plan, node, f)
     return [c for c in diff_ip(plan, node, _network_facts(f))
             if isinstance(c, Change) and not (set(re.findall(r"\ben\d+\b", c.what)) & bad)]
+
+
+def _resting_devices(plan: IpPlan, node: str, f: NodeFacts) -> set[str]:
+    """Ports that keep an address the plan gives this node, on a cable not seen now (its peer is dark or
+    unreachable): that address is the plan's, not an old one to clear."""
+    mine = {f"{e.address}/{lk.prefix}" for lk in plan.for_node(node) for e in (lk.a, lk.b) if e.node == node}
+    out = set()
+    for iface in f.ifconfig.interfaces if f.ifconfig else []:
+        if iface.name and any(f"{a.address}/{a.prefixlen}" in mine for a in iface.inet):
+            out.add(iface.name)
+    return out
 
 
 def _bad_cable_devices(report: TopologyReport, node: str, ports: HardwarePortsFacts | None) -> set[str]:
@@ -601,10 +612,18 @@ def check_exo_runners(ctx: HealthContext, node: str) -> Verdict:
     return out
 
 
+HEALTHY_RUNNER = ("RunnerReady", "RunnerRunning")
+
+
 def check_exo_log(ctx: HealthContext, node: str) -> Verdict:
+    """Error signatures since exo's last start, judged while the node has no healthy runner (none at all after
+    exo gave up on a crash loop, or one stuck connecting): once its runner is ready again, they are history."""
     f = ctx.facts[node]
     if f.exo_log is None:
         return Unknown(reason=f.why("exo-log"))
+    if f.exo_state is not None and any(r.node_id == f.exo_node_id and r.status in HEALTHY_RUNNER
+                                       for r in f.exo_state.runners):
+        return []
     told = {s for m in _runner_failures(f) if (s := match_signature(m)) is not None}
     seen: dict[Signature, list[str]] = {}
     for line in f.exo_log:
@@ -644,8 +663,8 @@ CHECKS: tuple[CheckSpec, ...] = (
               depends=(*_R, "exo-running")),
     # JACCL errors on a node whose RDMA is off or wedged are that problem's consequence: reported by `rdma`.
     CheckSpec(code="exo-runners", title="no failed exo runner", depends=(*_R, "exo-running", "rdma")),
-    CheckSpec(code="exo-log", title="no JACCL or runner error signature in exo's log since its last start "
-              "(or its runner's last recovery)", depends=(*_R, "rdma")),
+    CheckSpec(code="exo-log", title="no JACCL or runner error signature in exo's log since its last start, "
+              "while it has no healthy runner", depends=(*_R, "rdma", "exo-running", "exo-runners")),
 )
 CHECK_CODES: tuple[str, ...] = tuple(c.code for c in CHECKS)
 

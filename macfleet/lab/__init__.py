@@ -1,6 +1,6 @@
 """The lab: a simulated Thunderbolt-mesh Mac cluster on one Linux machine (docs/lab.md).
 
-A separate wing (design.md §6.1): it imports only `macfleet.inventory.model` and `macfleet.errors`, never
+A separate wing: it imports only `macfleet.inventory.model` and `macfleet.errors`, never
 `macfleet.facts`, so the stand-ins' outputs follow the real captures rather than our parsers. The core
 reaches the lab only through `macfleet/cli/lab.py` (lazily) and, like a real Mac, through SSH.
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import platform
 import pwd
 import shutil
 import signal
@@ -25,13 +24,28 @@ from pathlib import Path
 
 from macfleet.errors import LabError, UsageError
 
-from . import netns
+from . import faults, netns
 from . import spec as specmod
-from .macos import common as ncommon
+from .macos import common as userland
 from .macos.cli import COMMANDS
+from .state import (
+    NODE_PYTHON,
+    STATE_NAMES,
+    STATE_ROOT,
+    alive,
+    check_name,
+    check_node,
+    lab_dir,
+    load,
+    node_dir,
+    power,  # noqa: F401  (the CLI, tests and bench reach it here)
+    request_power,
+    require_root_linux,
+    ssh_argv,  # noqa: F401
+    supervisor_alive,
+    wait_power,
+)
 
-STATE_ROOT = Path(os.environ.get("MACFLEET_LAB_STATE", "/run/macfleet-lab"))
-NODE_PYTHON = "/usr/bin/python3"
 MOUNT_POINTS = ("/Users", "/Library", "/opt/homebrew", "/opt/exo")
 CREATED_MARK = STATE_ROOT / ".created"
 HOSTS_HEADER = "# Written by `macfleet lab up --name {name}`; `macfleet lab down --name {name}` removes it.\n"
@@ -41,34 +55,6 @@ REQUIRED_TOOLS = ("ip", "tc", "ssh", "ssh-keygen", "unshare", "mount", "sudo")
 # ---------------------------------------------------------------------------------------------
 # Preconditions and paths
 # ---------------------------------------------------------------------------------------------
-
-
-def require_root_linux() -> None:
-    if platform.system() != "Linux":
-        raise UsageError("the lab runs on Linux only", hint="it uses network namespaces, veth pairs and tc")
-    if os.geteuid() != 0:
-        raise UsageError("the lab needs root", hint="run it with sudo (it creates network namespaces)")
-
-
-def lab_dir(name: str) -> Path:
-    return STATE_ROOT / name
-
-
-def load(name: str) -> dict:
-    data = ncommon.read_json(lab_dir(name) / "lab.json")
-    if data is None:
-        raise UsageError(f"no lab named {name!r} is up", hint="start one with `macfleet lab up`")
-    return data
-
-
-def node_dir(name: str, node: str) -> Path:
-    return lab_dir(name) / "nodes" / node
-
-
-def _check_node(lab: dict, node: str) -> dict:
-    if node not in lab["nodes"]:
-        raise UsageError(f"no node {node!r} in lab {lab['name']!r}", hint="nodes: " + ", ".join(lab["nodes"]))
-    return lab["nodes"][node]
 
 
 def _missing_tools() -> list[str]:
@@ -88,7 +74,7 @@ def _missing_tools() -> list[str]:
 def _ensure_host_pieces(user: str) -> None:
     STATE_ROOT.mkdir(parents=True, exist_ok=True)
     os.chmod(STATE_ROOT, 0o755)
-    created = set(ncommon.read_json(CREATED_MARK, []) or [])
+    created = set(userland.read_json(CREATED_MARK, []) or [])
     for mp in MOUNT_POINTS:
         if not os.path.exists(mp):
             os.makedirs(mp, mode=0o755)
@@ -101,7 +87,7 @@ def _ensure_host_pieces(user: str) -> None:
         created.add(f"user:{user}")
     subprocess.run(["usermod", "-p", "*", user], check=True, capture_output=True)
     os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
-    ncommon.write_json(CREATED_MARK, sorted(created))
+    userland.write_json(CREATED_MARK, sorted(created))
 
 
 def _release_host_pieces() -> None:
@@ -109,7 +95,7 @@ def _release_host_pieces() -> None:
     others = [p for p in STATE_ROOT.iterdir() if p.is_dir()] if STATE_ROOT.exists() else []
     if others:
         return
-    for item in ncommon.read_json(CREATED_MARK, []) or []:
+    for item in userland.read_json(CREATED_MARK, []) or []:
         if item.startswith("user:"):
             subprocess.run(["userdel", item[5:]], capture_output=True)
         else:
@@ -125,7 +111,7 @@ def _allocate_index() -> int:
     used = set()
     if STATE_ROOT.exists():
         for p in STATE_ROOT.iterdir():
-            data = ncommon.read_json(p / "lab.json") if p.is_dir() else None
+            data = userland.read_json(p / "lab.json") if p.is_dir() else None
             if data:
                 used.add(data["index"])
     links = set(netns.links_root())
@@ -159,6 +145,9 @@ def _keygen(path: Path, comment: str) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+# As macOS ships sshd: OpenSSH's defaults (MaxSessions 10 channels per connection, MaxStartups 10:30:100
+# unauthenticated connections, TCP forwarding allowed, so a node can be a jump host) plus macOS's
+# sshd_config.d/100-macos.conf (AcceptEnv LANG LC_*). Unlike macOS, only key logins are allowed.
 SSHD_CONFIG = """\
 # sshd of simulated Mac {node} (macfleet lab {lab})
 Port 22
@@ -175,8 +164,12 @@ AllowUsers {user}
 StrictModes yes
 UseDNS no
 PrintMotd no
-MaxStartups 100:30:200
-MaxSessions 100
+MaxStartups 10:30:100
+MaxSessions 10
+MaxAuthTries 6
+LoginGraceTime 120
+AllowTcpForwarding yes
+AcceptEnv LANG LC_*
 LogLevel ERROR
 Subsystem sftp internal-sftp
 """
@@ -190,13 +183,13 @@ def _persist_initial(lab: dict, node: str, fresh: bool) -> dict:
             self.ports = lab["models"][lab["nodes"][node]["model"]]["ports"]
 
     addresses = {int(r): tuple(v) for r, v in lab["addresses"][node].items()}
-    power = dict(system.PMSET_FRESH)
+    pmset = dict(system.PMSET_FRESH)
     if not fresh:
-        power.update(sleep="0", disksleep="0", displaysleep="10", womp="1", autorestart="1")
+        pmset.update(sleep="0", disksleep="0", displaysleep="10", womp="1", autorestart="1")
     return {
         "rdma": not fresh,
         "services": network.default_services(_Shim(), fresh=fresh, addresses=addresses),
-        "pmset": power,
+        "pmset": pmset,
         "filevault": False,
         "names": {"ComputerName": node, "LocalHostName": node},
         "os": {"version": "26.5.1", "build": "25F80"},
@@ -236,11 +229,11 @@ def _prepare_node(lab: dict, d: Path, node: str, run_py: Path, pubkey: str, uid:
     (nd / "sshd/sshd_config").write_text(SSHD_CONFIG.format(node=node, lab=lab["name"], dir=nd, user=user))
     (nd / "run").mkdir(exist_ok=True)
     (nd / "run" / "lock").touch()
-    ncommon.write_json(nd / "run" / "jobs.json", {})
+    userland.write_json(nd / "run" / "jobs.json", {})
     for p in (nd / "run", nd / "run" / "lock", nd / "run" / "jobs.json"):
         os.chown(p, uid, gid)
-    ncommon.write_json(nd / "persist.json", _persist_initial(lab, node, lab["fresh"]))
-    ncommon.write_json(nd / "boot.json", {"power": "off"})
+    userland.write_json(nd / "persist.json", _persist_initial(lab, node, lab["fresh"]))
+    userland.write_json(nd / "boot.json", {"power": "off"})
 
 
 def _write_inventory(lab: dict, inv: Path, key: Path, known_hosts: str) -> None:
@@ -271,8 +264,10 @@ def _write_inventory(lab: dict, inv: Path, key: Path, known_hosts: str) -> None:
     (gv / "ansible.yml").write_text(
         "# Written by `macfleet lab up`: strict host keys, the lab's client key, Debian's python on the nodes.\n"
         'ansible_ssh_private_key_file: "{{ inventory_dir }}/id_ed25519"\n'
-        'ansible_ssh_common_args: "-o UserKnownHostsFile={{ inventory_dir }}/known_hosts '
-        '-o StrictHostKeyChecking=yes"\n'
+        # The path is quoted twice: for ssh's option parser, then for the shell-like split Ansible makes.
+        "ansible_ssh_common_args: >-\n"
+        "  -o {{ ('UserKnownHostsFile=\"' ~ inventory_dir ~ '/known_hosts\"') | quote }}\n"
+        "  -o StrictHostKeyChecking=yes\n"
         "ansible_python_interpreter: /usr/bin/python3\n"
         "ansible_become_method: sudo\n"
     )
@@ -309,11 +304,9 @@ def boot_node(lab: dict, node: str) -> subprocess.Popen:
         data.clear()
         data.update(new_boot_state(), **keep)
 
-    nn = ncommon.Node(ncommon.Lab(d), node)
-    nn.update("boot", reset)
-    nn.update("jobs", lambda j: j.clear())
-    from . import faults
-
+    node_state = userland.Node(userland.Lab(d), node)
+    node_state.update("boot", reset)
+    node_state.update("jobs", lambda j: j.clear())
     faults.on_boot(lab, node)
     netns.links_up(lab, node)
     log = open(nd / "init.log", "a")  # noqa: SIM115
@@ -334,27 +327,19 @@ def kill_node_processes(ns: str) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
         deadline = time.time() + 2
-        while time.time() < deadline and any(_alive(p) for p in pids):
+        while time.time() < deadline and any(alive(p) for p in pids):
             time.sleep(0.02)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (FileNotFoundError, IndexError):
-        return False
 
 
 def halt_node(lab: dict, node: str) -> None:
     """Power off as a Mac going down: every process ends (SSH drops), links go down, volatile state is lost."""
     d = lab_dir(lab["name"])
-    nn = ncommon.Node(ncommon.Lab(d), node)
-    nn.update("boot", lambda data: data.__setitem__("power", "shutting-down"))
+    node_state = userland.Node(userland.Lab(d), node)
+    node_state.update("boot", lambda data: data.__setitem__("power", "shutting-down"))
     kill_node_processes(lab["nodes"][node]["ns"])
     netns.links_down(lab, node)
-    nn.update("jobs", lambda j: j.clear())
-    nn.update("boot", lambda data: data.__setitem__("power", "off"))
+    node_state.update("jobs", lambda j: j.clear())
+    node_state.update("boot", lambda data: data.__setitem__("power", "off"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -376,7 +361,7 @@ def wait_ready(lab: dict, nodes: list[str], deadline_s: float) -> None:
     pending = set(nodes)
     while pending:
         for node in sorted(pending):
-            boot = ncommon.read_json(node_dir(lab["name"], node) / "boot.json", {})
+            boot = userland.read_json(node_dir(lab["name"], node) / "boot.json", {})
             if boot.get("power") == "on" and _ssh_ready(lab["nodes"][node]["address"]):
                 pending.discard(node)
         if not pending:
@@ -402,26 +387,32 @@ def up(
     all_ports: bool = False,
 ) -> dict:
     require_root_linux()
+    check_name(name)
     missing = _missing_tools()
     if missing:
-        raise LabError("missing tools: " + ", ".join(missing),
-                       hint="apt-get install -y openssh-server openssh-client rsync iproute2 sudo procps python3")
+        raise LabError("missing tools: " + ", ".join(missing), hint="run scripts/setup (Debian/Ubuntu, as root)")
     d = lab_dir(name)
-    if (d / "lab.json").exists():
-        if _supervisor_alive(name):
-            raise UsageError(f"lab {name!r} is already up", hint=f"`macfleet lab down --name {name}` first")
-        down(name)  # stale pieces of a crashed lab
-    elif any(ns.startswith(f"mfl-{name}-") for ns in netns.netns_list()):
-        down(name)
     inv = (inventories / name).resolve()
-    index = _allocate_index()
-    lab = specmod.plan(name, index=index, nodes=nodes, pods=pods, model=model, fresh=fresh, tb_rate=tb_rate,
-                       mgmt_rate=mgmt_rate, boot_seconds=boot_seconds, inventory_dir=str(inv),
-                       exo=exo and not fresh, all_ports=all_ports)
+
+    def make_plan(index: int) -> dict:
+        return specmod.plan(name, index=index, nodes=nodes, pods=pods, model=model, fresh=fresh, tb_rate=tb_rate,
+                            mgmt_rate=mgmt_rate, boot_seconds=boot_seconds, inventory_dir=str(inv),
+                            exo=exo and not fresh, all_ports=all_ports)
+
+    make_plan(1)  # every option checked before anything changes
+    if (d / "lab.json").exists():
+        if supervisor_alive(name):
+            raise UsageError(f"lab {name!r} is already up", hint=f"`macfleet lab down --name {name}` first")
+        down(name)  # stale pieces of a crashed lab of this very name
+    lab = make_plan(_allocate_index())
+    taken = sorted({n["ns"] for n in lab["nodes"].values()} & set(netns.netns_list()))
+    if taken:
+        raise UsageError(f"network namespace {taken[0]} already exists and is not lab {name!r}'s",
+                         hint=f"choose another name, or remove it with `ip netns del {taken[0]}` if it is stale")
     _ensure_host_pieces(lab["user"])
     d.mkdir(parents=True)
     os.chmod(d, 0o755)
-    ncommon.write_json(d / "lab.json", lab)  # first, so `down` can always clean up after a crash
+    userland.write_json(d / "lab.json", lab)  # first, so `down` can always clean up after a crash
     try:
         _up(lab, d, inv)
     except BaseException:
@@ -433,7 +424,7 @@ def up(
 
 def up_seconds(name: str) -> float:
     """How long the last `lab up` of NAME took, for reports and the bench."""
-    return float((ncommon.read_json(lab_dir(name) / "timings.json", {}) or {}).get("up_s", 0.0))
+    return float((userland.read_json(lab_dir(name) / "timings.json", {}) or {}).get("up_s", 0.0))
 
 
 def _up(lab: dict, d: Path, inv: Path) -> None:
@@ -464,7 +455,7 @@ def _up(lab: dict, d: Path, inv: Path) -> None:
         boot_node(lab, node)
     _start_supervisor(lab["name"])
     wait_ready(lab, list(lab["nodes"]), 30 + 0.5 * len(lab["nodes"]))
-    ncommon.write_json(d / "timings.json", {"up_s": round(time.time() - t0, 2)})
+    userland.write_json(d / "timings.json", {"up_s": round(time.time() - t0, 2)})
 
 
 EXO_VERSION = "1.0.71"
@@ -482,7 +473,8 @@ def _install_exo(lab: dict, d: Path) -> None:
         return
     pw = pwd.getpwnam(lab["user"])
     home = Path("/Users") / lab["user"]
-    refresh = max(1.0, len(lab["nodes"]) / 4)  # exo polls the node's commands; keep 2 cores breathing
+    # exo polls its node's commands; in a big lab every node shares the host's CPUs, so each polls less often
+    refresh = max(1.0, len(lab["nodes"]) / 4)
     for node in lab["nodes"]:
         nd = d / "nodes" / node
         root = nd / "fs" / "exo"
@@ -504,11 +496,10 @@ def down(name: str = "lab") -> None:
     """Idempotent: ends the supervisor and every node process, removes namespaces, links, state, inventory."""
     require_root_linux()
     d = lab_dir(name)
-    lab = ncommon.read_json(d / "lab.json")
+    lab = userland.read_json(d / "lab.json")
     _stop_supervisor(name)
-    ns_names = [ns for ns in netns.netns_list() if ns.startswith(f"mfl-{name}-")]
-    if lab:
-        ns_names = sorted(set(ns_names) | {n["ns"] for n in lab["nodes"].values()})
+    # Exactly this lab's namespaces, as its plan names them: never by prefix (lab `a` must not take `a-2`'s).
+    ns_names = sorted({n["ns"] for n in lab["nodes"].values()}) if lab else []
     present = set(netns.netns_list())
     for ns in ns_names:
         if ns in present:
@@ -532,20 +523,6 @@ def down(name: str = "lab") -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _supervisor_alive(name: str) -> bool:
-    try:
-        pid = int((lab_dir(name) / "supervisor.pid").read_text())
-    except (OSError, ValueError):
-        return False
-    if not _alive(pid):
-        return False
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"macfleet.lab.supervisor" in f.read()
-    except OSError:
-        return False
-
-
 def _start_supervisor(name: str) -> None:
     d = lab_dir(name)
     log = open(d / "supervisor.log", "a")  # noqa: SIM115
@@ -556,13 +533,13 @@ def _start_supervisor(name: str) -> None:
 
 
 def _stop_supervisor(name: str) -> None:
-    if not _supervisor_alive(name):
+    if not supervisor_alive(name):
         return
     pid = int((lab_dir(name) / "supervisor.pid").read_text())
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.time() + 3
-    while _alive(pid) and time.time() < deadline:
+    while alive(pid) and time.time() < deadline:
         time.sleep(0.02)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
@@ -572,59 +549,19 @@ def _stop_supervisor(name: str) -> None:
 # status / power / recovery / ssh
 # ---------------------------------------------------------------------------------------------
 
-STATE_NAMES = {"on": "up", "off": "off", "booting": "booting", "shutting-down": "shutting-down", "locked": "locked"}
-
-
 def status(name: str = "lab") -> list[dict]:
     lab = load(name)
     present = set(netns.netns_list())
-    from . import faults
-
     active = faults.active_by_node(name)
     out = []
     for node, n in lab["nodes"].items():
-        boot = ncommon.read_json(node_dir(name, node) / "boot.json", {})
+        boot = userland.read_json(node_dir(name, node) / "boot.json", {})
         state = STATE_NAMES.get(boot.get("power", "off"), boot.get("power", "unknown"))
         if n["ns"] not in present:
             state = "missing"
         out.append({"name": node, "mesh": n["mesh"], "state": state, "address": n["address"],
                     "faults": active.get(node, [])})
     return out
-
-
-def _request(name: str, node: str, action: str) -> None:
-    ncommon.write_json(node_dir(name, node) / "request", {"action": action, "at": time.time(), "pid": os.getpid()})
-
-
-def _wait_state(name: str, node: str, ok: set[str], timeout: float) -> str:
-    deadline = time.time() + timeout
-    while True:
-        power = ncommon.read_json(node_dir(name, node) / "boot.json", {}).get("power", "off")
-        req = (node_dir(name, node) / "request").exists()
-        if power in ok and not req:
-            return power
-        if time.time() > deadline:
-            raise LabError(f"{node}: still {power} after {timeout:.0f}s", hint="is the lab supervisor running?")
-        time.sleep(0.05)
-
-
-def power(name: str, node: str, action: str) -> str:
-    require_root_linux()
-    lab = load(name)
-    _check_node(lab, node)
-    if action not in ("on", "off", "cycle"):
-        raise UsageError(f"bad power action {action!r}", hint="on, off or cycle")
-    if not _supervisor_alive(name):
-        raise LabError(f"the supervisor of lab {name!r} is not running", hint="`macfleet lab down` and up again")
-    cur = ncommon.read_json(node_dir(name, node) / "boot.json", {}).get("power", "off")
-    if action == "on" and cur in ("on", "booting"):
-        return STATE_NAMES[cur]
-    if action == "off" and cur == "off":
-        return "off"
-    _request(name, node, action)
-    if action == "off":
-        return STATE_NAMES[_wait_state(name, node, {"off"}, 30)]
-    return STATE_NAMES[_wait_state(name, node, {"booting", "on", "locked"}, 30)]
 
 
 RECOVERY_COMMANDS = {"rdma_ctl", "csrutil", "nvram"}
@@ -634,10 +571,10 @@ def recovery(name: str, node: str, argv: list[str]) -> subprocess.CompletedProce
     """Run a command in the node's Recovery OS (only while it is off), then boot it, as an operator would."""
     require_root_linux()
     lab = load(name)
-    _check_node(lab, node)
+    check_node(lab, node)
     if not argv:
         raise UsageError("no command given", hint="e.g. `macfleet lab recovery studio-1 -- rdma_ctl enable`")
-    cur = ncommon.read_json(node_dir(name, node) / "boot.json", {}).get("power", "off")
+    cur = userland.read_json(node_dir(name, node) / "boot.json", {}).get("power", "off")
     if cur != "off":
         raise UsageError(f"{node} is {STATE_NAMES.get(cur, cur)}: Recovery is reached only from a shut-down Mac",
                          hint=f"`macfleet lab power {node} off --name {name}` first (hold the power button)")
@@ -647,22 +584,7 @@ def recovery(name: str, node: str, argv: list[str]) -> subprocess.CompletedProce
         run_py = lab_dir(name) / "userland" / "run.py"
         p = subprocess.run([NODE_PYTHON, "-S", "-E", str(run_py), str(node_dir(name, node)), *argv],
                            capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "MACFLEET_LAB_RECOVERY": "1"})
-    if _supervisor_alive(name):
-        _request(name, node, "on")
-        _wait_state(name, node, {"booting", "on"}, 30)
+    if supervisor_alive(name):
+        request_power(name, node, "on")
+        wait_power(name, node, {"booting", "on"}, 30)
     return p
-
-
-def ssh_argv(name: str, node: str, command: str | None) -> list[str]:
-    lab = load(name)
-    n = _check_node(lab, node)
-    d = lab_dir(name)
-    known = d / "known_hosts"
-    argv = ["ssh", "-i", str(d / "id_ed25519"), "-o", f"UserKnownHostsFile={known}",
-            "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR",
-            "-o", "ConnectTimeout=10", f"{lab['user']}@{n['address']}"]
-    if command is None:
-        argv.insert(1, "-t")
-    else:
-        argv.append(command)
-    return argv

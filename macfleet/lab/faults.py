@@ -21,7 +21,9 @@ import contextlib
 import fcntl
 import hashlib
 import ipaddress
+import math
 import os
+import shlex
 import signal
 import subprocess
 import time
@@ -31,12 +33,12 @@ from dataclasses import dataclass
 
 from macfleet.errors import LabError, UsageError
 
-from . import netns
+from . import netns, state
 from . import spec as specmod
-from .macos import common as ncommon
+from .macos import common as userland
 
 WEDGE_WINDOW_S = 600.0  # rdma-wedge clears when all nodes of the mesh booted within 10 minutes of each other
-OTHER_BUILD = {"version": "26.4.1", "build": "25E253"}  # a build seen in the field (mlx.md §4)
+OTHER_BUILD = {"version": "26.4.1", "build": "25E253"}  # an older macOS 26 build seen on clusters
 OTHER_BUILD_2 = {"version": "26.2", "build": "25C56"}
 QP_EBUSY = "[jaccl] Creating the queue pair failed with errno 16"
 DOCK = {"name": "Thunderbolt 4 Docking Station (8-in-1)", "vendor": "Ugreen Group Limited", "device_id": "0x708",
@@ -49,31 +51,28 @@ EXO_LABEL = "org.macfleet.exo"
 # ---------------------------------------------------------------------------------------------
 
 
-class Ctx:
-    """One fault operation on one lab: the plan, paths, node helpers."""
+class LoadedLab:
+    """A lab loaded for one fault operation: its plan, paths, and helpers to read and change its nodes."""
 
     def __init__(self, name: str):
-        from . import control
-
-        self.control = control
         self.name = name
-        self.dir = control.lab_dir(name)
-        self.lab = control.load(name)
+        self.dir = state.lab_dir(name)
+        self.lab = state.load(name)
 
     def reload(self) -> None:
-        self.lab = self.control.load(self.name)
+        self.lab = state.load(self.name)
 
     def save_plan(self) -> None:
-        ncommon.write_json(self.dir / "lab.json", self.lab)
+        userland.write_json(self.dir / "lab.json", self.lab)
 
-    def node(self, node: str) -> ncommon.Node:
-        return ncommon.Node(ncommon.Lab(self.dir), node)
+    def node(self, node: str) -> userland.Node:
+        return userland.Node(userland.Lab(self.dir), node)
 
     def ns(self, node: str) -> str:
         return self.lab["nodes"][node]["ns"]
 
     def power(self, node: str) -> str:
-        return ncommon.read_json(self.dir / "nodes" / node / "boot.json", {}).get("power", "off")
+        return userland.read_json(self.dir / "nodes" / node / "boot.json", {}).get("power", "off")
 
     def on(self, node: str) -> bool:
         return self.power(node) == "on"
@@ -83,14 +82,14 @@ class Ctx:
 
     def set_overlay(self, node: str, key: str, value: object) -> None:
         path = self.exo_overlay(node)
-        data = ncommon.read_json(path, {}) or {}
+        data = userland.read_json(path, {}) or {}
         if value is None:
             data.pop(key, None)
         else:
             data[key] = value
         if data:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            ncommon.write_json(path, data)
+            userland.write_json(path, data)
         else:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
@@ -101,7 +100,7 @@ class Ctx:
             netns.reapply_services(self.lab, node, devices)
 
     def ssh(self, node: str, command: str) -> subprocess.CompletedProcess:
-        argv = self.control.ssh_argv(self.name, node, command)
+        argv = state.ssh_argv(self.name, node, command)
         return subprocess.run(argv, capture_output=True, text=True, timeout=30)
 
 
@@ -116,19 +115,17 @@ def _locked(d):
 
 
 def records(d) -> list[dict]:
-    return ncommon.read_json(os.path.join(d, "faults.json"), []) or []
+    return userland.read_json(os.path.join(d, "faults.json"), []) or []
 
 
 def _save_records(d, recs: list[dict]) -> None:
-    ncommon.write_json(os.path.join(d, "faults.json"), recs)
+    userland.write_json(os.path.join(d, "faults.json"), recs)
 
 
 def active_by_node(name: str) -> dict[str, list[str]]:
     """{node: ["kind arg…", …]} for `lab status` (a pair fault shows on both nodes)."""
-    from . import control
-
     out: dict[str, list[str]] = {}
-    for r in records(control.lab_dir(name)):
+    for r in records(state.lab_dir(name)):
         text = " ".join([r["kind"], *r["args"]])
         for node in r.get("nodes", []):
             out.setdefault(node, []).append(text)
@@ -156,20 +153,20 @@ def _used(lab: dict, node: str) -> set[int]:
     return {e["receptacle"] for c in lab["cables"] for e in (c["a"], c["b"]) if e["node"] == node}
 
 
-def _reserved(ctx: Ctx, node: str) -> set[int]:
+def _reserved(target: LoadedLab, node: str) -> set[int]:
     """Ports an active fault will need back on --clear (an unplugged cable, a moved end)."""
     out = set()
-    for r in records(ctx.dir):
+    for r in records(target.dir):
         for cable in (r["data"].get("cable"), r["data"].get("before")):
             if isinstance(cable, dict) and "a" in cable:
                 out |= {e["receptacle"] for e in (cable["a"], cable["b"]) if e["node"] == node}
     return out
 
 
-def _free_rdma_port(ctx: Ctx, node: str) -> int:
-    lab = ctx.lab
+def _free_rdma_port(target: LoadedLab, node: str) -> int:
+    lab = target.lab
     model = lab["models"][lab["nodes"][node]["model"]]
-    used = _used(lab, node) | _reserved(ctx, node)
+    used = _used(lab, node) | _reserved(target, node)
     for p in model["ports"]:
         if p["rdma_capable"] and p["receptacle"] not in used:
             return p["receptacle"]
@@ -192,10 +189,10 @@ def _tb_rate_half(lab: dict) -> str:
     return f"{max(bits // 1000, 8)}kbit"
 
 
-def _shape(ctx: Ctx, cable: dict, rate: str) -> None:
+def _shape(target: LoadedLab, cable: dict, rate: str) -> None:
     for end in (cable["a"], cable["b"]):
-        dev = specmod.device_of(ctx.lab, end["node"], end["receptacle"])
-        netns.batch([netns.tbf(dev, rate)], ns=ctx.ns(end["node"]), tool=netns.TC, check=False)
+        dev = specmod.device_of(target.lab, end["node"], end["receptacle"])
+        netns.batch([netns.tbf(dev, rate)], ns=target.ns(end["node"]), tool=netns.TC, check=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,139 +200,139 @@ def _shape(ctx: Ctx, cable: dict, rate: str) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def unplug_apply(ctx: Ctx, a: str, b: str) -> dict:
-    cable = _cable_between(ctx.lab, a, b)
-    ctx.lab["cables"].remove(cable)
-    ctx.save_plan()
-    netns.unplug(ctx.lab, cable)
+def unplug_apply(target: LoadedLab, a: str, b: str) -> dict:
+    cable = _cable_between(target.lab, a, b)
+    target.lab["cables"].remove(cable)
+    target.save_plan()
+    netns.unplug(target.lab, cable)
     return {"cable": cable}
 
 
-def _ports_free(ctx: Ctx, cable: dict) -> None:
+def _ports_free(target: LoadedLab, cable: dict) -> None:
     for end in (cable["a"], cable["b"]):
-        if end["receptacle"] in _used(ctx.lab, end["node"]):
+        if end["receptacle"] in _used(target.lab, end["node"]):
             raise UsageError(f"{end['node']} port {end['receptacle']} is taken by another cable",
                              hint="clear the fault that put it there first")
 
 
-def unplug_clear(ctx: Ctx, data: dict, a: str, b: str) -> None:
-    _ports_free(ctx, data["cable"])
-    ctx.lab["cables"].append(data["cable"])
-    ctx.save_plan()
-    netns.plug(ctx.lab, data["cable"])
+def unplug_clear(target: LoadedLab, data: dict, a: str, b: str) -> None:
+    _ports_free(target, data["cable"])
+    target.lab["cables"].append(data["cable"])
+    target.save_plan()
+    netns.plug(target.lab, data["cable"])
 
 
-def slow_apply(ctx: Ctx, a: str, b: str) -> dict:
-    cable = _cable_between(ctx.lab, a, b)
+def slow_apply(target: LoadedLab, a: str, b: str) -> dict:
+    cable = _cable_between(target.lab, a, b)
     if cable.get("kind", "tb5") != "tb5":
         raise UsageError(f"the cable between {a} and {b} is already a {cable['kind']} cable")
     cable["kind"] = "tb4"
-    ctx.save_plan()
-    _shape(ctx, cable, _tb_rate_half(ctx.lab))
+    target.save_plan()
+    _shape(target, cable, _tb_rate_half(target.lab))
     return {"cable": {"a": cable["a"], "b": cable["b"]}}
 
 
-def slow_clear(ctx: Ctx, data: dict, a: str, b: str) -> None:
-    cable = _find_cable(ctx.lab, data["cable"])
+def slow_clear(target: LoadedLab, data: dict, a: str, b: str) -> None:
+    cable = _find_cable(target.lab, data["cable"])
     cable["kind"] = "tb5"
-    ctx.save_plan()
-    _shape(ctx, cable, ctx.lab["tb_rate"])
+    target.save_plan()
+    _shape(target, cable, target.lab["tb_rate"])
 
 
-def wrong_port_apply(ctx: Ctx, a: str, b: str) -> dict:
-    cable = _cable_between(ctx.lab, a, b)
-    model = ctx.lab["models"][ctx.lab["nodes"][a]["model"]]
+def wrong_port_apply(target: LoadedLab, a: str, b: str) -> dict:
+    cable = _cable_between(target.lab, a, b)
+    model = target.lab["models"][target.lab["nodes"][a]["model"]]
     bad = [p["receptacle"] for p in model["ports"] if not p["rdma_capable"]]
     if not bad:
         raise UsageError(f"every Thunderbolt port of {a} ({model['slug']}) can do RDMA: there is no wrong port")
-    if bad[0] in _used(ctx.lab, a):
+    if bad[0] in _used(target.lab, a):
         raise UsageError(f"{a} port {bad[0]} is already cabled")
     end = "a" if cable["a"]["node"] == a else "b"
     before = {"a": dict(cable["a"]), "b": dict(cable["b"])}
-    ctx.lab["cables"].remove(cable)
-    ctx.save_plan()
-    netns.unplug(ctx.lab, cable)
+    target.lab["cables"].remove(cable)
+    target.save_plan()
+    netns.unplug(target.lab, cable)
     moved = {**cable, end: {"node": a, "receptacle": bad[0]}}
-    ctx.lab["cables"].append(moved)
-    ctx.save_plan()
-    netns.plug(ctx.lab, moved)
+    target.lab["cables"].append(moved)
+    target.save_plan()
+    netns.plug(target.lab, moved)
     return {"before": before, "after": {"a": moved["a"], "b": moved["b"]}}
 
 
-def wrong_port_clear(ctx: Ctx, data: dict, a: str, b: str) -> None:
-    moved = _find_cable(ctx.lab, data["after"])
+def wrong_port_clear(target: LoadedLab, data: dict, a: str, b: str) -> None:
+    moved = _find_cable(target.lab, data["after"])
     end = "a" if data["before"]["a"]["node"] == a else "b"
     old = data["before"][end]
-    if old["receptacle"] in _used(ctx.lab, a):
+    if old["receptacle"] in _used(target.lab, a):
         raise UsageError(f"{a} port {old['receptacle']} is taken by another cable", hint="clear that fault first")
-    ctx.lab["cables"].remove(moved)
-    ctx.save_plan()
-    netns.unplug(ctx.lab, moved)
+    target.lab["cables"].remove(moved)
+    target.save_plan()
+    netns.unplug(target.lab, moved)
     back = {**moved, **data["before"]}
-    ctx.lab["cables"].append(back)
-    ctx.save_plan()
-    netns.plug(ctx.lab, back)
+    target.lab["cables"].append(back)
+    target.save_plan()
+    netns.plug(target.lab, back)
 
 
-def double_apply(ctx: Ctx, a: str, b: str) -> dict:
-    _cable_between(ctx.lab, a, b)
-    ra, rb = _free_rdma_port(ctx, a), _free_rdma_port(ctx, b)
+def double_apply(target: LoadedLab, a: str, b: str) -> dict:
+    _cable_between(target.lab, a, b)
+    ra, rb = _free_rdma_port(target, a), _free_rdma_port(target, b)
     cable = {"a": {"node": a, "receptacle": ra}, "b": {"node": b, "receptacle": rb}, "kind": "tb5", "hub": None}
-    ctx.lab["cables"].append(cable)
-    ctx.save_plan()
-    netns.plug(ctx.lab, cable)
+    target.lab["cables"].append(cable)
+    target.save_plan()
+    netns.plug(target.lab, cable)
     return {"cable": cable}
 
 
-def double_clear(ctx: Ctx, data: dict, a: str, b: str) -> None:
-    cable = _find_cable(ctx.lab, data["cable"])
-    ctx.lab["cables"].remove(cable)
-    ctx.save_plan()
-    netns.unplug(ctx.lab, cable)
+def double_clear(target: LoadedLab, data: dict, a: str, b: str) -> None:
+    cable = _find_cable(target.lab, data["cable"])
+    target.lab["cables"].remove(cable)
+    target.save_plan()
+    netns.unplug(target.lab, cable)
 
 
-def hub_apply(ctx: Ctx, a: str, b: str) -> dict:
-    cable = _cable_between(ctx.lab, a, b)
-    uid = hashlib.sha256(f"{ctx.name}/{a}/{b}/dock".encode()).hexdigest()[:16].upper()
+def hub_apply(target: LoadedLab, a: str, b: str) -> dict:
+    cable = _cable_between(target.lab, a, b)
+    uid = hashlib.sha256(f"{target.name}/{a}/{b}/dock".encode()).hexdigest()[:16].upper()
     cable["hub"] = {**DOCK, "switch_uid": f"0x{uid}", "sees": a}
-    ctx.save_plan()
+    target.save_plan()
     return {"cable": {"a": cable["a"], "b": cable["b"]}}
 
 
-def hub_clear(ctx: Ctx, data: dict, a: str, b: str) -> None:
-    _find_cable(ctx.lab, data["cable"])["hub"] = None
-    ctx.save_plan()
+def hub_clear(target: LoadedLab, data: dict, a: str, b: str) -> None:
+    _find_cable(target.lab, data["cable"])["hub"] = None
+    target.save_plan()
 
 
-def unknown_apply(ctx: Ctx, a: str) -> dict:
-    r = _free_rdma_port(ctx, a)
+def unknown_apply(target: LoadedLab, a: str) -> dict:
+    r = _free_rdma_port(target, a)
     stranger = f"unknown-mac-{a}"
-    model = ctx.lab["models"][ctx.lab["nodes"][a]["model"]]
+    model = target.lab["models"][target.lab["nodes"][a]["model"]]
     cable = {"a": {"node": a, "receptacle": r}, "b": {"node": stranger, "receptacle": 2}, "kind": "tb5",
              "hub": None,
              "foreign": {"marketing_name": model["marketing_name"], "model_identifier": model["model_identifier"],
                          "domain_uuid": str(uuid.uuid4()).upper(), "ip_uuid": str(uuid.uuid4()).upper(),
                          "rdma_uuid": str(uuid.uuid4()).upper()}}
-    ctx.lab["cables"].append(cable)
-    ctx.save_plan()
-    dev = specmod.device_of(ctx.lab, a, r)
+    target.lab["cables"].append(cable)
+    target.save_plan()
+    dev = specmod.device_of(target.lab, a, r)
     # the dangling peer of enX comes up: carrier, as if another Mac were at the far end
-    netns.batch([f"link set tbp-{dev} up"], ns=ctx.ns(a))
+    netns.batch([f"link set tbp-{dev} up"], ns=target.ns(a))
     return {"cable": {"a": cable["a"], "b": cable["b"]}, "device": dev}
 
 
-def unknown_clear(ctx: Ctx, data: dict, a: str) -> None:
-    cable = _find_cable(ctx.lab, data["cable"])
-    ctx.lab["cables"].remove(cable)
-    ctx.save_plan()
-    netns.batch([f"link set tbp-{data['device']} down"], ns=ctx.ns(a), check=False)
+def unknown_clear(target: LoadedLab, data: dict, a: str) -> None:
+    cable = _find_cable(target.lab, data["cable"])
+    target.lab["cables"].remove(cable)
+    target.save_plan()
+    netns.batch([f"link set tbp-{data['device']} down"], ns=target.ns(a), check=False)
 
 
-def _update_services(ctx: Ctx, node: str, fn: Callable[[dict], None]) -> dict:
-    return ctx.node(node).update("persist", fn)
+def _update_services(target: LoadedLab, node: str, fn: Callable[[dict], None]) -> dict:
+    return target.node(node).update("persist", fn)
 
 
-def bridge_apply(ctx: Ctx, node: str) -> dict:
+def bridge_apply(target: LoadedLab, node: str) -> dict:
     prev = {}
 
     def mutate(p: dict) -> None:
@@ -348,14 +345,15 @@ def bridge_apply(ctx: Ctx, node: str) -> dict:
             p.setdefault("services", []).insert(1, {"name": "Thunderbolt Bridge", "port": "Thunderbolt Bridge",
                                                     "enabled": True, "config": "dhcp"})
 
-    if any(s["port"] == "Thunderbolt Bridge" and s.get("enabled") for s in ctx.node(node).persist.get("services", [])):
+    services = target.node(node).persist.get("services", [])
+    if any(s["port"] == "Thunderbolt Bridge" and s.get("enabled") for s in services):
         raise UsageError(f"the Thunderbolt Bridge of {node} is already on")
-    _update_services(ctx, node, mutate)
-    ctx.netapply(node)
+    _update_services(target, node, mutate)
+    target.netapply(node)
     return prev
 
 
-def bridge_clear(ctx: Ctx, data: dict, node: str) -> None:
+def bridge_clear(target: LoadedLab, data: dict, node: str) -> None:
     def mutate(p: dict) -> None:
         svcs = p.get("services", [])
         for s in list(svcs):
@@ -365,34 +363,34 @@ def bridge_clear(ctx: Ctx, data: dict, node: str) -> None:
                 else:
                     s["enabled"] = data["enabled"]
 
-    _update_services(ctx, node, mutate)
-    ctx.netapply(node)
+    _update_services(target, node, mutate)
+    target.netapply(node)
 
 
-def _first_addressed_port(ctx: Ctx, node: str) -> tuple[str, str, int]:
+def _first_addressed_port(target: LoadedLab, node: str) -> tuple[str, str, int]:
     import json
 
-    lab = ctx.lab
+    lab = target.lab
     for r in sorted(_used(lab, node)):
         dev = specmod.device_of(lab, node, r)
-        out = netns.run(["ip", "-n", ctx.ns(node), "-j", "-4", "addr", "show", "dev", dev], check=False).stdout
+        out = netns.run(["ip", "-n", target.ns(node), "-j", "-4", "addr", "show", "dev", dev], check=False).stdout
         for link in json.loads(out or "[]"):
             for a in link.get("addr_info", []):
                 return dev, a["local"], a["prefixlen"]
     raise UsageError(f"no Thunderbolt port of {node} has an IPv4 address to drift")
 
 
-def drift_apply(ctx: Ctx, node: str, mode: str = "live") -> dict:
+def drift_apply(target: LoadedLab, node: str, mode: str = "live") -> dict:
     if mode not in ("live", "saved"):
         raise UsageError(f"bad ip-drift mode {mode!r}", hint="live (ifconfig: lost at reboot) or saved "
                          "(networksetup: kept)")
-    dev, ip, prefix = _first_addressed_port(ctx, node)
-    idx = ctx.lab["nodes"][node]["index"]
+    dev, ip, prefix = _first_addressed_port(target, node)
+    idx = target.lab["nodes"][node]["index"]
     new = str(ipaddress.IPv4Address("10.213.254.0") + (idx % 64) * 4 + 1)
     if mode == "live":
-        netns.batch([f"addr del {ip}/{prefix} dev {dev}", f"addr add {new}/30 dev {dev}"], ns=ctx.ns(node))
-        return {"dev": dev, "old": [ip, prefix], "new": [new, 30], "boot_id": ctx.node(node).boot.get("boot_id")}
-    port = next(p["receptacle"] for p in ctx.lab["models"][ctx.lab["nodes"][node]["model"]]["ports"]
+        netns.batch([f"addr del {ip}/{prefix} dev {dev}", f"addr add {new}/30 dev {dev}"], ns=target.ns(node))
+        return {"dev": dev, "old": [ip, prefix], "new": [new, 30], "boot_id": target.node(node).boot.get("boot_id")}
+    port = next(p["receptacle"] for p in target.lab["models"][target.lab["nodes"][node]["model"]]["ports"]
                 if p["device"] == dev)
     old_svc: dict = {}
 
@@ -402,14 +400,14 @@ def drift_apply(ctx: Ctx, node: str, mode: str = "live") -> dict:
                 old_svc.update(s)
                 s["ip"], s["mask"] = new, "255.255.255.252"
 
-    _update_services(ctx, node, mutate)
+    _update_services(target, node, mutate)
     if not old_svc:
         raise UsageError(f"{node} {dev} has no saved manual service to change", hint="use `ip-drift NODE live`")
-    ctx.netapply(node, [dev])
+    target.netapply(node, [dev])
     return {"dev": dev, "service": old_svc}
 
 
-def drift_clear(ctx: Ctx, data: dict, node: str, mode: str = "live") -> None:
+def drift_clear(target: LoadedLab, data: dict, node: str, mode: str = "live") -> None:
     dev = data["dev"]
     if "service" in data:
         old = data["service"]
@@ -420,15 +418,15 @@ def drift_clear(ctx: Ctx, data: dict, node: str, mode: str = "live") -> None:
                     s.clear()
                     s.update(old)
 
-        _update_services(ctx, node, mutate)
-        ctx.netapply(node, [dev])
+        _update_services(target, node, mutate)
+        target.netapply(node, [dev])
         return
     (ip, prefix), (new, nprefix) = data["old"], data["new"]
-    netns.batch([f"addr del {new}/{nprefix} dev {dev}"], ns=ctx.ns(node), check=False)
-    netns.batch([f"addr replace {ip}/{prefix} dev {dev}"], ns=ctx.ns(node), check=False)
+    netns.batch([f"addr del {new}/{nprefix} dev {dev}"], ns=target.ns(node), check=False)
+    netns.batch([f"addr replace {ip}/{prefix} dev {dev}"], ns=target.ns(node), check=False)
 
 
-def apipa_apply(ctx: Ctx, node: str) -> dict:
+def apipa_apply(target: LoadedLab, node: str) -> dict:
     saved: list[dict] = []
 
     def mutate(p: dict) -> None:
@@ -439,12 +437,12 @@ def apipa_apply(ctx: Ctx, node: str) -> dict:
                 s.update(config="dhcp", ip=None, mask=None, router=None)
         p["apipa"] = True
 
-    _update_services(ctx, node, mutate)
-    ctx.netapply(node)
+    _update_services(target, node, mutate)
+    target.netapply(node)
     return {"services": saved}
 
 
-def apipa_clear(ctx: Ctx, data: dict, node: str) -> None:
+def apipa_clear(target: LoadedLab, data: dict, node: str) -> None:
     by_name = {s["name"]: s for s in data["services"]}
 
     def mutate(p: dict) -> None:
@@ -455,39 +453,89 @@ def apipa_clear(ctx: Ctx, data: dict, node: str) -> None:
                 s.clear()
                 s.update(saved)
 
-    _update_services(ctx, node, mutate)
-    ctx.netapply(node)
+    _update_services(target, node, mutate)
+    target.netapply(node)
 
 
-def _persist_set(key: str, value_of: Callable[[Ctx, list[str]], object]):
+def _foreign_plan(target: LoadedLab, node: str) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """What a hand-run cluster script puts on NODE: a 192.168.x.y/30 per cabled Thunderbolt port (x from the
+    node, one /30 per port), and a route to each peer's 192.168.x.0/24 through the port cabled to it."""
+    lab = target.lab
+    mine = 200 + lab["nodes"][node]["index"] % 50
+    addresses: dict[str, str] = {}
+    routes: list[tuple[str, str]] = []
+    for cable in lab["cables"]:
+        ends = {cable["a"]["node"]: cable["a"], cable["b"]["node"]: cable["b"]}
+        if node not in ends or len(ends) != 2:
+            continue
+        dev = specmod.device_of(lab, node, ends[node]["receptacle"])
+        peer = next(n for n in ends if n != node)
+        addresses[dev] = f"192.168.{mine}.{4 * len(addresses) + 1}"
+        routes.append((f"192.168.{200 + lab['nodes'][peer]['index'] % 50}.0/24", dev))
+    return dict(sorted(addresses.items())), routes
+
+
+def _run_on(target: LoadedLab, node: str, commands: list[list[str]]) -> None:
+    script = " && ".join(" ".join(shlex.quote(w) for w in ["sudo", "-n", *c]) for c in commands)
+    p = target.ssh(node, script)
+    if p.returncode != 0:
+        raise LabError(f"{node}: {p.stderr.strip() or p.stdout.strip()}", hint=f"the commands were: {script}")
+
+
+def foreign_apply(target: LoadedLab, node: str) -> dict:
+    if not target.on(node):
+        raise UsageError(f"{node} is {target.power(node)}: only a running Mac takes ifconfig and route changes")
+    addresses, routes = _foreign_plan(target, node)
+    commands = [["ifconfig", dev, "inet", ip, "netmask", "255.255.255.252"] for dev, ip in addresses.items()]
+    commands += [["route", "-n", "add", "-net", net, "-interface", dev] for net, dev in routes]
+    bridge = "bridge0" in target.ssh(node, "ifconfig -l").stdout.split()
+    if bridge:
+        commands.append(["ifconfig", "bridge0", "down"])
+    _run_on(target, node, commands)
+    return {"addresses": addresses, "routes": routes, "bridge_down": bridge}
+
+
+def foreign_clear(target: LoadedLab, data: dict, node: str) -> None:
+    """Undo by hand what the script did (its changes are volatile: a reboot drops the fault by itself)."""
+    if not target.on(node):
+        return
+    commands = [["route", "-n", "delete", "-net", net, "-interface", dev] for net, dev in data["routes"]]
+    if data.get("bridge_down"):
+        commands.append(["ifconfig", "bridge0", "up"])
+    if commands:
+        _run_on(target, node, commands)
+    target.netapply(node)  # the persisted services put the plan's addresses back, as at the next boot
+
+
+def _persist_set(key: str, value_of: Callable[[LoadedLab, list[str]], object]):
     """A fault that sets persist[key]; clear puts back what was there (or removes it)."""
 
-    def apply(ctx: Ctx, node: str, *rest: str) -> dict:
+    def apply(target: LoadedLab, node: str, *rest: str) -> dict:
         prev = {}
-        value = value_of(ctx, [node, *rest])
+        value = value_of(target, [node, *rest])
 
         def mutate(p: dict) -> None:
             prev["had"] = key in p
             prev["value"] = p.get(key)
             p[key] = value
 
-        ctx.node(node).update("persist", mutate)
+        target.node(node).update("persist", mutate)
         return prev
 
-    def clear(ctx: Ctx, data: dict, node: str, *rest: str) -> None:
+    def clear(target: LoadedLab, data: dict, node: str, *rest: str) -> None:
         def mutate(p: dict) -> None:
             if data.get("had"):
                 p[key] = data.get("value")
             else:
                 p.pop(key, None)
 
-        ctx.node(node).update("persist", mutate)
+        target.node(node).update("persist", mutate)
 
     return apply, clear
 
 
-def _other_build(ctx: Ctx, args: list[str]) -> dict:
-    cur = ctx.node(args[0]).persist.get("os", {})
+def _other_build(target: LoadedLab, args: list[str]) -> dict:
+    cur = target.node(args[0]).persist.get("os", {})
     return dict(OTHER_BUILD_2 if cur.get("build") == OTHER_BUILD["build"] else OTHER_BUILD)
 
 
@@ -496,37 +544,37 @@ def _secs(text: str, *, signed: bool = False, hi: float = 3600) -> float:
         v = float(text)
     except ValueError:
         raise UsageError(f"bad number of seconds {text!r}") from None
-    if (v < 0 and not signed) or abs(v) > (hi if not signed else 10 * 365 * 86400):
+    if not math.isfinite(v) or (v < 0 and not signed) or abs(v) > (hi if not signed else 10 * 365 * 86400):
         raise UsageError(f"seconds out of range: {text}")
     return v
 
 
-rdma_off_apply, rdma_off_clear = _persist_set("rdma", lambda ctx, a: False)
-slow_boot_apply, slow_boot_clear = _persist_set("lab_boot_seconds", lambda ctx, a: _secs(a[1], hi=600))
+rdma_off_apply, rdma_off_clear = _persist_set("rdma", lambda target, a: False)
+slow_boot_apply, slow_boot_clear = _persist_set("lab_boot_seconds", lambda target, a: _secs(a[1], hi=600))
 os_apply, os_clear = _persist_set("os", _other_build)
-fv_apply_base, fv_clear_base = _persist_set("filevault", lambda ctx, a: True)
-disk_apply, disk_clear = _persist_set("disk_full", lambda ctx, a: True)
-skew_apply, skew_clear = _persist_set("clock_skew", lambda ctx, a: _secs(a[1], signed=True))
+fv_apply_base, fv_clear_base = _persist_set("filevault", lambda target, a: True)
+disk_apply, disk_clear = _persist_set("disk_full", lambda target, a: True)
+skew_apply, skew_clear = _persist_set("clock_skew", lambda target, a: _secs(a[1], signed=True))
 
 
-def rdma_off_check(ctx: Ctx, node: str) -> None:
-    if not ctx.node(node).persist.get("rdma"):
+def rdma_off_check(target: LoadedLab, node: str) -> None:
+    if not target.node(node).persist.get("rdma"):
         raise UsageError(f"RDMA is already off on {node}")
 
 
-def fv_check(ctx: Ctx, node: str) -> None:
-    if ctx.node(node).persist.get("filevault"):
+def fv_check(target: LoadedLab, node: str) -> None:
+    if target.node(node).persist.get("filevault"):
         raise UsageError(f"FileVault is already on on {node}")
 
 
-def fv_clear(ctx: Ctx, data: dict, node: str) -> None:
+def fv_clear(target: LoadedLab, data: dict, node: str) -> None:
     """The operator types the password at the unlock screen and turns FileVault off."""
-    fv_clear_base(ctx, data, node)
-    if ctx.power(node) == "locked":
-        ctx.control._request(ctx.name, node, "on")
+    fv_clear_base(target, data, node)
+    if target.power(node) == "locked":
+        state.request_power(target.name, node, "on")
 
 
-def sleep_apply(ctx: Ctx, node: str) -> dict:
+def sleep_apply(target: LoadedLab, node: str) -> dict:
     from .macos.system import PMSET_FRESH
 
     prev = {}
@@ -537,11 +585,11 @@ def sleep_apply(ctx: Ctx, node: str) -> dict:
         cur["sleep"] = "10"
         p["pmset"] = cur
 
-    ctx.node(node).update("persist", mutate)
+    target.node(node).update("persist", mutate)
     return prev
 
 
-def sleep_clear(ctx: Ctx, data: dict, node: str) -> None:
+def sleep_clear(target: LoadedLab, data: dict, node: str) -> None:
     def mutate(p: dict) -> None:
         cur = p.get("pmset") or {}
         if data.get("sleep") is None:
@@ -550,15 +598,15 @@ def sleep_clear(ctx: Ctx, data: dict, node: str) -> None:
             cur["sleep"] = data["sleep"]
         p["pmset"] = cur
 
-    ctx.node(node).update("persist", mutate)
+    target.node(node).update("persist", mutate)
 
 
-def sleep_check(ctx: Ctx, node: str) -> None:
-    if (ctx.node(node).persist.get("pmset") or {}).get("sleep") not in (None, "0"):
+def sleep_check(target: LoadedLab, node: str) -> None:
+    if (target.node(node).persist.get("pmset") or {}).get("sleep") not in (None, "0"):
         raise UsageError(f"{node} already sleeps (pmset sleep is not 0)")
 
 
-def _boot_flags(ctx: Ctx, node: str, **flags) -> dict:
+def _boot_flags(target: LoadedLab, node: str, **flags) -> dict:
     prev = {}
 
     def mutate(b: dict) -> None:
@@ -569,102 +617,102 @@ def _boot_flags(ctx: Ctx, node: str, **flags) -> dict:
             else:
                 b[k] = v
 
-    ctx.node(node).update("boot", mutate)
+    target.node(node).update("boot", mutate)
     return prev
 
 
-def wedge_apply(ctx: Ctx, node: str) -> dict:
-    _boot_flags(ctx, node, rdma_hang=True, rdma_wedged=True)
-    mesh = ctx.lab["nodes"][node]["mesh"]
-    return {"mesh_nodes": next(m["nodes"] for m in ctx.lab["meshes"] if m["name"] == mesh), "boots": {},
+def wedge_apply(target: LoadedLab, node: str) -> dict:
+    _boot_flags(target, node, rdma_hang=True, rdma_wedged=True)
+    mesh = target.lab["nodes"][node]["mesh"]
+    return {"mesh_nodes": next(m["nodes"] for m in target.lab["meshes"] if m["name"] == mesh), "boots": {},
             "since": time.time()}
 
 
-def wedge_clear(ctx: Ctx, data: dict, node: str) -> None:
-    _boot_flags(ctx, node, rdma_hang=None, rdma_wedged=None)
+def wedge_clear(target: LoadedLab, data: dict, node: str) -> None:
+    _boot_flags(target, node, rdma_hang=None, rdma_wedged=None)
 
 
-def runner_check(ctx: Ctx, node: str) -> None:
-    if (ncommon.read_json(ctx.exo_overlay(node), {}) or {}).get("runnerFailed"):
+def runner_check(target: LoadedLab, node: str) -> None:
+    if (userland.read_json(target.exo_overlay(node), {}) or {}).get("runnerFailed"):
         raise UsageError(f"exo's runner on {node} has already failed (qp-exhausted or exo-runner-failed)")
 
 
-def qp_apply(ctx: Ctx, node: str) -> dict:
-    ctx.set_overlay(node, "runnerFailed", QP_EBUSY)
+def qp_apply(target: LoadedLab, node: str) -> dict:
+    target.set_overlay(node, "runnerFailed", QP_EBUSY)
     return {}
 
 
-def qp_clear(ctx: Ctx, data: dict, node: str) -> None:
-    ctx.set_overlay(node, "runnerFailed", None)
+def qp_clear(target: LoadedLab, data: dict, node: str) -> None:
+    target.set_overlay(node, "runnerFailed", None)
 
 
-def hang_apply(ctx: Ctx, node: str) -> dict:
-    if not ctx.on(node):
-        raise UsageError(f"{node} is {ctx.power(node)}: only a running Mac can hang")
-    for pid in netns.netns_pids(ctx.ns(node)):
+def hang_apply(target: LoadedLab, node: str) -> dict:
+    if not target.on(node):
+        raise UsageError(f"{node} is {target.power(node)}: only a running Mac can hang")
+    for pid in netns.netns_pids(target.ns(node)):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGSTOP)
-    devs = ["en0", *specmod.tb_devices(ctx.lab, node)]
-    netns.batch([f"link set {d} down" for d in devs], ns=ctx.ns(node), check=False)
-    _boot_flags(ctx, node, hung=True)
+    devs = ["en0", *specmod.tb_devices(target.lab, node)]
+    netns.batch([f"link set {d} down" for d in devs], ns=target.ns(node), check=False)
+    _boot_flags(target, node, hung=True)
     return {}
 
 
-def hang_clear(ctx: Ctx, data: dict, node: str) -> None:
+def hang_clear(target: LoadedLab, data: dict, node: str) -> None:
     """Only a power cycle brings a hung Mac back: --clear presses the button (as `lab power NODE cycle`)."""
-    ctx.control.power(ctx.name, node, "cycle")
+    state.power(target.name, node, "cycle")
 
 
-def wired_apply(ctx: Ctx, node: str) -> dict:
-    prev = _boot_flags(ctx, node, wired_limit_mb=0)
-    return {"value": prev.get("wired_limit_mb") or 0, "boot_id": ctx.node(node).boot.get("boot_id")}
+def wired_apply(target: LoadedLab, node: str) -> dict:
+    prev = _boot_flags(target, node, wired_limit_mb=0)
+    return {"value": prev.get("wired_limit_mb") or 0, "boot_id": target.node(node).boot.get("boot_id")}
 
 
-def wired_clear(ctx: Ctx, data: dict, node: str) -> None:
-    if ctx.node(node).boot.get("boot_id") == data.get("boot_id"):
-        _boot_flags(ctx, node, wired_limit_mb=data.get("value", 0))
+def wired_clear(target: LoadedLab, data: dict, node: str) -> None:
+    if target.node(node).boot.get("boot_id") == data.get("boot_id"):
+        _boot_flags(target, node, wired_limit_mb=data.get("value", 0))
 
 
-def _exo_check(ctx: Ctx, node: str) -> None:
-    if not ctx.lab.get("exo"):
-        raise UsageError(f"lab {ctx.name!r} has no exo (it was brought up with --no-exo or --fresh)")
+def _exo_check(target: LoadedLab, node: str) -> None:
+    if not target.lab.get("exo"):
+        raise UsageError(f"lab {target.name!r} has no exo (it was brought up with --no-exo or --fresh)")
 
 
-def exo_down_apply(ctx: Ctx, node: str) -> dict:
-    if not ctx.on(node):
-        raise UsageError(f"{node} is {ctx.power(node)}")
-    p = ctx.ssh(node, f"launchctl bootout gui/$(id -u)/{EXO_LABEL}")
+def exo_down_apply(target: LoadedLab, node: str) -> dict:
+    if not target.on(node):
+        raise UsageError(f"{node} is {target.power(node)}")
+    p = target.ssh(node, f"launchctl bootout gui/$(id -u)/{EXO_LABEL}")
     if p.returncode != 0:
         raise LabError(f"{node}: launchctl bootout failed: {p.stderr.strip() or p.stdout.strip()}")
     return {}
 
 
-def exo_down_clear(ctx: Ctx, data: dict, node: str) -> None:
-    if not ctx.on(node):
+def exo_down_clear(target: LoadedLab, data: dict, node: str) -> None:
+    if not target.on(node):
         return
-    p = ctx.ssh(node, f"launchctl bootstrap gui/$(id -u) ~/Library/LaunchAgents/{EXO_LABEL}.plist")
+    p = target.ssh(node, f"launchctl bootstrap gui/$(id -u) ~/Library/LaunchAgents/{EXO_LABEL}.plist")
     if p.returncode != 0:
         raise LabError(f"{node}: launchctl bootstrap failed: {p.stderr.strip() or p.stdout.strip()}")
 
 
-def exo_version_apply(ctx: Ctx, node: str, version: str) -> dict:
+def exo_version_apply(target: LoadedLab, node: str, version: str) -> dict:
     if not version or any(c.isspace() for c in version) or len(version) > 40:
         raise UsageError(f"bad exo version {version!r}")
-    ctx.set_overlay(node, "version", version)
+    target.set_overlay(node, "version", version)
     return {}
 
 
-def exo_version_clear(ctx: Ctx, data: dict, node: str, version: str) -> None:
-    ctx.set_overlay(node, "version", None)
+def exo_version_clear(target: LoadedLab, data: dict, node: str, version: str) -> None:
+    target.set_overlay(node, "version", None)
 
 
-def runner_apply(ctx: Ctx, node: str) -> dict:
-    ctx.set_overlay(node, "runnerFailed", True)
+def runner_apply(target: LoadedLab, node: str) -> dict:
+    target.set_overlay(node, "runnerFailed", True)
     return {}
 
 
-def runner_clear(ctx: Ctx, data: dict, node: str) -> None:
-    ctx.set_overlay(node, "runnerFailed", None)
+def runner_clear(target: LoadedLab, data: dict, node: str) -> None:
+    target.set_overlay(node, "runnerFailed", None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -711,6 +759,9 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
     Fault("ip-drift", ("NODE", "[live|saved]"), "network", "the first addressed Thunderbolt port gets another "
           "address: live = ifconfig (lost at reboot), saved = networksetup (kept)", drift_apply, drift_clear,
           reboot="live"),
+    Fault("foreign-addresses", ("NODE",), "network", "what a hand-run cluster script does: a 192.168.x.y/30 "
+          "per cabled Thunderbolt port by ifconfig, a route to each peer by route(8), bridge0 down; not "
+          "persisted (a reboot brings the plan's addresses back)", foreign_apply, foreign_clear, reboot="cleared"),
     Fault("apipa", ("NODE",), "network", "only 169.254 self-assigned addresses on the Thunderbolt ports "
           "(services on DHCP, no server)", apipa_apply, apipa_clear),
     Fault("rdma-off", ("NODE",), "rdma", "RDMA disabled (rdma_ctl status: disabled, no rdma_enX)",
@@ -749,23 +800,23 @@ def describe() -> list[tuple[str, str]]:
     return [(f.usage, f.description) for f in FAULTS.values()]
 
 
-def _validate(ctx: Ctx, fault: Fault, args: list[str], clear: bool) -> None:
+def _validate(target: LoadedLab, fault: Fault, args: list[str], clear: bool) -> None:
     required = [p for p in fault.params if not p.startswith("[") and (not clear or p in ("A", "B", "NODE"))]
     if not len(required) <= len(args) <= len(fault.params):
         raise UsageError(f"{fault.name} takes {' '.join(fault.params)}; got {len(args)} argument(s)",
                          hint=f"usage: macfleet lab fault {fault.usage} [--clear]")
     nodes = fault.nodes_of(args)
     for n in nodes:
-        if n not in ctx.lab["nodes"]:
-            raise UsageError(f"no node {n!r} in lab {ctx.name!r}", hint="nodes: " + ", ".join(ctx.lab["nodes"]))
+        if n not in target.lab["nodes"]:
+            raise UsageError(f"no node {n!r} in lab {target.name!r}", hint="nodes: " + ", ".join(target.lab["nodes"]))
     if len(nodes) == 2:
         a, b = nodes
         if a == b:
             raise UsageError(f"{fault.name} needs two different nodes")
-        if ctx.lab["nodes"][a]["mesh"] != ctx.lab["nodes"][b]["mesh"]:
+        if target.lab["nodes"][a]["mesh"] != target.lab["nodes"][b]["mesh"]:
             raise UsageError(f"{a} and {b} are not in the same mesh")
     if fault.exo:
-        _exo_check(ctx, nodes[0])
+        _exo_check(target, nodes[0])
 
 
 def _matches(fault: Fault, rec: dict, args: list[str]) -> bool:
@@ -783,26 +834,24 @@ def _touches(rec: dict, nodes: list[str]) -> bool:
 
 def fault(name: str, kind: str, args: list[str], *, clear: bool = False) -> dict:
     """Turn a fault on (or off with clear=True). Returns the record. Nothing changes on bad input."""
-    from . import control
-
-    control.require_root_linux()
+    state.require_root_linux()
     f = FAULTS.get(kind)
     if f is None:
         raise UsageError(f"unknown fault {kind!r}", hint="`macfleet lab faults` lists them: " + ", ".join(FAULTS))
-    ctx = Ctx(name)
-    _validate(ctx, f, args, clear)
-    with _locked(ctx.dir):
-        ctx.reload()
-        recs = records(ctx.dir)
+    target = LoadedLab(name)
+    _validate(target, f, args, clear)
+    with _locked(target.dir):
+        target.reload()
+        recs = records(target.dir)
         hit = [r for r in recs if _matches(f, r, args)]
         if clear:
             if not hit:
                 raise UsageError(f"fault {' '.join([kind, *args])} is not active in lab {name!r}",
                                  hint="`macfleet lab status --json` shows the active faults")
             rec = hit[0]
-            f.clear(ctx, rec["data"], *rec["args"])
-            recs = [r for r in records(ctx.dir) if r is not rec and r != rec]
-            _save_records(ctx.dir, recs)
+            f.clear(target, rec["data"], *rec["args"])
+            recs = [r for r in records(target.dir) if r is not rec and r != rec]
+            _save_records(target.dir, recs)
             return rec
         if hit:
             raise UsageError(f"fault {' '.join([kind, *hit[0]['args']])} is already active",
@@ -814,11 +863,11 @@ def fault(name: str, kind: str, args: list[str], *, clear: bool = False) -> dict
                 raise UsageError(f"the {nodes[0]}-{nodes[1]} cable already has a fault: "
                                  f"{busy[0]['kind']}", hint="clear it first")
         if f.check:
-            f.check(ctx, *args)
-        data = f.apply(ctx, *args)
+            f.check(target, *args)
+        data = f.apply(target, *args)
         rec = {"kind": kind, "args": list(args), "nodes": nodes, "data": data, "at": time.time()}
         recs.append(rec)
-        _save_records(ctx.dir, recs)
+        _save_records(target.dir, recs)
         return rec
 
 
@@ -828,21 +877,17 @@ def fault(name: str, kind: str, args: list[str], *, clear: bool = False) -> dict
 
 
 def boot_seconds(lab: dict, node: str, default: float) -> float:
-    from . import control
-
-    v = ncommon.read_json(control.node_dir(lab["name"], node) / "persist.json", {}).get("lab_boot_seconds")
+    v = userland.read_json(state.node_dir(lab["name"], node) / "persist.json", {}).get("lab_boot_seconds")
     return default if v is None else float(v)
 
 
 def on_boot(lab: dict, node: str) -> None:
     """A node has just booted (boot.json is fresh): drop the faults a reboot clears, re-apply the ones that
     survive it in boot.json (rdma-wedge), and clear rdma-wedge once its whole mesh rebooted in one window."""
-    from . import control
-
-    d = control.lab_dir(lab["name"])
+    d = state.lab_dir(lab["name"])
     if not os.path.exists(os.path.join(d, "faults.json")):
         return
-    node_obj = ncommon.Node(ncommon.Lab(d), node)
+    node_obj = userland.Node(userland.Lab(d), node)
     now = time.time()
     with _locked(d):
         keep = []
@@ -857,7 +902,7 @@ def on_boot(lab: dict, node: str) -> None:
                     rec["data"]["boots"] = boots
                     if set(rec["data"]["mesh_nodes"]) <= set(boots):
                         # every node of the mesh rebooted within the window: the wedge is gone
-                        wedged = ncommon.Node(ncommon.Lab(d), rec["nodes"][0])
+                        wedged = userland.Node(userland.Lab(d), rec["nodes"][0])
                         wedged.update("boot", lambda b: [b.pop(k, None) for k in ("rdma_hang", "rdma_wedged")])
                         continue
                 if node == rec["nodes"][0]:
@@ -873,11 +918,11 @@ def on_boot(lab: dict, node: str) -> None:
 
 def _clear_overlay(d, lab: dict, node: str, key: str) -> None:
     path = os.path.join(d, "nodes", node, "fs", "Users", lab["user"], ".exo", "lab_faults.json")
-    data = ncommon.read_json(path, {}) or {}
+    data = userland.read_json(path, {}) or {}
     if key in data:
         data.pop(key)
         if data:
-            ncommon.write_json(path, data)
+            userland.write_json(path, data)
         else:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
@@ -885,9 +930,7 @@ def _clear_overlay(d, lab: dict, node: str, key: str) -> None:
 
 def locked_at_boot(lab: dict, node: str) -> bool:
     """FileVault on and this boot was not an `fdesetup authrestart`: the Mac waits at the unlock screen."""
-    from . import control
-
-    nd = control.node_dir(lab["name"], node)
-    if not ncommon.read_json(nd / "persist.json", {}).get("filevault"):
+    nd = state.node_dir(lab["name"], node)
+    if not userland.read_json(nd / "persist.json", {}).get("filevault"):
         return False
-    return not ncommon.read_json(nd / "boot.json", {}).get("authrestart")
+    return not userland.read_json(nd / "boot.json", {}).get("authrestart")

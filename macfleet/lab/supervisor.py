@@ -20,8 +20,9 @@ import time
 import traceback
 
 from . import faults
-from .control import boot_node, halt_node, lab_dir
-from .macos.common import read_json
+from .control import boot_node, halt_node
+from .macos.common import Lab, read_json
+from .state import lab_dir
 
 
 def main(name: str) -> int:
@@ -35,22 +36,16 @@ def main(name: str) -> int:
         try:
             boot = read_json(d / "nodes" / node / "boot.json", {})
             if action != "reboot" and boot.get("authrestart"):  # authrestart covers a software restart only
-                from .macos.common import Lab
-
                 Lab(d).node(node).update("boot", lambda b: b.pop("authrestart", None))
             if action in ("reboot", "cycle", "halt", "off") and boot.get("power") != "off":
                 halt_node(lab, node)
             if action in ("reboot", "cycle", "on"):
                 delay = faults.boot_seconds(lab, node, float(lab.get("boot_seconds", 0)))
                 if delay:
-                    from .macos.common import Lab
-
                     Lab(d).node(node).update("boot", lambda b: b.__setitem__("power", "booting"))
                     if stop.wait(delay):
                         return
                 if faults.locked_at_boot(lab, node):  # FileVault: waits at the unlock screen
-                    from .macos.common import Lab
-
                     Lab(d).node(node).update("boot", lambda b: b.update(power="locked", locked_at=time.time()))
                     return
                 children.append(boot_node(lab, node))

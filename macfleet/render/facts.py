@@ -14,6 +14,12 @@ from macfleet.facts.network import HardwarePortsFacts, IfconfigFacts
 from macfleet.facts.rdma import IbvDevicesFacts, IbvDevinfoFacts
 from macfleet.facts.thunderbolt import ThunderboltAttached, ThunderboltFacts
 from macfleet.judge.links import LinksReport
+from macfleet.render.text import text
+
+
+def _cells(*values: str) -> list[Text]:
+    """Table cells from parsed text: shown as read, never taken for markup."""
+    return [text(v) for v in values]
 
 
 def _speed(v: float | None) -> str:
@@ -30,22 +36,23 @@ def _attached_text(a: ThunderboltAttached) -> str:
 
 def _add_attached(tree: Tree, attached: list[ThunderboltAttached]) -> None:
     for a in attached:
-        _add_attached(tree.add(_attached_text(a)), a.attached)
+        _add_attached(tree.add(text(_attached_text(a))), a.attached)
 
 
 def render_thunderbolt(facts: ThunderboltFacts) -> RenderableType:
-    table = Table(title=f"Thunderbolt ports of {facts.host.name or 'this Mac'} ({facts.source_format})")
+    table = Table(title=text(f"Thunderbolt ports of {facts.host.name or 'this Mac'} ({facts.source_format})"))
     for col in ("receptacle", "bus", "link", "speed", "capability", "domain UUID", "attached"):
         table.add_column(col)
     for p in facts.ports:
         tree = Tree("-" if not p.attached else "", hide_root=True)
         _add_attached(tree, p.attached)
         table.add_row(
-            str(p.receptacle), str(p.bus), "up" if p.connected else "idle",
-            _speed(p.speed_gbps) if p.connected else f"up to {_speed(p.max_speed_gbps)}",
-            p.capability or "?", p.domain_uuid or "?", tree if p.attached else Text("-"),
+            *_cells(str(p.receptacle), str(p.bus), "up" if p.connected else "idle",
+                    _speed(p.speed_gbps) if p.connected else f"up to {_speed(p.max_speed_gbps)}",
+                    p.capability or "?", p.domain_uuid or "?"),
+            tree if p.attached else Text("-"),
         )
-    return Group(table, *[Text(f"note: {n}", style="dim") for n in facts.notes])
+    return Group(table, *[text(f"note: {n}", style="dim") for n in facts.notes])
 
 
 def render_hardware_ports(facts: HardwarePortsFacts) -> RenderableType:
@@ -53,7 +60,7 @@ def render_hardware_ports(facts: HardwarePortsFacts) -> RenderableType:
     for col in ("hardware port", "device", "MAC"):
         table.add_column(col)
     for p in facts.ports:
-        table.add_row(p.name, p.device, p.mac or "-")
+        table.add_row(*_cells(p.name, p.device, p.mac or "-"))
     return table
 
 
@@ -64,7 +71,7 @@ def render_ibv_devices(facts: IbvDevicesFacts) -> RenderableType:
     table.add_column("device")
     table.add_column("node GUID")
     for d in facts.devices:
-        table.add_row(d.name, d.guid)
+        table.add_row(*_cells(d.name, d.guid))
     return table
 
 
@@ -74,7 +81,7 @@ def render_ibv_devinfo(facts: IbvDevinfoFacts) -> RenderableType:
         table.add_column(col)
     for d in facts.devices:
         gid = "unknown (no -v)" if d.has_ipv4_gid is None else (d.ipv4_gid_address or "none")
-        table.add_row(d.name, d.state or "?", str(d.active_mtu or "?"), d.link_layer or "?", gid)
+        table.add_row(*_cells(d.name, d.state or "?", str(d.active_mtu or "?"), d.link_layer or "?", gid))
     return table
 
 
@@ -83,11 +90,11 @@ def render_ifconfig(facts: IfconfigFacts) -> RenderableType:
     for col in ("interface", "flags", "mtu", "IPv4", "status", "members"):
         table.add_column(col)
     for i in facts.interfaces:
-        table.add_row(
+        table.add_row(*_cells(
             i.name or "?", ",".join(i.flags), str(i.mtu or "?"),
             " ".join(f"{a.address}/{a.prefixlen}" if a.prefixlen is not None else a.address for a in i.inet) or "-",
             i.status or "?", " ".join(i.members) or "-",
-        )
+        ))
     return table
 
 
@@ -99,27 +106,27 @@ def render_links(result: LinksReport) -> RenderableType:
         def end(e: Any) -> str:
             return f"{e.node} r{e.receptacle}" + (f" ({e.device})" if e.device else "")
 
-        table.add_row(end(link.a), end(link.b), _speed(link.speed_gbps), ", ".join(link.via) or "direct")
+        table.add_row(*_cells(end(link.a), end(link.b), _speed(link.speed_gbps), ", ".join(link.via) or "direct"))
     parts: list[RenderableType] = [table]
     for f in result.findings:
-        parts.append(Text(f"{f.severity}: {f.message}" + (f" — {f.fix}" if f.fix else "")))
+        parts.append(text(f"{f.severity}: {f.message}" + (f" — {f.fix}" if f.fix else "")))
     return Group(*parts)
 
 
 def render_generic(model: BaseModel) -> RenderableType:
-    tree = Tree(type(model).__name__, guide_style="dim")
+    tree = Tree(text(type(model).__name__), guide_style="dim")
 
     def add(node: Tree, value: Any, label: str) -> None:
         if isinstance(value, dict):
-            sub = node.add(label)
+            sub = node.add(text(label))
             for k, v in value.items():
                 add(sub, v, str(k))
         elif isinstance(value, list) and value and isinstance(value[0], dict | list):
-            sub = node.add(label)
+            sub = node.add(text(label))
             for n, v in enumerate(value):
                 add(sub, v, f"[{n}]")
         else:
-            node.add(f"{label}: {value}")
+            node.add(text(f"{label}: {value}"))
 
     for k, v in model.model_dump(mode="json").items():
         add(tree, v, k)

@@ -17,6 +17,7 @@ from rich.console import Console, RenderableType
 from rich.text import Text
 
 from macfleet.errors import MacfleetError
+from macfleet.render.text import plain, text
 
 
 def _console(stderr: bool) -> Console:
@@ -66,6 +67,8 @@ def emit(
         sys.stdout.flush()
     elif human is not None:
         rendered = human(result)
+        if isinstance(rendered, str):
+            rendered = text(rendered)  # a plain string from a renderer is data, not markup
         if rendered is not None:
             console.print(rendered)
     else:
@@ -75,13 +78,14 @@ def emit(
 
 
 def info(message: str | Text) -> None:
-    """A human message (progress, notes); always on stderr so stdout stays data."""
+    """A human message (progress, notes); always on stderr so stdout stays data. A str may carry deliberate
+    markup: put any data inside it through `render.text.markup()`."""
     err_console.print(message, soft_wrap=True)
 
 
 def verbose(message: str) -> None:
     if mode.verbose:
-        err_console.print(Text(message, style="dim"))
+        err_console.print(Text(plain(message), style="dim"))
 
 
 def fail(error: MacfleetError) -> int:
@@ -97,9 +101,9 @@ def fail(error: MacfleetError) -> int:
         }
         sys.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False, default=str) + "\n")
     lines = error.lines()
-    err_console.print(Text(f"error: {lines[0]}", style="bold red"), soft_wrap=True)
+    err_console.print(text(f"error: {lines[0]}", style="bold red"), soft_wrap=True)
     for line in lines[1:]:
-        err_console.print(Text(f"  {line}"), soft_wrap=True)
+        err_console.print(text(f"  {line}"), soft_wrap=True)
     if error.hint:
-        err_console.print(Text(f"hint: {error.hint}", style="yellow"), soft_wrap=True)
+        err_console.print(text(f"hint: {error.hint}", style="yellow"), soft_wrap=True)
     return error.exit_code

@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from xml.sax.saxutils import escape
+from xml.sax.saxutils import escape as _xml_escape
 
 from macfleet.judge.topology import CablingPlan, TopologyReport
+from macfleet.render.text import plain
+
+
+def escape(value: str) -> str:
+    """Text for an SVG element: XML-escaped, with the control characters XML 1.0 forbids replaced."""
+    return _xml_escape(plain(value))
 
 STATE_COLOURS = {
     "ok": "#2e7d32",

@@ -12,6 +12,7 @@ from rich.text import Text
 from macfleet.judge.ipplan import IpEnd, IpLink, IpPlan
 from macfleet.judge.model import Finding
 from macfleet.judge.topology import CablingPlan, TopologyLink, TopologyReport, WatchEvent
+from macfleet.render.text import plain, text
 
 STATE_STYLES = {
     "ok": "green",
@@ -30,10 +31,10 @@ def _speed(v: float | None) -> str:
 
 
 def render_matrix(report: TopologyReport) -> Table:
-    t = Table(title=f"mesh {report.mesh}: cables (my port↔their port, Gb/s)", show_lines=True)
+    t = Table(title=text(f"mesh {report.mesh}: cables (my port↔their port, Gb/s)"), show_lines=True)
     t.add_column("")
     for n in report.nodes:
-        t.add_column(n, justify="center")
+        t.add_column(text(n), justify="center")
     missing = {frozenset((m.a, m.b)) for m in report.missing}
     half = {}
     for h in report.half_links:
@@ -64,7 +65,7 @@ def render_matrix(report: TopologyReport) -> Table:
             if not parts and key in missing:
                 parts.append("missing", style=STATE_STYLES["missing"])
             cells.append(parts if parts else Text("?", style="dim"))
-        t.add_row(Text(row, style="bold"), *cells)
+        t.add_row(text(row, style="bold"), *cells)
     return t
 
 
@@ -77,9 +78,9 @@ def render_findings(findings: list[Any]) -> RenderableType:
         style = "red" if f.severity == "error" else "yellow"
         lines.append(f"{f.severity:<7} ", style=f"bold {style}")
         lines.append(f"[{f.code}] ", style=style)
-        lines.append(f"{f.message}\n")
+        lines.append(f"{plain(f.message)}\n")
         lines.append("        fix: ", style="bold")
-        lines.append(f"{f.fix}\n")
+        lines.append(f"{plain(f.fix)}\n")
     return lines
 
 
@@ -89,13 +90,14 @@ def render_check(report: TopologyReport) -> RenderableType:
 
 def render_plan(plan: CablingPlan) -> RenderableType:
     if not plan.feasible:
-        return Group(*(Text(f"cannot cable this mesh: {p}", style="bold red") for p in plan.problems))
+        return Group(*(text(f"cannot cable this mesh: {p}", style="bold red") for p in plan.problems))
     t = Table(title=f"Cabling plan: {len(plan.nodes)} Macs, {len(plan.cables)} Thunderbolt 5 cables")
     for col in ("#", "from", "port", "where", "into", "port", "where"):
         t.add_column(col)
     for i, c in enumerate(plan.cables, 1):
-        t.add_row(str(i), c.a.node, str(c.a.receptacle) + (f" ({c.a.label})" if c.a.label else ""), c.a.where or "",
-                  c.b.node, str(c.b.receptacle) + (f" ({c.b.label})" if c.b.label else ""), c.b.where or "")
+        t.add_row(*map(text, (str(i), c.a.node, str(c.a.receptacle) + (f" ({c.a.label})" if c.a.label else ""),
+                              c.a.where or "", c.b.node, str(c.b.receptacle) + (f" ({c.b.label})" if c.b.label else ""),
+                              c.b.where or "")))
     unused: dict[tuple[str, int, str], list[str]] = {}
     for n in plan.nodes:
         for r, where in n.not_rdma.items():
@@ -103,7 +105,7 @@ def render_plan(plan: CablingPlan) -> RenderableType:
     note = Text("Use only Thunderbolt 5 cables (80 Gb/s), Mac to Mac, no hub or dock in between.", style="dim")
     parts: list[RenderableType] = [t, note]
     for (marketing, r, where), names in unused.items():
-        parts.append(Text(f"Leave port {r} ({where}) empty on {', '.join(names)} ({marketing}): it cannot do RDMA.",
+        parts.append(text(f"Leave port {r} ({where}) empty on {', '.join(names)} ({marketing}): it cannot do RDMA.",
                           style="dim"))
     return Group(*parts)
 
@@ -118,23 +120,25 @@ def render_ipplan(plan: IpPlan, unknown: Mapping[str, str] | None = None) -> Ren
 
     def port(lk: IpLink, e: IpEnd) -> str | Text:
         if e.port:
-            return e.port
+            return text(e.port)
         if lk.a.node in unknown or lk.b.node in unknown:
             return Text("unknown", style="yellow")
         return Text("no cable", style="dim")
 
     for lk in plan.links:
-        t.add_row(lk.subnet, lk.a.node, port(lk, lk.a), lk.a.address, lk.b.node, port(lk, lk.b), lk.b.address)
+        t.add_row(text(lk.subnet), text(lk.a.node), port(lk, lk.a), text(lk.a.address), text(lk.b.node),
+                  port(lk, lk.b), text(lk.b.address))
     parts: list[RenderableType] = [t]
     if plan.drift:
         d = Text("Drift (live addresses differ from the plan):\n", style="bold yellow")
         for x in plan.drift:
-            d.append(f"  {x.node} {x.port}: has {', '.join(x.found) or 'no IPv4 address'}, plan says {x.expected}\n")
+            found = ", ".join(x.found) or "no IPv4 address"
+            d.append(plain(f"  {x.node} {x.port}: has {found}, plan says {x.expected}\n"))
         parts.append(d)
     if unknown:
         u = Text("Not read, so its ports and drift are unknown:\n", style="bold yellow")
         for node, why in sorted(unknown.items()):
-            u.append(f"  {node}: {why}\n")
+            u.append(plain(f"  {node}: {why}\n"))
         parts.append(u)
     elif not plan.drift:
         parts.append(Text("No drift: every cabled port carries its planned address.", style="green"))
@@ -147,21 +151,21 @@ def collision_lines(findings: list[Finding]) -> list[Text]:
     for f in findings:
         label = "cannot check:" if f.code == "unread" else "collision:"
         line = Text(label, style="red")
-        line.append(f" {f.message}")
+        line.append(plain(f" {f.message}"))
         out.append(line)
     return out
 
 
 def unreachable_lines(unreachable: Mapping[str, str]) -> list[Text]:
-    return [Text(f"{node} could not be reached: {why}", style="red") for node, why in sorted(unreachable.items())]
+    return [text(f"{node} could not be reached: {why}", style="red") for node, why in sorted(unreachable.items())]
 
 
 def uncabled_notes(uncabled: Mapping[str, int]) -> list[Text]:
     out = []
     for mesh, n in uncabled.items():
         line = Text("note:", style="yellow")
-        line.append(f" {n} pair(s) of mesh {mesh} have no cable yet; their addresses are applied once cabled "
-                    "(see `macfleet topology check`)")
+        line.append(plain(f" {n} pair(s) of mesh {mesh} have no cable yet; their addresses are applied once cabled "
+                          "(see `macfleet topology check`)"))
         out.append(line)
     return out
 
@@ -171,7 +175,7 @@ def progress_line(host: str, status: str, task: str, verbose: bool) -> Text | No
     if status not in ("changed", "failed", "unreachable") and not verbose:
         return None
     style = {"changed": "yellow", "failed": "red", "unreachable": "red"}.get(status, "dim")
-    return Text(f"{host}: {status}: {task}", style=style)
+    return text(f"{host}: {status}: {task}", style=style)
 
 
 def render_apply(result: dict[str, Any], check: bool) -> RenderableType:
@@ -180,12 +184,12 @@ def render_apply(result: dict[str, Any], check: bool) -> RenderableType:
     t.add_column("changed", justify="right")
     t.add_column("failed")
     for node, r in result["nodes"].items():
-        t.add_row(node, str(r["changed"]), Text("yes", style="red") if r["failed"] else "no")
+        t.add_row(text(node), str(r["changed"]), Text("yes", style="red") if r["failed"] else "no")
     detail = result.get("changes") or {}
     lines = Text()
     for node, tasks in detail.items():
         for task in tasks:
-            lines.append(f"  {node}: {task}\n", style="yellow" if check else "")
+            lines.append(plain(f"  {node}: {task}\n"), style="yellow" if check else "")
     return Group(t, lines) if lines else t
 
 
@@ -209,12 +213,10 @@ def event_words(e: WatchEvent) -> tuple[str, str]:
 
 
 def format_event(e: WatchEvent) -> Text:
-    sign, text = event_words(e)
+    sign, words = event_words(e)
     style = {"+": "green", "-": "red", "!": "yellow"}.get(sign, "")
     shown = "−" if sign == "-" else sign  # a true minus sign lines up with +
-    return Text(f"{shown} {text}", style=style)
-
-
+    return text(f"{shown} {words}", style=style)
 def missing_words(report: TopologyReport) -> list[str]:
     """The pairs still to cable, each with the ports the check suggests."""
     out = []
@@ -230,5 +232,5 @@ def render_look(report: TopologyReport, events: list[WatchEvent], missing_change
     lines: list[RenderableType] = [format_event(e) for e in events]
     missing = missing_words(report)
     if missing_changed and missing:
-        lines.append(Text(f"  still missing ({len(missing)}): " + "; ".join(missing)))
+        lines.append(text(f"  still missing ({len(missing)}): " + "; ".join(missing)))
     return Group(*lines)

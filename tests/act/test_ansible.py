@@ -3,16 +3,20 @@ unreachable hosts and cancellation, all from real ansible-playbook runs."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from macfleet.act import ansible as act_ansible
 from macfleet.act.ansible import PlaybookRun, run_playbook
-from macfleet.errors import PlaybookFailed, UnreachableError, UsageError
+from macfleet.errors import Cancelled, PlaybookFailed, UnreachableError, UsageError
 from tests import sshd
 
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not sshd.available(), reason="needs root and OpenSSH (scripts/setup installs it)")
 
 PLAYBOOK = """\
@@ -112,3 +116,126 @@ def test_our_signal_handlers_survive_a_run(server, playbooks: Path, tmp_path: Pa
     before = signal.getsignal(signal.SIGINT)
     run_playbook(PlaybookRun("exercise", server.inventory, extravars={"marker": str(tmp_path / "m")}))
     assert signal.getsignal(signal.SIGINT) is before
+
+
+# ---------------------------------------------------------------------------------------------
+# No secret on disk; no SSH master connection left behind; paths with spaces and quotes.
+# ---------------------------------------------------------------------------------------------
+
+
+def test_no_secret_from_the_environment_reaches_the_state_directory(
+    server, playbooks: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secrets = {"AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI-planted-aws-secret", "ANSIBLE_BECOME_PASS": "planted-become-pw"}
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    run_playbook(PlaybookRun("exercise", server.inventory, extravars={"marker": str(tmp_path / "m")}))
+    state = tmp_path / "state"
+    files = [p for p in state.rglob("*") if p.is_file()]
+    assert any(p.name == "command" for p in files), "the run left no artifacts to check"
+    for path in files:
+        data = path.read_bytes()
+        for name, value in secrets.items():
+            assert value.encode() not in data, f"{name} written to {path}"
+
+
+def _ssh_connections_to(port: int) -> list[str]:
+    out = subprocess.run(["ss", "-tnpH", "state", "established", f"( dport = :{port} )"], capture_output=True,
+                         text=True).stdout
+    return [line for line in out.splitlines() if '"ssh"' in line]
+
+
+def test_no_ssh_master_outlives_a_run(server, playbooks: Path, tmp_path: Path) -> None:
+    run_playbook(PlaybookRun("exercise", server.inventory, extravars={"marker": str(tmp_path / "m")}))
+    deadline = time.monotonic() + 20  # well under ControlPersist (60 s)
+    while _ssh_connections_to(server.port) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _ssh_connections_to(server.port) == [], "an ssh master connection outlived the run"
+
+
+def test_an_inventory_under_a_path_with_a_space_and_a_quote(server, playbooks: Path, tmp_path: Path) -> None:
+    inv = tmp_path / "it's a dir" / "inv"
+    shutil.copytree(server.inventory, inv)
+    result = run_playbook(PlaybookRun("exercise", inv, extravars={"marker": str(tmp_path / "m")}, check=True))
+    assert result.status == "successful"
+    assert result.hosts["node-1"].ok >= 1
+
+
+# ---------------------------------------------------------------------------------------------
+# playbooks/roles/ipplan/tasks/port.yml: only "not a recognized network service" means "create it".
+# ---------------------------------------------------------------------------------------------
+
+PORT_PLAYBOOK = """\
+- name: Exercise the port tasks of the ipplan role.
+  hosts: macfleet
+  gather_facts: false
+  vars:
+    ipplan_networksetup: "{{ stub }}"
+    ipplan_mtu: 1500
+    ipplan_port: {device: en3, hardware_port: Thunderbolt 2, service: Thunderbolt 2, address: 10.213.0.1,
+                  netmask: 255.255.255.252}
+    ipplan_order: {stdout_lines: []}
+    ipplan_ifconfig_all: {stdout: ""}
+  tasks:
+    - name: Run the role's port tasks.
+      ansible.builtin.include_tasks: "{{ port_tasks }}"
+"""
+
+STUB = """#!/bin/sh
+echo "$*" >> {dir}/calls.log
+case "$1" in
+  -getinfo) cat {dir}/getinfo.out; exit "$(cat {dir}/getinfo.rc)" ;;
+esac
+exit 0
+"""
+
+
+@pytest.mark.parametrize(
+    ("out", "rc", "creates"),
+    [
+        ("Thunderbolt 2 is not a recognized network service.\n** Error: The parameters were not valid.\n", 4, True),
+        ("** Error: Command requires admin privileges.\n", 14, False),  # a failure that is not "missing"
+    ],
+    ids=["missing-service", "other-failure"],
+)
+def test_port_tasks_create_a_service_only_when_it_is_missing(
+    server, playbooks: Path, tmp_path: Path, out: str, rc: int, creates: bool
+) -> None:
+    stub = tmp_path / "networksetup"
+    stub.write_text(STUB.replace("{dir}", str(tmp_path)))
+    stub.chmod(0o755)
+    (tmp_path / "getinfo.out").write_text(out)
+    (tmp_path / "getinfo.rc").write_text(str(rc))
+    (playbooks / "port.yml").write_text(PORT_PLAYBOOK)
+    port_tasks = REPO / "playbooks" / "roles" / "ipplan" / "tasks" / "port.yml"
+    run = PlaybookRun("port", server.inventory, extravars={"stub": str(stub), "port_tasks": str(port_tasks)})
+    result = run_playbook(run, raise_on_failure=False)
+    calls = (tmp_path / "calls.log").read_text()
+    assert ("-createnetworkservice" in calls) is creates, calls
+    assert (result.status == "successful") is creates
+
+
+def test_a_cancelled_run_says_in_one_line_what_was_done() -> None:
+    result = act_ansible.PlaybookResult(
+        playbook="network", status="canceled", rc=254, hosts={}, failed_tasks=[],
+        changes={"studio-1": ["Create the network service for Thunderbolt 2.", "Set the MTU of en3."]},
+        unreachable={}, artifact_dir=None,
+    )
+    with pytest.raises(Cancelled) as info:
+        act_ansible.raise_for(result)
+    line = str(info.value)
+    assert "\n" not in line
+    assert "2 task(s) changed studio-1" in line and "were not run" in line
+
+
+def test_the_cli_prints_that_line_and_exits_130(cli, example_inventory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from macfleet.cli import topology as cli_topology
+
+    def interrupted(*_a, **_k):
+        raise Cancelled("playbook network cancelled: nothing had been changed; the rest was not run")
+
+    monkeypatch.setattr(cli_topology, "check_topology", interrupted)
+    result = cli("topology", "check", "-i", str(example_inventory))
+    assert result.exit_code == 130
+    assert "playbook network cancelled: nothing had been changed" in result.stderr
+    assert "Traceback" not in result.output

@@ -1,4 +1,4 @@
-"""Lab faults (issue 5): each fault shows where a real Mac shows it, nowhere else, and --clear undoes it.
+"""Lab faults: each fault shows where a real Mac shows it, nowhere else, and --clear undoes it.
 
 One table over the faults that need no reboot, on the shared `lab4` (every fault is cleared before the next):
 each node answers a set of probes over SSH (system_profiler, ibv_devinfo, rdma_ctl/ibv_devices, networksetup,
@@ -121,6 +121,8 @@ CASES = [
     ("bridge-on", ["bridge-on", "studio-2"],
      {"net": ("studio-2",), "ifconfig": ("studio-2",), "ibv": ("studio-2",), **EXO_ALL}, None),
     ("ip-drift", ["ip-drift", "studio-2"], {"ifconfig": ("studio-2",), "ibv": ("studio-2",), **EXO_ALL}, None),
+    ("foreign-addresses", ["foreign-addresses", "studio-2"],
+     {"ifconfig": ("studio-2",), "ibv": ("studio-2",), **EXO_ALL}, None),
     ("ip-drift-saved", ["ip-drift", "studio-2", "saved"],
      {"net": ("studio-2",), "ifconfig": ("studio-2",), "ibv": ("studio-2",), **EXO_ALL}, None),
     ("apipa", ["apipa", "studio-2"],
@@ -333,10 +335,14 @@ def test_reboot_keeps_settings_faults_and_drops_live_ones(lab_small) -> None:
     lab = lab_small
     fault(lab, "sleep-on", "studio-1")
     fault(lab, "ip-drift", "studio-1")
+    fault(lab, "foreign-addresses", "studio-2")
     try:
         assert "10.213.254." in lab.ssh("studio-1", "ifconfig").stdout
-        _reboot(lab, "studio-1")
+        assert "192.168." in lab.ssh("studio-2", "netstat -rn").stdout
+        _reboot(lab, "studio-1", "studio-2")
         assert "10.213.254." not in lab.ssh("studio-1", "ifconfig").stdout  # ifconfig changes are lost
+        assert "192.168." not in lab.ssh("studio-2", "ifconfig; netstat -rn").stdout  # and route changes
+        assert lab.status()["studio-2"]["faults"] == []
         assert " sleep                10" in lab.ssh("studio-1", "pmset -g").stdout  # pmset persists
         assert lab.status()["studio-1"]["faults"] == ["sleep-on studio-1"]
     finally:

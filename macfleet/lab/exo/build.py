@@ -103,7 +103,7 @@ def render_launchd_plist(
     args: list[str] | None = None,
     env: dict[str, str] | None = None,
 ) -> bytes:
-    """launchd job running exo in the foreground (exo.md §1.3), restarted whenever it exits.
+    """launchd job running exo in the foreground restarted whenever it exits.
 
     `program` is the absolute path of the entry point, normally `<install root>/current/bin/exo`; `home` the
     home directory of the user exo runs as (launchd does not expand `~`); `user` sets `UserName` (for a

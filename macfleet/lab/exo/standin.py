@@ -2,9 +2,9 @@
 
 This file is self-contained on purpose: an exo build (see build.py) copies it verbatim into
 `<release>/lib/exo_standin.py` and runs it with the node's Debian `/usr/bin/python3`. Standard library
-only; nothing from `macfleet` is imported (the lab must not reuse macfleet's parsers, design.md §6.1).
+only; nothing from `macfleet` is imported (the lab must not reuse macfleet's parsers).
 
-What it does, like exo does (shared/research/exo.md §1.6-§2.4):
+What it does, like exo does (its source: github.com/exo-explore/exo):
 - every `refresh_s` (1 s) it runs the node's macOS commands - `system_profiler SPThunderboltDataType -json`,
   `networksetup -listallhardwareports`, `ifconfig`, `ibv_devinfo`, `rdma_ctl status`, `sw_vers`
   (slow facts `system_profiler SPHardwareDataType`, `scutil --get ComputerName` every 10th tick) - and parses
@@ -18,7 +18,7 @@ What it does, like exo does (shared/research/exo.md §1.6-§2.4):
   `{"sourceRdmaIface", "sinkRdmaIface"}` when the Thunderbolt bus behind that link sees the peer's domain
   UUID, both ends have `rdma_ctl` enabled and both `rdma_enX` ports are PORT_ACTIVE;
 - it logs to `~/.exo/exo_log/exo.log` in exo's loguru format; `ibv_devinfo` hanging past its timeout is a
-  wedged RDMA stack: the runner fails with exo's JACCL signature (exo.md §5.1).
+  wedged RDMA stack: the runner fails with exo's JACCL signature (as exo's runner logs it, github.com/exo-explore/exo).
 
 Fault hooks: the JSON file `~/.exo/lab_faults.json` (or `$EXO_LAB_FAULTS_FILE`) is re-read every tick:
   {"runnerFailed": "<errorMessage>" | true,   -> runner RunnerFailed{errorMessage}; crash line in the log
@@ -58,7 +58,7 @@ GOSSIP_PATH = "/_lab/gossip"
 DEFAULT_INSTANCE_MODEL = "mlx-community/Llama-3.2-1B-Instruct-4bit"
 EXTRA_PATH = ("/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/sbin", "/opt/homebrew/bin")
 
-# exo.md §5.1: the JACCL strings a wedged RDMA stack produces, and exo's runner crash line.
+# The JACCL strings a wedged RDMA stack produces, and exo's runner crash line.
 RTR_ERRNO_22 = "[jaccl] Changing queue pair to RTR failed with errno 22"
 NO_PD = "[jaccl] Couldn't allocate protection domain"
 SEGV_MESSAGE = "Terminated (signal=11 (Segmentation fault: 11))"
@@ -199,7 +199,7 @@ def parse_hardware(text: str) -> dict:
 
 
 def parse_thunderbolt(text: str) -> list:
-    """`system_profiler SPThunderboltDataType -json` -> buses as exo reads them (exo.md §2.3).
+    """`system_profiler SPThunderboltDataType -json` -> buses as exo reads them (as exo's source reads them).
 
     [{"domainUuid", "receptacle", "linkSpeed", "peerUuid"}]; peerUuid = first `_items[]` entry with a
     `domain_uuid_key` (another Mac's bus), None when nothing or only a non-host device is attached.
@@ -231,7 +231,7 @@ def p2p_peers(addr: str, prefix: int) -> list:
 
 
 def model_dir_complete(path: Path) -> bool:
-    """Completeness rule (exo.md §1.7): a `*.safetensors.index.json` whose weight_map files all exist and no
+    """Completeness rule (exo's model downloader): a `*.safetensors.index.json` whose weight_map files all exist and no
     `*.partial` file; a model without an index is complete when `model.safetensors` exists and nothing is partial."""
     try:
         names = {p.name for p in path.iterdir()}
@@ -303,7 +303,7 @@ class Config:
         self.identity_s = identity_s
         self.models_s = models_s
         user_home = Path(home) if home is not None else Path(env.get("HOME") or Path.home())
-        # exo: EXO_HOME is relative to $HOME, default ~/.exo (exo.md §1.5)
+        # exo: EXO_HOME is relative to $HOME, default ~/.exo
         self.exo_home = user_home / env.get("EXO_HOME", ".exo")
         self.log_dir = self.exo_home / "exo_log"
         self.log_file = self.log_dir / "exo.log"
@@ -399,7 +399,7 @@ class ExoStandin:
     # ---- identity
 
     def _load_node_id(self) -> str:
-        # exo HEAD draws a random id per start (exo.md §1.6); the lab keeps one per node, in ~/.exo/node_zid,
+        # exo HEAD draws a random id per start (its node_id); the lab keeps one per node, in ~/.exo/node_zid,
         # so a restart is the same node (as exo's Dec-2025 persisted keypair was).
         try:
             value = self.cfg.node_id_file.read_text().strip()
@@ -521,7 +521,7 @@ class ExoStandin:
         return True
 
     def _gather(self) -> dict:
-        """The node's facts. Cadences follow exo's (exo.md §2.3) but quicker for links, which decide edges:
+        """The node's facts. Cadences follow exo's but quicker for links, which decide edges:
         links (`ifconfig`, `system_profiler SPThunderboltDataType -json`, `ibv_devinfo`) every links_s, config
         (`networksetup`, `rdma_ctl`) every config_s, identity every identity_s. Each command is a process on
         the node, so this, not the 1 s probe loop, is what a lab of many nodes pays for."""
@@ -789,7 +789,7 @@ class ExoStandin:
                     "records": {nid: rec for nid, (rec, _seen) in self._records.items()}}
 
     def state(self) -> dict:
-        """exo's `/state` (HEAD schema, camelCase; exo.md §1.9) built from the merged records."""
+        """exo's `/state` (HEAD schema, camelCase) built from the merged records."""
         with self._lock:
             records = {nid: rec for nid, (rec, _s) in self._records.items()}
             idx = self._event_idx
@@ -979,7 +979,7 @@ def main(argv: list | None = None, *, build_root: Path | None = None) -> int:
     cfg = Config(version=version, broken=broken, bind=args.bind, api_port=args.api_port,
                  peer_port=args.peer_port, refresh_s=args.refresh)
     cfg.exo_home.mkdir(parents=True, exist_ok=True)
-    # single instance, like exo's ~/.exo/exo.pid lock (exo.md §1.3)
+    # single instance, like exo's ~/.exo/exo.pid lock
     import fcntl
 
     pid_fh = open(cfg.pid_file, "a+")  # noqa: SIM115 - held for the process lifetime

@@ -33,6 +33,8 @@ COMMANDS = {
     "plutil": "tools:plutil",
     "route": "tools:route",
     "netstat": "tools:netstat",
+    "afplay": "sound:afplay",
+    "ipconfig": "tools:ipconfig",
 }
 STANDINS = (*COMMANDS, "ping")
 

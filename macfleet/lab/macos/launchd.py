@@ -158,154 +158,175 @@ def _state(entry: dict) -> str:
     return "running" if alive(entry.get("pid")) else "not running"
 
 
+def _bootstrap(node: Node, sub: str, rest: list[str]) -> int:
+    if sub == "load":
+        paths = [a for a in rest if not a.startswith("-")]
+        domain = "system" if is_root() else f"gui/{os.geteuid()}"
+    else:
+        if len(rest) < 2:
+            err("Usage: launchctl bootstrap <domain-target> [service-path, service-path2, ...]")
+            return 64
+        domain, paths = rest[0], rest[1:]
+    if not _domain_ok(domain):
+        err("Bootstrap failed: 1: Operation not permitted")
+        return 1
+    for p in paths:
+        rc, msg = load_job(node, domain, p)
+        if rc:
+            err(msg)
+            return rc
+    return 0
+
+
+def _bootout(node: Node, sub: str, rest: list[str]) -> int:
+    jobs: dict = node.jobs
+    labels = []
+    if sub == "bootout" and len(rest) == 1:
+        labels = [_target(rest[0])[1]]
+    else:
+        for p in [a for a in rest if not a.startswith("-")]:
+            if p.endswith(".plist") or ("/" in p and os.path.exists(p)):
+                try:
+                    labels.append(load_plist(p)["Label"])
+                except (OSError, KeyError, plistlib.InvalidFileException):
+                    labels.append(Path(p).stem)
+            else:
+                labels.append(p)
+    rc = 0
+    for label in labels:
+        entry = jobs.get(label)
+        if entry is None:
+            err("Boot-out failed: 3: No such process")
+            rc = 3
+            continue
+        if not _domain_ok(entry["domain"]):
+            err("Boot-out failed: 1: Operation not permitted")
+            return 1
+        node.update("jobs", lambda d, lb=label: d.pop(lb, None))  # first: no KeepAlive restart after this
+        stop(entry.get("pid"))
+    return rc
+
+
+def _kickstart(node: Node, sub: str, rest: list[str]) -> int:
+    jobs: dict = node.jobs
+    kill = "-k" in rest
+    target = [a for a in rest if not a.startswith("-")]
+    if not target:
+        err("Usage: launchctl kickstart [-kp] <service-target>")
+        return 64
+    domain, label = _target(target[0]) if sub in ("kickstart", "kill") else ("", target[0])
+    entry = jobs.get(label)
+    if entry is None:
+        err(f'Could not find service "{label}" in domain for {domain or "system"}')
+        return 113
+    if sub in ("stop", "kill"):
+        stop(entry.get("pid"))
+        return 0
+    if alive(entry.get("pid")):
+        if not kill:
+            return 0
+        stop(entry.get("pid"))
+    job = load_plist(entry["plist"])
+    pid = spawn(job, entry["domain"])
+
+    def mutate(d: dict) -> None:
+        e = d.get(label)
+        if e is not None:
+            e.update(pid=pid, started=time.time(), runs=e.get("runs", 0) + 1)
+
+    node.update("jobs", mutate)
+    if "-p" in rest:
+        sys.stdout.write(f"{pid}\n")
+    return 0
+
+
+def _print(node: Node, sub: str, rest: list[str]) -> int:
+    jobs: dict = node.jobs
+    if not rest:
+        err("Usage: launchctl print <domain-target> | <service-target>")
+        return 64
+    domain, label = _target(rest[0])
+    if not domain:  # a domain: list its services
+        domain = rest[0]
+        sys.stdout.write(f"{domain} = {{\n\tservices = {{\n")
+        for lb, e in jobs.items():
+            if e["domain"] == domain:
+                sys.stdout.write(f"\t\t{e.get('pid') if alive(e.get('pid')) else 0}\t-\t{lb}\n")
+        sys.stdout.write("\t}\n}\n")
+        return 0
+    entry = jobs.get(label)
+    if entry is None or entry["domain"] != domain:
+        err(f'Could not find service "{label}" in domain for {domain}')
+        return 113
+    job = load_plist(entry["plist"])
+    argv = job.get("ProgramArguments") or [job.get("Program", "")]
+    running = alive(entry.get("pid"))
+    lines = [
+        f"{domain}/{label} = {{",
+        f"\tactive count = {1 if running else 0}",
+        f"\tpath = {entry['plist']}",
+        f"\ttype = {'LaunchDaemon' if domain == 'system' else 'LaunchAgent'}",
+        f"\tstate = {'running' if running else 'not running'}",
+        "",
+        f"\tprogram = {job.get('Program') or argv[0]}",
+        "\targuments = {",
+        *[f"\t\t{a}" for a in argv],
+        "\t}",
+        "",
+        f"\tstdout path = {job.get('StandardOutPath', '/dev/null')}",
+        f"\tstderr path = {job.get('StandardErrorPath', '/dev/null')}",
+        f"\truns = {entry.get('runs', 0)}",
+    ]
+    if running:
+        lines.append(f"\tpid = {entry['pid']}")
+    last = entry.get("last_exit")
+    lines.append(f"\tlast exit code = {last if last is not None else '(never exited)'}")
+    lines.append("}")
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+def _list(node: Node, sub: str, rest: list[str]) -> int:
+    jobs: dict = node.jobs
+    if rest:
+        entry = jobs.get(rest[0])
+        if entry is None:
+            err(f'Could not find service "{rest[0]}" in domain for port')
+            return 113
+        job = load_plist(entry["plist"])
+        out = ["{", f'\t"Label" = "{rest[0]}";', f'\t"LastExitStatus" = {entry.get("last_exit") or 0};']
+        if alive(entry.get("pid")):
+            out.append(f'\t"PID" = {entry["pid"]};')
+        out.append(f'\t"Program" = "{job.get("Program") or (job.get("ProgramArguments") or [""])[0]}";')
+        out.append("};")
+        sys.stdout.write("\n".join(out) + "\n")
+        return 0
+    out = ["PID\tStatus\tLabel"]
+    for label, e in sorted(jobs.items()):
+        pid = e.get("pid") if alive(e.get("pid")) else "-"
+        out.append(f"{pid}\t{e.get('last_exit') or 0}\t{label}")
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0
+
+
+def _accepted(node: Node, sub: str, rest: list[str]) -> int:
+    return 0
+
+
+SUBCOMMANDS = {"bootstrap": _bootstrap, "load": _bootstrap, "bootout": _bootout, "unload": _bootout,
+               "remove": _bootout, "kickstart": _kickstart, "start": _kickstart, "stop": _kickstart,
+               "kill": _kickstart, "print": _print, "list": _list, "enable": _accepted, "disable": _accepted}
+
+
 def launchctl(node: Node, args: list[str]) -> int:
     if not args:
         err("Usage: launchctl <subcommand> ... | help [subcommand]")
         return 64
-    sub, rest = args[0], args[1:]
-    jobs: dict = node.jobs
-    if sub in ("bootstrap", "load"):
-        if sub == "load":
-            paths = [a for a in rest if not a.startswith("-")]
-            domain = "system" if is_root() else f"gui/{os.geteuid()}"
-        else:
-            if len(rest) < 2:
-                err("Usage: launchctl bootstrap <domain-target> [service-path, service-path2, ...]")
-                return 64
-            domain, paths = rest[0], rest[1:]
-        if not _domain_ok(domain):
-            err("Bootstrap failed: 1: Operation not permitted")
-            return 1
-        for p in paths:
-            rc, msg = load_job(node, domain, p)
-            if rc:
-                err(msg)
-                return rc
-        return 0
-    if sub in ("bootout", "unload", "remove"):
-        labels = []
-        if sub == "bootout" and len(rest) == 1:
-            domain, label = _target(rest[0])
-            labels = [label]
-        else:
-            for p in [a for a in rest if not a.startswith("-")]:
-                if p.endswith(".plist") or ("/" in p and os.path.exists(p)):
-                    try:
-                        labels.append(load_plist(p)["Label"])
-                    except (OSError, KeyError, plistlib.InvalidFileException):
-                        labels.append(Path(p).stem)
-                else:
-                    labels.append(p)
-        rc = 0
-        for label in labels:
-            entry = jobs.get(label)
-            if entry is None:
-                err("Boot-out failed: 3: No such process")
-                rc = 3
-                continue
-            if not _domain_ok(entry["domain"]):
-                err("Boot-out failed: 1: Operation not permitted")
-                return 1
-            stop(entry.get("pid"))
-            node.update("jobs", lambda d, lb=label: d.pop(lb, None))
-        return rc
-    if sub in ("kickstart", "start", "stop", "kill"):
-        kill = "-k" in rest
-        target = [a for a in rest if not a.startswith("-")]
-        if not target:
-            err("Usage: launchctl kickstart [-kp] <service-target>")
-            return 64
-        domain, label = _target(target[0]) if sub in ("kickstart", "kill") else ("", target[0])
-        entry = jobs.get(label)
-        if entry is None:
-            err(f'Could not find service "{label}" in domain for {domain or "system"}')
-            return 113
-        if sub in ("stop", "kill"):
-            stop(entry.get("pid"))
-            return 0
-        if alive(entry.get("pid")):
-            if not kill:
-                return 0
-            stop(entry.get("pid"))
-        job = load_plist(entry["plist"])
-        pid = spawn(job, entry["domain"])
-
-        def mutate(d: dict) -> None:
-            e = d.get(label)
-            if e is not None:
-                e.update(pid=pid, started=time.time(), runs=e.get("runs", 0) + 1)
-
-        node.update("jobs", mutate)
-        if "-p" in rest:
-            sys.stdout.write(f"{pid}\n")
-        return 0
-    if sub == "print":
-        if not rest:
-            err("Usage: launchctl print <domain-target> | <service-target>")
-            return 64
-        domain, label = _target(rest[0])
-        if not domain:  # a domain: list its services
-            domain = rest[0]
-            sys.stdout.write(f"{domain} = {{\n\tservices = {{\n")
-            for lb, e in jobs.items():
-                if e["domain"] == domain:
-                    sys.stdout.write(f"\t\t{e.get('pid') if alive(e.get('pid')) else 0}\t-\t{lb}\n")
-            sys.stdout.write("\t}\n}\n")
-            return 0
-        entry = jobs.get(label)
-        if entry is None or entry["domain"] != domain:
-            err(f'Could not find service "{label}" in domain for {domain}')
-            return 113
-        job = load_plist(entry["plist"])
-        argv = job.get("ProgramArguments") or [job.get("Program", "")]
-        running = alive(entry.get("pid"))
-        lines = [
-            f"{domain}/{label} = {{",
-            f"\tactive count = {1 if running else 0}",
-            f"\tpath = {entry['plist']}",
-            f"\ttype = {'LaunchDaemon' if domain == 'system' else 'LaunchAgent'}",
-            f"\tstate = {'running' if running else 'not running'}",
-            "",
-            f"\tprogram = {job.get('Program') or argv[0]}",
-            "\targuments = {",
-            *[f"\t\t{a}" for a in argv],
-            "\t}",
-            "",
-            f"\tstdout path = {job.get('StandardOutPath', '/dev/null')}",
-            f"\tstderr path = {job.get('StandardErrorPath', '/dev/null')}",
-            f"\truns = {entry.get('runs', 0)}",
-        ]
-        if running:
-            lines.append(f"\tpid = {entry['pid']}")
-        last = entry.get("last_exit")
-        lines.append(f"\tlast exit code = {last if last is not None else '(never exited)'}")
-        lines.append("}")
-        sys.stdout.write("\n".join(lines) + "\n")
-        return 0
-    if sub == "list":
-        if rest:
-            entry = jobs.get(rest[0])
-            if entry is None:
-                err(f'Could not find service "{rest[0]}" in domain for port')
-                return 113
-            job = load_plist(entry["plist"])
-            out = ["{", f'\t"Label" = "{rest[0]}";', f'\t"LastExitStatus" = {entry.get("last_exit") or 0};']
-            if alive(entry.get("pid")):
-                out.append(f'\t"PID" = {entry["pid"]};')
-            out.append(f'\t"Program" = "{job.get("Program") or (job.get("ProgramArguments") or [""])[0]}";')
-            out.append("};")
-            sys.stdout.write("\n".join(out) + "\n")
-            return 0
-        out = ["PID\tStatus\tLabel"]
-        for label, e in sorted(jobs.items()):
-            pid = e.get("pid") if alive(e.get("pid")) else "-"
-            out.append(f"{pid}\t{e.get('last_exit') or 0}\t{label}")
-        sys.stdout.write("\n".join(out) + "\n")
-        return 0
-    if sub in ("enable", "disable"):
-        return 0
-    err(f'Unrecognized subcommand: {sub}')
-    return 64
+    handler = SUBCOMMANDS.get(args[0])
+    if handler is None:
+        err(f"Unrecognized subcommand: {args[0]}")
+        return 64
+    return handler(node, args[0], args[1:])
 
 
 def boot_jobs(node: Node, user: str) -> None:
@@ -326,9 +347,15 @@ def keep_alive_tick(node: Node) -> None:
             except OSError:
                 continue
 
-            def mutate(d: dict, lb: str = label, p: int = pid) -> None:
+            booted_out: list[bool] = []
+
+            def mutate(d: dict, lb: str = label, p: int = pid, gone: list[bool] = booted_out) -> None:
                 x = d.get(lb)
                 if x is not None:
                     x.update(pid=p, started=time.time(), runs=x.get("runs", 0) + 1)
+                else:
+                    gone.append(True)
 
             node.update("jobs", mutate)
+            if booted_out:  # booted out while we restarted it: launchd would not run it, so neither do we
+                stop(pid)

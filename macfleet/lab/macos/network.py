@@ -2,7 +2,7 @@
 
 networksetup changes are persisted (persist.json "services") and applied to the node's interfaces;
 ifconfig changes only touch the live interfaces (lost at reboot, as on macOS).
-Shapes: shared/samples/macos__networksetup_*, macos__ifconfig_*; research/macos-outputs.md §6-§7.
+Shapes: shared/samples/macos__networksetup_*, macos__ifconfig_* (copies in tests/fixtures/captures/).
 """
 
 from __future__ import annotations
@@ -169,139 +169,191 @@ def _getinfo(node: Node, svc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+# -- reads: anyone ---------------------------------------------------------------------------
+
+
+def _list_hardware_ports(node: Node, rest: list[str]) -> int:
+    """A Mac lists the "Thunderbolt Bridge" port exactly when it has the bridge0 interface (a Mac whose bridge
+    was deleted, as exo's setup script does, lists neither: macos__networksetup_listallhardwareports_macmini_
+    m4pro_no_bridge_1.txt). `ifconfig bridge0 down` keeps the interface, so the port stays listed."""
+    out = [""]
+    bridge = Links().exists(BRIDGE)
+    for hp, dev, mac in hardware_ports(node):
+        if dev == BRIDGE and not bridge:
+            continue
+        out += [f"Hardware Port: {hp}", f"Device: {dev}", f"Ethernet Address: {mac}", ""]
+    out += ["VLAN Configurations", "==================="]
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0
+
+
+def _list_services(node: Node, rest: list[str]) -> int:
+    names = [s["name"] if s.get("enabled") else "*" + s["name"] for s in node.persist.get("services", [])]
+    sys.stdout.write("\n".join([HEADER, *names]) + "\n")
+    return 0
+
+
+def _list_service_order(node: Node, rest: list[str]) -> int:
+    blocks = []
+    n = 0
+    for s in node.persist.get("services", []):
+        dev = port_device(node, s["port"])
+        if s.get("enabled"):
+            n += 1
+            tag = f"({n})"
+        else:
+            tag = "(*)"
+        blocks.append(f"{tag} {s['name']}\n(Hardware Port: {s['port']}, Device: {dev})\n")
+    sys.stdout.write(HEADER + "\n" + "\n".join(blocks))
+    return 0
+
+
+def _get_info(node: Node, rest: list[str]) -> int:
+    svc = _find(node.persist.get("services", []), rest[0]) if rest else None
+    if svc is None:
+        return _not_a_service(rest[0] if rest else "")
+    sys.stdout.write(_getinfo(node, svc))
+    return 0
+
+
+def _get_enabled(node: Node, rest: list[str]) -> int:
+    svc = _find(node.persist.get("services", []), rest[0]) if rest else None
+    if svc is None:
+        return _not_a_service(rest[0] if rest else "")
+    sys.stdout.write("Enabled\n" if svc.get("enabled") else "Disabled\n")
+    return 0
+
+
+def _get_mtu(node: Node, rest: list[str]) -> int:
+    mtu = Links().mtu(rest[0] if rest else "")
+    sys.stdout.write(f"Active MTU: {mtu} (Current Setting: {mtu})\n")
+    return 0
+
+
+def _root_no_op(node: Node, rest: list[str]) -> int:
+    return 0 if is_root() else _need_root()
+
+
+READS = {"-listallhardwareports": _list_hardware_ports, "-listallnetworkservices": _list_services,
+         "-listnetworkserviceorder": _list_service_order, "-getinfo": _get_info,
+         "-getnetworkserviceenabled": _get_enabled, "-getmtu": _get_mtu, "-detectnewhardware": _root_no_op,
+         "-setv6off": _root_no_op, "-setv6automatic": _root_no_op, "-setv6linklocal": _root_no_op}
+
+
+# -- changes: root only, persisted, then applied to the ports they touch ---------------------
+# Each takes (node, persisted data, arguments, set of touched devices) and returns the exit code.
+
+
+def _named_service(svcs: list[dict], rest: list[str], need: int = 1) -> tuple[dict | None, int]:
+    svc = _find(svcs, rest[0]) if rest else None
+    if svc is None or len(rest) < need:
+        return None, _not_a_service(rest[0] if rest else "")
+    return svc, 0
+
+
+def _set_manual(node: Node, data: dict, rest: list[str], touched: set[str]) -> int:
+    if len(rest) < 3:
+        return 4
+    svc = _find(data["services"], rest[0])
+    if svc is None:
+        return _not_a_service(rest[0])
+    import ipaddress
+
+    try:
+        ipaddress.IPv4Address(rest[1])
+        mask_to_prefix(rest[2])
+    except ValueError:
+        sys.stdout.write("** Error: The parameters were not valid.\n")
+        return 4
+    svc.update(config="manual", ip=rest[1], mask=rest[2], router=rest[3] if len(rest) > 3 else None)
+    touched.add(port_device(node, svc["port"]) or "")
+    return 0
+
+
+def _set_dhcp(node: Node, data: dict, rest: list[str], touched: set[str]) -> int:
+    svc, rc = _named_service(data["services"], rest)
+    if svc is not None:
+        svc.update(config="dhcp", ip=None, mask=None, router=None)
+        touched.add(port_device(node, svc["port"]) or "")
+    return rc
+
+
+def _create_service(node: Node, data: dict, rest: list[str], touched: set[str]) -> int:
+    if len(rest) < 2 or port_device(node, rest[1]) is None:
+        sys.stdout.write(f"{rest[1] if len(rest) > 1 else ''} is not a valid hardware port.\n")
+        return 4
+    if _find(data["services"], rest[0]) is not None:
+        sys.stdout.write(f"{rest[0]} already exists.\n** Error: The parameters were not valid.\n")
+        return 4
+    data["services"].append({"name": rest[0], "port": rest[1], "enabled": True, "config": "dhcp"})
+    touched.add(port_device(node, rest[1]) or "")
+    return 0
+
+
+def _remove_service(node: Node, data: dict, rest: list[str], touched: set[str]) -> int:
+    svc, rc = _named_service(data["services"], rest)
+    if svc is not None:
+        data["services"].remove(svc)
+        touched.add(port_device(node, svc["port"]) or "")
+    return rc
+
+
+def _rename_service(node: Node, data: dict, rest: list[str], touched: set[str]) -> int:
+    svc, rc = _named_service(data["services"], rest, need=2)
+    if svc is not None:
+        svc["name"] = rest[1]
+    return rc
+
+
+def _set_enabled(node: Node, data: dict, rest: list[str], touched: set[str]) -> int:
+    svc, rc = _named_service(data["services"], rest, need=2)
+    if svc is not None:
+        svc["enabled"] = rest[1].lower() in ("on", "yes", "1", "true")
+        touched.add(port_device(node, svc["port"]) or "")
+    return rc
+
+
+def _order_services(node: Node, data: dict, rest: list[str], touched: set[str]) -> int:
+    order = {name: i for i, name in enumerate(rest)}
+    data["services"].sort(key=lambda s: order.get(s["name"], len(order)))
+    return 0
+
+
+def _set_mtu(node: Node, data: dict, rest: list[str], touched: set[str]) -> int:
+    if len(rest) < 2 or not rest[1].isdigit():
+        return 4
+    data.setdefault("mtu", {})[rest[0]] = int(rest[1])
+    touched.add(rest[0])
+    return 0
+
+
+CHANGES = {"-setmanual": _set_manual, "-setdhcp": _set_dhcp, "-createnetworkservice": _create_service,
+           "-removenetworkservice": _remove_service, "-renamenetworkservice": _rename_service,
+           "-setnetworkserviceenabled": _set_enabled, "-ordernetworkservices": _order_services,
+           "-setmtu": _set_mtu}
+
+
 def networksetup(node: Node, args: list[str]) -> int:
     if not args:
         sys.stdout.write("networksetup: no command given; see `networksetup -help`\n")
         return 0
     cmd, rest = args[0], args[1:]
     lc = cmd.lower()
-    persist = node.persist
-    services = persist.get("services", [])
-
-    if lc == "-listallhardwareports":
-        out = [""]
-        for hp, dev, mac in hardware_ports(node):
-            out += [f"Hardware Port: {hp}", f"Device: {dev}", f"Ethernet Address: {mac}", ""]
-        out += ["VLAN Configurations", "==================="]
-        sys.stdout.write("\n".join(out) + "\n")
-        return 0
-    if lc == "-listallnetworkservices":
-        names = [s["name"] if s.get("enabled") else "*" + s["name"] for s in services]
-        sys.stdout.write("\n".join([HEADER, *names]) + "\n")
-        return 0
-    if lc == "-listnetworkserviceorder":
-        blocks = []
-        n = 0
-        for s in services:
-            dev = port_device(node, s["port"])
-            if s.get("enabled"):
-                n += 1
-                tag = f"({n})"
-            else:
-                tag = "(*)"
-            blocks.append(f"{tag} {s['name']}\n(Hardware Port: {s['port']}, Device: {dev})\n")
-        sys.stdout.write(HEADER + "\n" + "\n".join(blocks))
-        return 0
-    if lc == "-getinfo":
-        if not rest:
-            return _not_a_service("")
-        svc = _find(services, rest[0])
-        if svc is None:
-            return _not_a_service(rest[0])
-        sys.stdout.write(_getinfo(node, svc))
-        return 0
-    if lc == "-getnetworkserviceenabled":
-        svc = _find(services, rest[0]) if rest else None
-        if svc is None:
-            return _not_a_service(rest[0] if rest else "")
-        sys.stdout.write("Enabled\n" if svc.get("enabled") else "Disabled\n")
-        return 0
-    if lc == "-getmtu":
-        dev = rest[0] if rest else ""
-        mtu = Links().mtu(dev)
-        sys.stdout.write(f"Active MTU: {mtu} (Current Setting: {mtu})\n")
-        return 0
-    if lc in ("-detectnewhardware", "-setv6off", "-setv6automatic", "-setv6linklocal"):
-        return 0 if is_root() else _need_root()
-
-    # -- changes: root only, persisted, then applied -------------------------------------------
+    if lc in READS:
+        return READS[lc](node, rest)
     if not is_root():
         return _need_root()
+    change = CHANGES.get(lc)
+    if change is None:
+        sys.stdout.write(f"{cmd}: not simulated by the macfleet lab\n** Error: The parameters were not valid.\n")
+        return 4
     touched: set[str] = set()
     rc = 0
 
     def mutate(data: dict) -> None:
         nonlocal rc
-        svcs = data.setdefault("services", [])
-        if lc == "-setmanual":
-            if len(rest) < 3:
-                rc = 4
-                return
-            svc = _find(svcs, rest[0])
-            if svc is None:
-                rc = _not_a_service(rest[0])
-                return
-            import ipaddress
-
-            try:
-                ipaddress.IPv4Address(rest[1])
-                mask_to_prefix(rest[2])
-            except ValueError:
-                sys.stdout.write("** Error: The parameters were not valid.\n")
-                rc = 4
-                return
-            svc.update(config="manual", ip=rest[1], mask=rest[2], router=rest[3] if len(rest) > 3 else None)
-            touched.add(port_device(node, svc["port"]) or "")
-        elif lc == "-setdhcp":
-            svc = _find(svcs, rest[0]) if rest else None
-            if svc is None:
-                rc = _not_a_service(rest[0] if rest else "")
-                return
-            svc.update(config="dhcp", ip=None, mask=None, router=None)
-            touched.add(port_device(node, svc["port"]) or "")
-        elif lc == "-createnetworkservice":
-            if len(rest) < 2 or port_device(node, rest[1]) is None:
-                sys.stdout.write(f"{rest[1] if len(rest) > 1 else ''} is not a valid hardware port.\n")
-                rc = 4
-                return
-            if _find(svcs, rest[0]) is not None:
-                sys.stdout.write(f"{rest[0]} already exists.\n** Error: The parameters were not valid.\n")
-                rc = 4
-                return
-            svcs.append({"name": rest[0], "port": rest[1], "enabled": True, "config": "dhcp"})
-            touched.add(port_device(node, rest[1]) or "")
-        elif lc == "-removenetworkservice":
-            svc = _find(svcs, rest[0]) if rest else None
-            if svc is None:
-                rc = _not_a_service(rest[0] if rest else "")
-                return
-            svcs.remove(svc)
-            touched.add(port_device(node, svc["port"]) or "")
-        elif lc == "-renamenetworkservice":
-            svc = _find(svcs, rest[0]) if rest else None
-            if svc is None or len(rest) < 2:
-                rc = _not_a_service(rest[0] if rest else "")
-                return
-            svc["name"] = rest[1]
-        elif lc == "-setnetworkserviceenabled":
-            svc = _find(svcs, rest[0]) if rest else None
-            if svc is None or len(rest) < 2:
-                rc = _not_a_service(rest[0] if rest else "")
-                return
-            svc["enabled"] = rest[1].lower() in ("on", "yes", "1", "true")
-            touched.add(port_device(node, svc["port"]) or "")
-        elif lc == "-ordernetworkservices":
-            order = {name: i for i, name in enumerate(rest)}
-            svcs.sort(key=lambda s: order.get(s["name"], len(order)))
-        elif lc == "-setmtu":
-            if len(rest) < 2 or not rest[1].isdigit():
-                rc = 4
-                return
-            data.setdefault("mtu", {})[rest[0]] = int(rest[1])
-            touched.add(rest[0])
-        else:
-            sys.stdout.write(f"{cmd}: not simulated by the macfleet lab\n** Error: The parameters were not valid.\n")
-            rc = 4
+        data.setdefault("services", [])
+        rc = change(node, data, rest, touched)
 
     node.update("persist", mutate)
     if rc == 0 and touched - {""}:

@@ -6,6 +6,7 @@ namespace). Exit 0 when any reply came back, 2 when none, 68 for an unknown host
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import select
@@ -46,115 +47,130 @@ def _split_attached(args: list[str]) -> list[str]:
     return out
 
 
-def ping(args: list[str]) -> int:
-    count, interval, timeout, wait_ms, quiet, size, src, once = None, 1.0, None, 10000, False, 56, None, False
-    host = None
+USAGE = "usage: ping [-c count] [-i wait] [-t timeout] [-W waittime] [-s packetsize] [-S src_addr] host"
+# flag -> (option, how its value is read); flags with no value set the option to True
+VALUED = {"-c": ("count", int), "-i": ("interval", float), "-t": ("timeout", float), "-W": ("wait_ms", int),
+          "-s": ("size", int), "-S": ("src", str)}
+FLAGS = {"-q": "quiet", "-o": "once", "-n": None, "-D": None, "-Q": None}
+
+
+def _options(args: list[str]) -> dict | int:
+    """The options as a dict, or the exit code of a usage error (already reported)."""
+    opts: dict = {"count": None, "interval": 1.0, "timeout": None, "wait_ms": 10000, "quiet": False, "size": 56,
+                  "src": None, "once": False, "host": None}
+    args = _split_attached(args)
     i = 0
     try:
-        args = _split_attached(args)
         while i < len(args):
             a = args[i]
-            if a == "-c":
-                count = int(args[i + 1])
+            if a in VALUED:
+                key, read = VALUED[a]
+                opts[key] = read(args[i + 1])
                 i += 1
-            elif a == "-i":
-                interval = float(args[i + 1])
-                i += 1
-            elif a == "-t":
-                timeout = float(args[i + 1])
-                i += 1
-            elif a == "-W":
-                wait_ms = int(args[i + 1])
-                i += 1
-            elif a == "-s":
-                size = int(args[i + 1])
-                i += 1
-            elif a == "-S":
-                src = args[i + 1]
-                i += 1
-            elif a == "-q":
-                quiet = True
-            elif a == "-o":
-                once = True
-            elif a in ("-n", "-D", "-Q"):
-                pass
+            elif a in FLAGS:
+                if FLAGS[a]:
+                    opts[FLAGS[a]] = True
             elif a.startswith("-"):
                 err(f"ping: invalid option -- {a.lstrip('-')[:1]}")
                 return 64
             else:
-                host = a
+                opts["host"] = a
             i += 1
     except (IndexError, ValueError):
-        err("usage: ping [-c count] [-i wait] [-t timeout] [-W waittime] [-s packetsize] [-S src_addr] host")
+        err(USAGE)
         return 64
-    if host is None:
-        err("usage: ping [-c count] [-i wait] [-t timeout] [-W waittime] [-s packetsize] [-S src_addr] host")
+    if opts["host"] is None:
+        err(USAGE)
         return 64
-    try:
-        addr = socket.gethostbyname(host)
-    except OSError:
-        err(f"ping: cannot resolve {host}: Unknown host")
-        return 68
+    return opts
+
+
+def _open(addr_src: str | None) -> socket.socket | int:
     try:
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP)
     except OSError as e:
         err(f"ping: socket: {e.strerror}")
         return 71
-    if src:
+    if addr_src:
         try:
-            sock.bind((src, 0))
+            sock.bind((addr_src, 0))
         except OSError:
             err("ping: bind: Can't assign requested address")
             return 64
-    sys.stdout.write(f"PING {host} ({addr}): {size} data bytes\n")
-    sys.stdout.flush()
-    start = time.monotonic()
-    sent = received = 0
-    rtts: list[float] = []
-    seq = 0
-    ident = os.getpid() & 0xFFFF
-    next_send = start
-    last_sent = start
+    return sock
+
+
+def _send(sock: socket.socket, addr: str, ident: int, seq: int, size: int) -> None:
+    payload = struct.pack("!d", time.monotonic()) + bytes(max(0, size - 8))
+    header = struct.pack("!BBHHH", 8, 0, 0, ident, seq)
+    pkt = struct.pack("!BBHHH", 8, 0, _checksum(header + payload), ident, seq) + payload
     try:
-        while True:
-            now = time.monotonic()
-            if timeout is not None and now - start >= timeout:
-                break
-            if count is not None and sent >= count and (received >= sent or now - last_sent >= wait_ms / 1000):
-                break
-            if (count is None or sent < count) and now >= next_send:
-                payload = struct.pack("!d", time.monotonic()) + bytes(max(0, size - 8))
-                header = struct.pack("!BBHHH", 8, 0, 0, ident, seq)
-                pkt = struct.pack("!BBHHH", 8, 0, _checksum(header + payload), ident, seq) + payload
-                try:
-                    sock.sendto(pkt, (addr, 0))
-                except OSError as e:
-                    err(f"ping: sendto: {e.strerror}")
-                sent += 1
-                seq += 1
-                last_sent = now
-                next_send = now + interval
-            wait = max(0.0, min(next_send - time.monotonic(), 0.2))
-            if count is not None and sent >= count:
-                wait = 0.05
-            r, _, _ = select.select([sock], [], [], wait)
-            if r:
-                data, _peer = sock.recvfrom(65535)
-                if len(data) >= 16 and data[0] == 0:
-                    rseq = struct.unpack("!H", data[6:8])[0]
-                    t0 = struct.unpack("!d", data[8:16])[0]
-                    ms = (time.monotonic() - t0) * 1000
-                    received += 1
-                    rtts.append(ms)
-                    if not quiet:
-                        sys.stdout.write(f"{len(data)} bytes from {addr}: icmp_seq={rseq} ttl=64 time={ms:.3f} ms\n")
-                        sys.stdout.flush()
-                    if once:
-                        break
-            elif count is None and timeout is None:
-                continue
-    except KeyboardInterrupt:
-        pass
+        sock.sendto(pkt, (addr, 0))
+    except OSError as e:
+        err(f"ping: sendto: {e.strerror}")
+
+
+def _reply(sock: socket.socket) -> tuple[int, int, float] | None:
+    """(length, icmp_seq, round trip in ms) of an echo reply, or None for anything else."""
+    data, _peer = sock.recvfrom(65535)
+    if len(data) < 16 or data[0] != 0:
+        return None
+    t0 = struct.unpack("!d", data[8:16])[0]
+    return len(data), struct.unpack("!H", data[6:8])[0], (time.monotonic() - t0) * 1000
+
+
+def _exchange(sock: socket.socket, addr: str, o: dict, rtts: list[float]) -> None:
+    """Send and receive as the options say: o["sent"] counts what was sent, RTTS gets each reply's round trip
+    (both stay right when Ctrl-C interrupts)."""
+    count, timeout, wait_s = o["count"], o["timeout"], o["wait_ms"] / 1000
+    start = next_send = last_sent = time.monotonic()
+    sent = 0
+    ident = os.getpid() & 0xFFFF
+    while True:
+        now = time.monotonic()
+        if timeout is not None and now - start >= timeout:
+            return
+        if count is not None and sent >= count and (len(rtts) >= sent or now - last_sent >= wait_s):
+            return
+        if (count is None or sent < count) and now >= next_send:
+            _send(sock, addr, ident, sent, o["size"])
+            sent = o["sent"] = sent + 1
+            last_sent, next_send = now, now + o["interval"]
+        wait = 0.05 if count is not None and sent >= count else max(0.0, min(next_send - time.monotonic(), 0.2))
+        if not select.select([sock], [], [], wait)[0]:
+            continue
+        got = _reply(sock)
+        if got is None:
+            continue
+        length, rseq, ms = got
+        rtts.append(ms)
+        if not o["quiet"]:
+            sys.stdout.write(f"{length} bytes from {addr}: icmp_seq={rseq} ttl=64 time={ms:.3f} ms\n")
+            sys.stdout.flush()
+        if o["once"]:
+            return
+
+
+def ping(args: list[str]) -> int:
+    o = _options(args)
+    if isinstance(o, int):
+        return o
+    host = o["host"]
+    try:
+        addr = socket.gethostbyname(host)
+    except OSError:
+        err(f"ping: cannot resolve {host}: Unknown host")
+        return 68
+    sock = _open(o["src"])
+    if isinstance(sock, int):
+        return sock
+    sys.stdout.write(f"PING {host} ({addr}): {o['size']} data bytes\n")
+    sys.stdout.flush()
+    rtts: list[float] = []
+    o["sent"] = 0
+    with contextlib.suppress(KeyboardInterrupt):
+        _exchange(sock, addr, o, rtts)
+    sent, received = o["sent"], len(rtts)
     loss = 0.0 if sent == 0 else (sent - received) * 100.0 / sent
     sys.stdout.write(f"\n--- {host} ping statistics ---\n")
     sys.stdout.write(f"{sent} packets transmitted, {received} packets received, {loss:.1f}% packet loss\n")

@@ -1,7 +1,7 @@
 """`system_profiler` stand-in: SPThunderboltDataType (text, -json, -xml) and SPHardwareDataType.
 
 Shapes follow shared/samples (macos__sp_thunderbolt_*, macos__sp_hardware_json_*) and
-research/macos-outputs.md §1-§5: buses in descending order, host bus keys, Mac peers without route
+the real captures: buses in descending order, host bus keys, Mac peers without route
 string / switch UID, the RDMA service (64087) only when the PEER has RDMA on, speed by cable kind.
 """
 

@@ -1,7 +1,7 @@
 """`ibv_devices`, `ibv_devinfo`, `rdma_ctl` and `nvram` stand-ins.
 
 Shapes: rdma-core's tab layout as in shared/samples/macos__ibv_devices_*, mlx__apple-tn3205_ibv_devinfo_*,
-macos__ibv_devinfo_v_*; research/macos-outputs.md §8. One rdma_enX per Thunderbolt port while RDMA is
+macos__ibv_devinfo_v_* (copies in tests/fixtures/captures/). One rdma_enX per Thunderbolt port while RDMA is
 enabled (none while disabled, exit 0). A port is PORT_ACTIVE only when the cable is up, both ends have RDMA
 on, both ports are RDMA-capable and the cable is TB5; GID[1] (IPv4-mapped) appears only when enX has an IPv4.
 """
@@ -12,6 +12,13 @@ import os
 import sys
 
 from .common import Links, Node, err, eui64_fe80, secured_fe80
+
+
+def has_devices(node: Node) -> bool:
+    """RDMA devices exist only while RDMA is on, and only on a Thunderbolt 5 Mac: on a Thunderbolt 4 Mac
+    `rdma_ctl enable` succeeds but `ibv_devices` stays empty (as reported on an M4 Mac mini in
+    github.com/jundot/omlx/issues/3037)."""
+    return node.rdma_enabled and any(p["max_speed_gbps"] >= 80 for p in node.ports)
 
 
 def node_guid(node: Node, receptacle: int) -> str:
@@ -36,7 +43,7 @@ def port_active(node: Node, port: dict, links: Links) -> bool:
 
 def ibv_devices(node: Node, args: list[str]) -> int:
     out = ["    device          \t   node GUID", "    ------          \t----------------"]
-    if node.rdma_enabled:
+    if has_devices(node):
         for p in node.ports:
             out.append(f"    {'rdma_' + p['device']:<16}\t{node_guid(node, p['receptacle'])}")
     sys.stdout.write("\n".join(out) + "\n")
@@ -56,11 +63,11 @@ def ibv_devinfo(node: Node, args: list[str]) -> int:
         elif a.startswith("--ib-dev="):
             want = a.split("=", 1)[1]
     if "-l" in args or "--list" in args:
-        devs = [f"rdma_{p['device']}" for p in node.ports] if node.rdma_enabled else []
+        devs = [f"rdma_{p['device']}" for p in node.ports] if has_devices(node) else []
         sys.stdout.write(f"{len(devs)} HCA{'s' if len(devs) != 1 else ''} found:\n")
         sys.stdout.write("".join(f"\t{d}\n" for d in devs))
         return 0
-    if not node.rdma_enabled:
+    if not has_devices(node):
         sys.stdout.write("No IB devices found\n")
         return 255
     if node.boot.get("rdma_hang"):  # fault hook: ibv_devinfo hangs while the RDMA stack is wedged
@@ -144,7 +151,7 @@ def rdma_ctl(node: Node, args: list[str]) -> int:
         return 0
     if sub in ("enable", "disable"):
         if os.environ.get(RECOVERY_ENV) != "1":
-            # macOS refuses outside Recovery (exact wording not captured; research/macos-outputs.md §11).
+            # macOS refuses outside Recovery (exact wording not captured: a guess listed in docs/lab.md).
             err(f"rdma_ctl: {sub} is only available from the Recovery OS. Operation not permitted")
             return 1
         node.update("persist", lambda d: d.__setitem__("rdma", sub == "enable"))

@@ -1,6 +1,6 @@
 """Host stand-ins: sw_vers, sysctl, pmset, fdesetup, csrutil, systemsetup, scutil, softwareupdate,
 caffeinate, shutdown/reboot/halt. Shapes: shared/samples/macos__sw_vers_*, macos__sysctl_*, macos__pmset_*,
-macos__fdesetup_*, macos__csrutil_*, macos__systemsetup_*; research/macos-outputs.md §9.
+macos__fdesetup_*, macos__csrutil_*, macos__systemsetup_* (the parsers' copies: tests/fixtures/captures/).
 """
 
 from __future__ import annotations

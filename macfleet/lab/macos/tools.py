@@ -1,8 +1,8 @@
 """Small stand-ins: `date` (with the lab's clock-skew fault), `df` (APFS volumes, the disk-full fault),
-`plutil -lint`, `route -n get`, `netstat -rn` (macOS layout).
+`plutil -lint`, `route [-n] get|add|change|delete`, `netstat -rn` (macOS layout), `ipconfig getifaddr`.
 
-Shapes are best guesses from macOS man pages where shared/samples has no capture (research/macos-outputs.md
-§11 lists such gaps); only the fields macfleet reads are meant to be exact.
+Shapes are best guesses from macOS man pages where no capture exists (docs/lab.md lists them); only the
+fields macfleet reads are meant to be exact.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 import sys
 import time
 
-from .common import Node, err, ip_json, prefix_to_mask
+from .common import Node, err, ip_json, is_root, mask_to_prefix, prefix_to_mask, run
 
 # ---------------------------------------------------------------------------------------------
 # date
@@ -161,11 +161,89 @@ def _mac_dev(dev: str) -> str:
     return "lo0" if dev == "lo" else dev
 
 
+ROUTE_USAGE = "usage: route [-dnqtv] command [[modifiers] args]"
+
+
 def route(node: Node, args: list[str]) -> int:
+    """`route [-n] get DEST`, and `route [-n] add|change|delete [-net|-host] DEST[/LEN] [-netmask MASK]
+    (-interface IFACE | GATEWAY)`: changes the namespace's routing table only (lost at the next reboot, as
+    on a Mac, where route(8) changes are never persisted)."""
     words = [a for a in args if a not in ("-n", "-q", "-v")]
-    if len(words) < 2 or words[0] != "get":
-        err("route: only `route [-n] get ADDRESS` is simulated by the macfleet lab")
+    if len(words) >= 2 and words[0] == "get":
+        return _route_get(words)
+    if len(words) >= 2 and words[0] in ("add", "change", "delete"):
+        return _route_change(words[0], words[1:])
+    err(ROUTE_USAGE)
+    return 64
+
+
+def _route_target(words: list[str]) -> tuple[str, str, str, str] | None:
+    """(kind net|host, destination as DEST/LEN, iface or "", gateway or "") from route(8)'s arguments."""
+    import ipaddress
+
+    kind = "host" if "-host" in words else "net"
+    rest = [w for w in words if w not in ("-net", "-host", "-inet", "-static", "-cloning")]
+    iface = gateway = mask = ""
+    plain: list[str] = []
+    i = 0
+    while i < len(rest):
+        if rest[i] in ("-interface", "-iface", "-netmask") and i + 1 < len(rest):
+            if rest[i] == "-netmask":
+                mask = rest[i + 1]
+            else:
+                iface = rest[i + 1]
+            i += 2
+            continue
+        plain.append(rest[i])
+        i += 1
+    if not plain:
+        return None
+    dest = "0.0.0.0/0" if plain[0] == "default" else plain[0]
+    if "/" not in dest:
+        dest += f"/{mask_to_prefix(mask)}" if mask else ("/32" if kind == "host" else "")
+    if "/" not in dest:  # a bare network: as BSD, its class decides the mask (10/8, 172.16/16, 192.168/24)
+        first = int(dest.split(".")[0])
+        dest += "/8" if first < 128 else "/16" if first < 192 else "/24"
+    net = ipaddress.IPv4Network(dest, strict=False)
+    if net.prefixlen == 32:
+        kind = "host"
+    if len(plain) > 1:
+        gateway = plain[1]
+        ipaddress.IPv4Address(gateway)
+    return kind, str(net), iface, gateway
+
+
+def _route_change(verb: str, words: list[str]) -> int:
+    try:
+        target = _route_target(words)
+    except ValueError as e:
+        err(f"route: bad address: {e}")
+        return 68
+    if target is None or (verb != "delete" and not target[2] and not target[3]):
+        err(ROUTE_USAGE)
         return 64
+    if not is_root():
+        err("route: must be root to alter routing table")
+        return 1
+    kind, dest, iface, gateway = target
+    shown = dest.split("/")[0]  # macOS names the destination without its mask ("add net 10.1.0.0: gateway en2")
+    via = iface or gateway
+    ip_verb = {"add": "add", "change": "change", "delete": "del"}[verb]
+    argv = ["route", ip_verb, dest] + (["dev", iface] if iface else []) + (["via", gateway] if gateway else [])
+    from .common import IP
+
+    p = run([IP, *argv])
+    if p.returncode != 0:
+        reason = "File exists" if "exists" in p.stderr else "not in table"
+        err(f"route: writing to routing socket: {reason}")
+        sys.stdout.write(f"{verb} {kind} {shown}: gateway {via}: {reason}\n" if via else
+                         f"{verb} {kind} {shown}: {reason}\n")
+        return 1
+    sys.stdout.write(f"{verb} {kind} {shown}: gateway {via}\n" if via else f"{verb} {kind} {shown}\n")
+    return 0
+
+
+def _route_get(words: list[str]) -> int:
     dest = words[1] if words[1] not in ("-inet", "-host", "-net") else (words[2] if len(words) > 2 else "")
     dest = "0.0.0.0" if dest == "default" else dest
     got = ip_json("route", "get", dest)
@@ -227,3 +305,21 @@ def _ifindex(dev: str) -> str:
             return f.read().strip()
     except OSError:
         return "0"
+
+
+# ---------------------------------------------------------------------------------------------
+# ipconfig
+# ---------------------------------------------------------------------------------------------
+
+
+def ipconfig(node: Node, args: list[str]) -> int:
+    """`ipconfig getifaddr IFACE`: the interface's first IPv4 address; nothing and exit 1 without one."""
+    if len(args) != 2 or args[0] != "getifaddr":
+        err("usage: ipconfig <command> <args>\n(only `ipconfig getifaddr IFACE` is simulated by the macfleet lab)")
+        return 64
+    for a in ip_json("-4", "addr", "show", "dev", args[1]):
+        for info in a.get("addr_info", []):
+            if info.get("family") == "inet":
+                sys.stdout.write(info["local"] + "\n")
+                return 0
+    return 1

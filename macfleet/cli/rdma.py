@@ -1,0 +1,65 @@
+"""`macfleet rdma ...`: RDMA over Thunderbolt, its status and the guided Recovery-mode walkthrough."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Group
+
+from macfleet.cli.options import InventoryOpt, JsonOpt, MeshOpt, inventory_path
+from macfleet.flow.rdma import EnableOptions, enable_rdma, rdma_status, select_meshes
+from macfleet.inventory.load import load_inventory
+from macfleet.render.output import emit, info
+from macfleet.render.rdma import ConsoleOperator, render_status, render_walk_summary
+
+app = typer.Typer(no_args_is_help=True, help="RDMA over Thunderbolt: status, and the guided Recovery-mode steps "
+                  "that switch it on.")
+
+
+@app.command("status")
+def status_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, json_output: JsonOpt = False) -> None:
+    """Is the mesh RDMA-ready? macOS build, Thunderbolt 5, rdma_ctl, RDMA devices, every cabled port ACTIVE
+    with its IPv4-mapped GID, and a wedged RDMA stack.
+
+    Exit 0 ready, 1 not ready, 3 a node could not be reached (the others are still judged)."""
+    fleet = load_inventory(inventory_path(inventory))
+    meshes = select_meshes(fleet, mesh)
+    info(f"collecting from {sum(len(m.nodes) for m in meshes)} node(s) in one pass…")
+    report = rdma_status(fleet, meshes)
+    emit(report.json_payload(), human=lambda _: render_status(report), exit_code=report.exit_code())
+
+
+@app.command("enable")
+def enable_cmd(
+    nodes: Annotated[list[str] | None, typer.Argument(help="Only these nodes (default: every node with RDMA off).",
+                                                      show_default=False)] = None,
+    inventory: InventoryOpt = None,
+    mesh: MeshOpt = None,
+    all_at_once: Annotated[bool, typer.Option("--all-at-once", help="Shut every node down together and walk "
+                                              "them through Recovery at once.")] = False,
+    non_interactive: Annotated[bool, typer.Option("--non-interactive", help="Print the status and the steps only "
+                                                  "(for a runbook or a ticket); change nothing; exit 1 while work "
+                                                  "remains.")] = False,
+    timeout: Annotated[float, typer.Option("--timeout", min=5, help="Seconds to wait for a node to shut down, and "
+                                           "again to come back from Recovery.")] = 900.0,
+    json_output: JsonOpt = False,
+) -> None:
+    """Switch RDMA on, guided: identify each Mac, shut it down, show that model's Recovery steps, wait for it to
+    come back, verify; then verify the whole mesh. Resumable: Ctrl-C, and a later run continues where it stopped
+    (the state file is kept beside the inventory). It never runs `rdma_ctl enable` over SSH: that works only in
+    Recovery."""
+    fleet = load_inventory(inventory_path(inventory))
+    meshes = select_meshes(fleet, mesh)
+    opts = EnableOptions(nodes=list(nodes or []), all_at_once=all_at_once, non_interactive=non_interactive,
+                         timeout_s=timeout)
+    result = enable_rdma(fleet, meshes, opts, ConsoleOperator())
+
+    def human(_: object) -> Group:
+        parts = []
+        if result.walk is not None and result.walk.nodes:
+            parts.append(render_walk_summary({p.node: (p.phase, p.note) for p in result.walk.nodes}, result.never))
+        parts.append(render_status(result.report))
+        return Group(*parts)
+
+    emit(result.report.json_payload(), human=human, exit_code=result.exit_code)
