@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from xml.sax.saxutils import escape
 
@@ -177,8 +177,7 @@ def wait_for_nodes(fleet: Fleet, nodes: list[str], boottime: dict[str, str], tim
     started = time.monotonic()
     state = {n: NodeWait() for n in nodes}
     targets = {n: SshTarget.for_node(fleet, fleet.node(n)) for n in nodes}
-    targets = {n: SshTarget(**{**t.__dict__, "connect_timeout_s": min(t.connect_timeout_s, 5.0)})
-               for n, t in targets.items()}
+    targets = {n: replace(t, connect_timeout_s=min(t.connect_timeout_s, 5.0)) for n, t in targets.items()}
 
     def poll(node: str) -> None:
         while time.monotonic() - started < timeout_s and not (cancel and cancel.is_set()):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import signal
 import threading
 from typing import Annotated
@@ -40,8 +41,12 @@ def watch(
     if reset_breaker:
         reset(fleet, meshes, info)
         return
-    if listen is not None and (":" not in listen or not listen.rpartition(":")[2].isdigit()):
-        raise UsageError(f"--listen {listen!r}: expected ADDR:PORT, e.g. 127.0.0.1:9464")
+    port = listen.rpartition(":")[2] if listen is not None else "1"
+    if listen is not None and (":" not in listen or not port.isascii() or not port.isdigit()
+                               or not 0 < int(port) < 65536 or len(listen) > 300):
+        raise UsageError(f"--listen {listen!r}: expected ADDR:PORT with a port from 1 to 65535, e.g. 127.0.0.1:9464")
+    if interval is not None and not math.isfinite(interval):
+        raise UsageError(f"--interval {interval}: expected a finite number of seconds")
     every = interval or min(m.settings.probes.interval_s for m in meshes)
     watcher = Watcher(fleet, meshes, interval_s=every, say=info, listen=listen)
     stop = threading.Event()

@@ -9,6 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from macfleet.errors import UsageError
+
 RESULT_VALUE = {"ok": 1.0, "finding": 0.0, "unknown": -1.0}
 
 
@@ -57,7 +59,10 @@ def serve(listen: str, metrics: Metrics, page: Callable[[], str]) -> ThreadingHT
         def log_message(self, *args) -> None:  # quiet: the audit log is the record
             return
 
-    server = ThreadingHTTPServer((host.strip("[]") or "127.0.0.1", int(port)), Handler)
+    try:
+        server = ThreadingHTTPServer((host.strip("[]") or "127.0.0.1", int(port)), Handler)
+    except (OSError, OverflowError, ValueError) as exc:
+        raise UsageError(f"--listen {listen}: cannot listen there ({exc})") from None
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="watch-http", daemon=True).start()
     return server

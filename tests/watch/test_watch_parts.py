@@ -17,7 +17,7 @@ from macfleet.watch.probe import BACKOFF_FIRST_S, KeptSession
 def test_reconnect_backs_off_then_retries(tmp_path):
     known = tmp_path / "known_hosts"
     known.write_text("")
-    kept = KeptSession(SshTarget(node="n", host="127.0.0.1", port=1, user=None, key_file=None, known_hosts=known,
+    kept = KeptSession(SshTarget(node="n", host="127.0.0.1", port=1, user=None, key_files=(), known_hosts=(known,),
                                  connect_timeout_s=2))
     with pytest.raises(Unreachable):
         kept.get()
