@@ -86,7 +86,9 @@ class SshArgs:
         if known is None or not known.is_file():
             raise UsageError(f"known_hosts file {known} does not exist",
                              hint="host keys are checked strictly: add each Mac's key first")
-        opts = [*SSH_OPTS, "-o", "IdentitiesOnly=yes", "-o", f"UserKnownHostsFile={known}", "-p", str(node.port)]
+        opts = [*SSH_OPTS, "-o", "IdentitiesOnly=yes", "-o", f"UserKnownHostsFile={known}"]
+        if node.port is not None:  # None: what ssh would use (~/.ssh/config, else 22)
+            opts += ["-p", str(node.port)]
         key = fleet.path(ssh.private_key_file)
         if key is not None:
             opts += ["-i", str(key)]
