@@ -194,7 +194,7 @@ def mesh_known_hosts(fleet: Fleet, addresses: Mapping[tuple[str, str], str]) -> 
         node = fleet.node(peer)
         ssh = next(m.settings.ssh for m in fleet.meshes if m.name == node.mesh)
         known = fleet.path(ssh.known_hosts_file)
-        keys = host_keys(known, node.address if node.port == 22 else f"[{node.address}]:{node.port}")
+        keys = host_keys(known, node.address if node.port in (None, 22) else f"[{node.address}]:{node.port}")
         if not keys:
             raise UsageError(f"no host key for {peer} ({node.address}) in {known}")
         lines += [f"{addr} {k}" for k in keys]
