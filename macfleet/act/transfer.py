@@ -257,6 +257,17 @@ def rsync_node_to_node(src_args: SshArgs, src_dir: str, user: str | None, dst_ad
 # Verify and land, on the node
 # ------------------------------------------------------------------------------------------------------
 
+# The digest every node program computes: the manifest's (blake2b-256), read in 4 MiB chunks.
+NODE_DIGEST = r"""
+def digest(p):
+    h = hashlib.blake2b(digest_size=32)
+    with open(p, "rb") as f:
+        for c in iter(lambda: f.read(4 << 20), b""):
+            h.update(c)
+    return h.hexdigest()
+"""
+
+
 # Runs on the node under /usr/bin/python3 with the manifest on stdin. argv: MODE STAGING FINAL.
 # MODE "land": every staged file whose digest matches moves to FINAL/<path> (os.replace); a final file
 #              already matching stays. MODE "check": only reports. Prints {"ok": [...], "bad": {path: why}}.
@@ -264,13 +275,7 @@ _NODE_PROGRAM = r"""
 import hashlib, json, os, sys
 mode, staging, final = sys.argv[1], sys.argv[2], sys.argv[3]
 manifest = json.load(sys.stdin)
-def digest(p):
-    h = hashlib.blake2b(digest_size=32)
-    with open(p, "rb") as f:
-        for c in iter(lambda: f.read(4 << 20), b""):
-            h.update(c)
-    return h.hexdigest()
-def matches(p, f):
+""" + NODE_DIGEST + r"""def matches(p, f):
     try:
         st = os.lstat(p)
     except FileNotFoundError:

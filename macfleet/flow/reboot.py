@@ -15,6 +15,7 @@ from macfleet.act import reboot as act
 from macfleet.act.lock import ClusterLock, lock_path, stale_reason
 from macfleet.errors import MacfleetError, UsageError
 from macfleet.flow.doctor import run_doctor
+from macfleet.flow.meshes import one_mesh
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.model import Refusal
 from macfleet.judge.reboot import RebootPlan, preflight
@@ -51,11 +52,7 @@ class RebootResult:
 def select(fleet: Fleet, mesh: str | None, nodes: list[str]) -> tuple[Mesh, list[str]]:
     """The mesh to reboot: --mesh, the mesh of NODES (they must be one whole mesh), or the only mesh."""
     if mesh is not None:
-        try:
-            m = fleet.mesh(mesh)
-        except KeyError:
-            raise UsageError(f"no mesh {mesh!r} in {fleet.root}",
-                             hint="meshes: " + ", ".join(x.name for x in fleet.meshes)) from None
+        m = one_mesh(fleet, mesh)
     elif nodes:
         unknown = [n for n in nodes if n not in {x.name for x in fleet.nodes}]
         if unknown:
