@@ -63,11 +63,13 @@ def start(tmp: Path, nodes: tuple[str, ...] = ("node-1",)) -> LocalSshd:
     Path("/run/sshd").mkdir(exist_ok=True)
     process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 10
-    while True:  # poll until it accepts connections
+    waiting = list(addresses)
+    while waiting:  # poll until it accepts connections on every address
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+            with socket.create_connection((waiting[0], port), timeout=0.5) as s:
                 if s.recv(4).startswith(b"SSH-"):
-                    break
+                    waiting.pop(0)
+                    continue
         except OSError:
             pass
         if time.monotonic() > deadline or process.poll() is not None:

@@ -86,7 +86,9 @@ class SshArgs:
         if known is None or not known.is_file():
             raise UsageError(f"known_hosts file {known} does not exist",
                              hint="host keys are checked strictly: add each Mac's key first")
-        opts = [*SSH_OPTS, "-o", "IdentitiesOnly=yes", "-o", f"UserKnownHostsFile={known}", "-p", str(node.port)]
+        opts = [*SSH_OPTS, "-o", "IdentitiesOnly=yes", "-o", f"UserKnownHostsFile={known}"]
+        if node.port is not None:  # None: what ssh would use (~/.ssh/config, else 22)
+            opts += ["-p", str(node.port)]
         key = fleet.path(ssh.private_key_file)
         if key is not None:
             opts += ["-i", str(key)]
@@ -192,7 +194,7 @@ def mesh_known_hosts(fleet: Fleet, addresses: Mapping[tuple[str, str], str]) -> 
         node = fleet.node(peer)
         ssh = next(m.settings.ssh for m in fleet.meshes if m.name == node.mesh)
         known = fleet.path(ssh.known_hosts_file)
-        keys = host_keys(known, node.address if node.port == 22 else f"[{node.address}]:{node.port}")
+        keys = host_keys(known, node.address if node.port in (None, 22) else f"[{node.address}]:{node.port}")
         if not keys:
             raise UsageError(f"no host key for {peer} ({node.address}) in {known}")
         lines += [f"{addr} {k}" for k in keys]
@@ -255,6 +257,17 @@ def rsync_node_to_node(src_args: SshArgs, src_dir: str, user: str | None, dst_ad
 # Verify and land, on the node
 # ------------------------------------------------------------------------------------------------------
 
+# The digest every node program computes: the manifest's (blake2b-256), read in 4 MiB chunks.
+NODE_DIGEST = r"""
+def digest(p):
+    h = hashlib.blake2b(digest_size=32)
+    with open(p, "rb") as f:
+        for c in iter(lambda: f.read(4 << 20), b""):
+            h.update(c)
+    return h.hexdigest()
+"""
+
+
 # Runs on the node under /usr/bin/python3 with the manifest on stdin. argv: MODE STAGING FINAL.
 # MODE "land": every staged file whose digest matches moves to FINAL/<path> (os.replace); a final file
 #              already matching stays. MODE "check": only reports. Prints {"ok": [...], "bad": {path: why}}.
@@ -262,13 +275,7 @@ _NODE_PROGRAM = r"""
 import hashlib, json, os, sys
 mode, staging, final = sys.argv[1], sys.argv[2], sys.argv[3]
 manifest = json.load(sys.stdin)
-def digest(p):
-    h = hashlib.blake2b(digest_size=32)
-    with open(p, "rb") as f:
-        for c in iter(lambda: f.read(4 << 20), b""):
-            h.update(c)
-    return h.hexdigest()
-def matches(p, f):
+""" + NODE_DIGEST + r"""def matches(p, f):
     try:
         st = os.lstat(p)
     except FileNotFoundError:

@@ -16,7 +16,7 @@ from macfleet.flow.doctor import (
     parse_only,
     run_doctor,
 )
-from macfleet.flow.rdma import select_meshes
+from macfleet.flow.meshes import select_meshes
 from macfleet.inventory.load import load_inventory
 from macfleet.render.doctor import render_catalogue, render_doctor, render_fix
 from macfleet.render.output import emit, info, mode

@@ -8,7 +8,8 @@ import typer
 from rich.console import Group
 
 from macfleet.cli.options import InventoryOpt, JsonOpt, MeshOpt, inventory_path
-from macfleet.flow.rdma import EnableOptions, enable_rdma, rdma_status, select_meshes
+from macfleet.flow.meshes import select_meshes
+from macfleet.flow.rdma import EnableOptions, enable_rdma, rdma_status
 from macfleet.inventory.load import load_inventory
 from macfleet.render.output import emit, info
 from macfleet.render.rdma import ConsoleOperator, render_status, render_walk_summary

@@ -21,6 +21,7 @@ from macfleet.cli.options import (
 )
 from macfleet.errors import UsageError
 from macfleet.flow.facts import links_from_captures
+from macfleet.flow.meshes import one_mesh, select_meshes
 from macfleet.flow.topology import (
     Look,
     apply_network,
@@ -31,7 +32,7 @@ from macfleet.flow.topology import (
     watch_topology,
 )
 from macfleet.inventory.load import load_inventory
-from macfleet.inventory.model import MAC_MODELS, MAX_MESH_NODES, Fleet, MacModelSpec, Mesh, model_spec
+from macfleet.inventory.model import MAC_MODELS, MAX_MESH_NODES, MacModelSpec, model_spec
 from macfleet.render import output
 from macfleet.render.facts import render_links
 from macfleet.render.output import console, emit, info, verbose
@@ -88,31 +89,13 @@ SvgOpt = Annotated[Path | None, typer.Option("--svg", help="Also draw it as an S
                                              show_default=False)]
 
 
-def _meshes(fleet: Fleet, mesh: str | None) -> list[Mesh]:
-    if mesh is None:
-        return list(fleet.meshes)
-    try:
-        return [fleet.mesh(mesh)]
-    except KeyError:
-        raise UsageError(f"no mesh {mesh!r} in {fleet.root}",
-                         hint="meshes: " + ", ".join(m.name for m in fleet.meshes)) from None
-
-
-def _one_mesh(fleet: Fleet, mesh: str | None) -> Mesh:
-    meshes = _meshes(fleet, mesh)
-    if len(meshes) != 1:
-        raise UsageError("this inventory has several meshes; say which with --mesh",
-                         hint="meshes: " + ", ".join(m.name for m in meshes))
-    return meshes[0]
-
-
 @app.command("check")
 def check_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, json_output: JsonOpt = False) -> None:
     """Judge the cabling: every pair cabled once, directly, at 80 Gb/s, on RDMA-capable ports.
 
     Exit 0 clean, 1 findings, 3 a node could not be reached (the others are still judged)."""
     fleet = load_inventory(inventory_path(inventory))
-    meshes = _meshes(fleet, mesh)
+    meshes = select_meshes(fleet, mesh)
     info(f"collecting from {sum(len(m.nodes) for m in meshes)} node(s) in one pass…")
     checked = check_topology(fleet, meshes)
     verbose(f"collected in {checked.gathered.took_s:.2f} s")
@@ -155,7 +138,7 @@ def plan_cmd(
         plan = cabling_sheet(_model_or_fail(model), nodes)
     else:
         fleet = load_inventory(inventory_path(inventory))
-        m = _one_mesh(fleet, mesh)
+        m = one_mesh(fleet, mesh)
         plan = mesh_sheet(m)
     if svg is not None:
         _write_svg(svg, svg_from_plan(plan))
@@ -171,7 +154,7 @@ def show_cmd(
 ) -> None:
     """Draw the live mesh from a check: cables coloured by state, missing cables dashed."""
     fleet = load_inventory(inventory_path(inventory))
-    m = _one_mesh(fleet, mesh)
+    m = one_mesh(fleet, mesh)
     checked = check_topology(fleet, [m])
     report = checked.reports[0]
     spec_ports = {n.name: [p.receptacle for p in n.model_spec.thunderbolt_ports] for n in m.nodes if n.model_spec}
@@ -191,7 +174,7 @@ def watch_cmd(
     """Live cabling assistant: prints each cable plugged (+), pulled (−) or wrong (!) as it happens, with the
     pairs still missing, until the mesh is complete (exit 0) or Ctrl-C."""
     fleet = load_inventory(inventory_path(inventory))
-    m = _one_mesh(fleet, mesh)
+    m = one_mesh(fleet, mesh)
     info(f"watching mesh {m.name} ({len(m.nodes)} Macs, {len(m.pairs)} cables) every {interval:g} s; Ctrl-C to stop")
 
     def show(look: Look) -> None:
@@ -209,7 +192,7 @@ def ipplan_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, json_output
     """The IP plan: one subnet per cable keyed by the pair of Macs, on the port the live cable uses,
     and the drift between it and the nodes' live addresses."""
     fleet = load_inventory(inventory_path(inventory))
-    meshes = _meshes(fleet, mesh)
+    meshes = select_meshes(fleet, mesh)
     live = plan_live(fleet, meshes)
     for line in [*unreachable_lines(live.unreachable), *collision_lines(live.collisions)]:
         info(line)
@@ -227,7 +210,7 @@ def apply_cmd(
     """Apply the IP plan with playbooks/network.yml: Thunderbolt Bridge off, one service per cabled
     Thunderbolt port with its address, MTU. Refused, with nothing changed, if the plan collides."""
     fleet = load_inventory(inventory_path(inventory))
-    meshes = _meshes(fleet, mesh)
+    meshes = select_meshes(fleet, mesh)
 
     def notes(prepared) -> None:
         for line in uncabled_notes(prepared.uncabled):

@@ -44,6 +44,10 @@ class Raw:
     took_s: float
 
 
+# How long to wait for the end of a command's output once its exit status has come.
+EOF_GRACE_S = 1.0
+
+
 class CommandTimeout(Exception):
     def __init__(self, spec: CommandSpec, timeout_s: float):
         super().__init__(f"`{spec.command_line}` gave no answer within {timeout_s:g} s")
@@ -535,14 +539,20 @@ class SshSession:
             channel.close()
             raise Unreachable(f"{self.target.host}: could not start a command: {exc or type(exc).__name__}") from None
         out, err = bytearray(), bytearray()
+        exited_at: float | None = None
         try:
             while True:
                 while channel.recv_ready():
                     out += channel.recv(65536)
                 while channel.recv_stderr_ready():
                     err += channel.recv_stderr(65536)
-                if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
-                    break
+                drained = not channel.recv_ready() and not channel.recv_stderr_ready()
+                if channel.exit_status_ready() and drained:
+                    # sshd may send the exit status before the last of the output: wait for its EOF, briefly
+                    # (a background child still holding stdout open must not hold the command to its timeout)
+                    exited_at = exited_at or time.monotonic()
+                    if channel.eof_received or time.monotonic() - exited_at > EOF_GRACE_S:
+                        break
                 if channel.closed and not channel.recv_ready():
                     break
                 if cancel is not None and cancel.is_set():

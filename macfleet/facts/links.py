@@ -60,12 +60,14 @@ class LinksResult(Facts):
     observations: list[LinkObservation] = Field(default_factory=list)
 
 
-def _macs(attached: list[ThunderboltAttached], via: tuple[str, ...] = ()) -> list[tuple[ThunderboltAttached, tuple]]:
+def macs_behind(attached: list[ThunderboltAttached], via: tuple[str, ...] = ()
+                ) -> list[tuple[ThunderboltAttached, tuple]]:
+    """Every Mac in a port's tree, with the names of the devices (hubs, docks) between it and the port."""
     out: list[tuple[ThunderboltAttached, tuple]] = []
     for a in attached:
         if a.kind == "mac":
             out.append((a, via))
-        out.extend(_macs(a.attached, (*via, a.name) if a.kind == "device" else via))
+        out.extend(macs_behind(a.attached, (*via, a.name) if a.kind == "device" else via))
     return out
 
 
@@ -134,11 +136,11 @@ def match_links(
     links: dict[tuple, Link] = {}
     for node in sorted(nodes):
         for p in nodes[node].ports:
-            for mac, via in _macs(p.attached):
+            for mac, via in macs_behind(p.attached):
                 target = index.get(mac.domain_uuid) if mac.domain_uuid else None
                 if target is not None and target[0] == node:
                     continue  # a port cabled to another port of the same Mac
-                back = [(m, v) for m, v in _macs(target[1].attached)
+                back = [(m, v) for m, v in macs_behind(target[1].attached)
                         if m.domain_uuid == p.domain_uuid] if target else []
                 if target is None or not back:
                     observations.append(_unmatched(node, p, mac, via, target))

@@ -34,7 +34,8 @@ from macfleet.judge.rollout import (
     model_dir_name,
 )
 
-from .rollout import Say, _quiet, link_addresses, one_mesh
+from .meshes import one_mesh
+from .rollout import Say, _quiet, link_addresses
 
 DISK_MARGIN_BYTES = 256 * 1024 * 1024  # room left for exo's logs and the OS after the push
 PROGRESS_EVERY_S = 2.0
@@ -65,13 +66,7 @@ probe = models
 while not os.path.exists(probe):
     probe = os.path.dirname(probe)
 df = subprocess.run(["df", "-k", probe], capture_output=True, text=True)
-def digest(p):
-    h = hashlib.blake2b(digest_size=32)
-    with open(p, "rb") as f:
-        for c in iter(lambda: f.read(4 << 20), b""):
-            h.update(c)
-    return h.hexdigest()
-have, staged = {}, {}
+""" + transfer.NODE_DIGEST + r"""have, staged = {}, {}
 for f in manifest["files"]:
     p = os.path.join(final, f["path"])
     if os.path.isfile(p) and not os.path.islink(p):

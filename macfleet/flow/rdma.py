@@ -40,16 +40,6 @@ STATE_FILE = "rdma-enable.state.json"
 PROBE_DEADLINE_S = 8.0
 
 
-def select_meshes(fleet: Fleet, mesh: str | None) -> list[Mesh]:
-    if mesh is None:
-        return list(fleet.meshes)
-    try:
-        return [fleet.mesh(mesh)]
-    except KeyError:
-        raise UsageError(f"no mesh {mesh!r} in {fleet.root}",
-                         hint="meshes: " + ", ".join(m.name for m in fleet.meshes)) from None
-
-
 def rdma_facts(gathered: Gathered, node: str) -> NodeRdmaFacts:
     outputs, failed = gathered.outputs.get(node, {}), gathered.failed.get(node, {})
     by_kind = {s.kind: outputs[s.key] for s in RDMA_SPECS if s.key in outputs}

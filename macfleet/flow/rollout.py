@@ -24,6 +24,7 @@ from macfleet.act import release as rel
 from macfleet.act import transfer
 from macfleet.act.lock import Acquired, ClusterLock, lock_path
 from macfleet.errors import RolloutFailed, UsageError
+from macfleet.flow.meshes import one_mesh
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.ipplan import plan_ip
 from macfleet.judge.rollout import (
@@ -46,18 +47,6 @@ SWITCH_STEPS = ("stop", "flip", "start", "health", "rollback")
 
 def _quiet(_: str) -> None:
     pass
-
-
-def one_mesh(fleet: Fleet, mesh: str | None) -> Mesh:
-    if mesh is None:
-        if len(fleet.meshes) != 1:
-            raise UsageError("this inventory has several meshes; say which with --mesh",
-                             hint="meshes: " + ", ".join(m.name for m in fleet.meshes))
-        return fleet.meshes[0]
-    try:
-        return fleet.mesh(mesh)
-    except KeyError:
-        raise UsageError(f"no mesh {mesh!r} in {fleet.root}") from None
 
 
 def link_addresses(fleet: Fleet, mesh: Mesh) -> dict[tuple[str, str], str]:

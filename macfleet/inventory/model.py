@@ -8,6 +8,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -208,21 +209,65 @@ class ProbeSettings(_Settings):
     gather_deadline_s: float = Field(default=60.0, gt=0, le=HOUR_S, allow_inf_nan=False)
 
 
+_HHMM = r"^([01]\d|2[0-3]):[0-5]\d$"
+Rung = Literal["restart-exo", "reboot"]
+
+
 class MaintenanceWindow(_Settings):
+    """When `watch` may reboot a mesh: these days, from start to end (HH:MM, end may be past midnight)."""
+
     days: list[Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]] = Field(
-        default_factory=lambda: ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+        default_factory=lambda: ["mon", "tue", "wed", "thu", "fri", "sat", "sun"], min_length=1
     )
-    start: str = "00:00"
-    end: str = "23:59"
+    start: str = Field(default="00:00", pattern=_HHMM)
+    end: str = Field(default="23:59", pattern=_HHMM)
     timezone: str = "UTC"
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r} (an IANA name such as Europe/Paris)") from None
+        return value
+
+
+def _default_ladder() -> dict[str, list[Rung]]:
+    # A wedged RDMA stack is not released by restarting exo: straight to the mesh reboot.
+    return {"rdma": ["reboot"], "exo-running": ["restart-exo"], "exo-runners": ["restart-exo", "reboot"]}
 
 
 class RemediationSettings(_Settings):
-    debounce: int = Field(default=3, ge=1, le=1000)
-    reboot_breaker_limit: int = Field(default=2, ge=0, le=1000)
+    """`macfleet watch`'s policy: what it probes, when a problem counts, what it may do about it."""
+
+    checks: list[str] = Field(default_factory=lambda: ["reachable", "rdma", "exo-running", "exo-runners"],
+                              min_length=1, max_length=50)  # doctor's check codes run at every probe
+    debounce: int = Field(default=3, ge=1, le=1000)  # consecutive bad probes before any action
+    ladder: dict[str, list[Rung]] = Field(default_factory=_default_ladder)  # check -> rungs it may climb
+    reboot_breaker_limit: int = Field(default=2, ge=0, le=1000)  # at most this many reboots per window, then stop
     reboot_breaker_window_s: float = Field(default=6 * HOUR_S, gt=0, le=30 * DAY_S, allow_inf_nan=False)
-    windows: list[MaintenanceWindow] = Field(default_factory=list)
-    webhook: str | None = None
+    windows: list[MaintenanceWindow] = Field(default_factory=list)  # empty: reboots at any time
+    webhook: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    pause_file: str = "watch.pause"  # relative to the inventory directory: while it exists, no action
+
+    @field_validator("ladder")
+    @classmethod
+    def _rungs_once_in_order(cls, value: dict[str, list[Rung]]) -> dict[str, list[Rung]]:
+        order = ["restart-exo", "reboot"]
+        for check, rungs in value.items():
+            if not rungs or rungs != sorted(set(rungs), key=order.index):
+                raise ValueError(f"ladder.{check}: rungs must be a non-empty subset of {order}, in that order")
+        return value
+
+
+class RebootSettings(_Settings):
+    """The coordinated mesh reboot. With FileVault on, a node comes back only through `fdesetup authrestart`
+    with a FileVault user's password: read from this file (only its owner may read it), given on stdin."""
+
+    filevault_credential_file: str | None = None  # relative to the inventory directory unless absolute
+    timeout_s: float = Field(default=900.0, gt=0, le=DAY_S, allow_inf_nan=False)  # every node back within this
+    lock_ttl_s: float = Field(default=HOUR_S, gt=0, le=30 * DAY_S, allow_inf_nan=False)
 
 
 class SshSettings(_Settings):
@@ -241,6 +286,7 @@ class Settings(_Settings):
     power: PowerSettings = Field(default_factory=PowerSettings)
     probes: ProbeSettings = Field(default_factory=ProbeSettings)
     remediation: RemediationSettings = Field(default_factory=RemediationSettings)
+    reboot: RebootSettings = Field(default_factory=RebootSettings)
     ssh: SshSettings = Field(default_factory=SshSettings)
 
 

@@ -17,11 +17,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from macfleet.facts.links import match_links
+from macfleet.facts.links import macs_behind, match_links
 from macfleet.facts.network import HardwarePortsFacts, IfconfigFacts
 from macfleet.facts.rdma import IbvDeviceInfo, IbvDevicesFacts, IbvDevinfoFacts, RdmaCtlFacts
 from macfleet.facts.system import HardwareFacts, SwVersFacts
-from macfleet.facts.thunderbolt import ThunderboltAttached, ThunderboltFacts, ThunderboltPort
+from macfleet.facts.thunderbolt import ThunderboltFacts, ThunderboltPort
 from macfleet.inventory.model import MacModelSpec, Mesh, Node, model_spec
 
 MIN_OS = (26, 2)
@@ -182,15 +182,6 @@ def _model_text(node: Node, spec: MacModelSpec | None, hw: HardwareFacts | None)
     return (f"{name or 'Mac'} ({detail})" if detail else name), name
 
 
-def _macs(attached: list[ThunderboltAttached], via: tuple[str, ...] = ()) -> list[tuple[ThunderboltAttached, tuple]]:
-    out: list[tuple[ThunderboltAttached, tuple]] = []
-    for a in attached:
-        if a.kind == "mac":
-            out.append((a, via))
-        out.extend(_macs(a.attached, (*via, a.name) if a.kind == "device" else via))
-    return out
-
-
 def _port_name(facts: NodeRdmaFacts, receptacle: int) -> str:
     hp = facts.hardware_ports.by_thunderbolt().get(receptacle) if facts.hardware_ports else None
     return hp.device if hp else f"Thunderbolt {receptacle}"
@@ -327,7 +318,7 @@ def _ports(me: _Node, nodes: Mapping[str, _Node], ends: Mapping) -> tuple[list[P
     problems: list[Problem] = []
     for p in tb.ports:
         end = ends.get((me.name, p.receptacle))
-        macs = _macs(p.attached)
+        macs = macs_behind(p.attached)
         if end is None and not macs:
             continue  # nothing cabled, or a display/disk: not a mesh port
         port = _port_name(me.facts, p.receptacle)

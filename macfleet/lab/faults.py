@@ -696,6 +696,8 @@ def exo_down_apply(target: LoadedLab, node: str) -> dict:
 def exo_down_clear(target: LoadedLab, data: dict, node: str) -> None:
     if not target.on(node):
         return
+    if target.ssh(node, f"launchctl print system/{EXO_LABEL}").returncode == 0:
+        return  # loaded again by someone else (`doctor --fix`): nothing left to undo
     p = target.ssh(node, f"sudo -n launchctl bootstrap system /Library/LaunchDaemons/{EXO_LABEL}.plist")
     if p.returncode != 0:
         raise LabError(f"{node}: launchctl bootstrap failed: {p.stderr.strip() or p.stdout.strip()}")

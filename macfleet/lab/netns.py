@@ -5,6 +5,7 @@ Every command is batched (`ip -batch`, `tc -batch`) so a 32-node lab costs a han
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import subprocess
 
@@ -69,7 +70,10 @@ def create(lab: dict) -> None:
     for n in nodes:
         off = "echo 1 > /proc/sys/net/ipv6/conf/{}/disable_ipv6"
         run([IP, "netns", "exec", n["ns"], "sh", "-c", off.format("default") + "; " + off.format("all")], check=False)
-    root = [f"link add {br} type bridge", f"addr add {ctrl}/24 dev {br}", f"link set {br} up"]
+    subnet = ipaddress.ip_interface(f"{ctrl}/24").network
+    # The lab owns its /24: a host route that a killed run left there (a test's blackhole) would hide a node.
+    root = [f"route flush root {subnet} type {kind}" for kind in ("blackhole", "unreachable", "prohibit")]
+    root += [f"link add {br} type bridge", f"addr add {ctrl}/24 dev {br}", f"link set {br} up"]
     for n in nodes:
         root += [
             f"link add {n['host_veth']} address {n['mgmt_mac'][:-2]}fe type veth peer name en0 netns {n['ns']} "

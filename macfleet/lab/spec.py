@@ -171,7 +171,7 @@ def plan(
     addresses: dict[str, dict[int, tuple[str, int]]] = {}
     meshes: list[dict] = []
     ports = [pt.receptacle for pt in spec.rdma_ports]
-    if all_ports:
+    if all_ports or not spec.rdma_ports:  # a Thunderbolt 4-only Mac is cabled over all its ports
         ports += [pt.receptacle for pt in spec.thunderbolt_ports if not pt.rdma_capable]
     for p in range(n_pods):
         mesh = f"mesh{p + 1}"

@@ -3,6 +3,7 @@ unreachable hosts and cancellation, all from real ansible-playbook runs."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import threading
@@ -140,9 +141,19 @@ def test_no_secret_from_the_environment_reaches_the_state_directory(
 
 
 def _ssh_connections_to(port: int) -> list[str]:
+    """The SSH master processes (ControlMaster, `[mux]`) with a connection to `port`, each with its command line."""
     out = subprocess.run(["ss", "-tnpH", "state", "established", f"( dport = :{port} )"], capture_output=True,
                          text=True).stdout
-    return [line for line in out.splitlines() if '"ssh"' in line]
+    masters = []
+    for line in out.splitlines():
+        for pid in re.findall(r'"ssh",pid=(\d+)', line):
+            try:
+                args = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue  # gone meanwhile
+            if "[mux]" in args or "ControlMaster" in args or "ControlPersist" in args:
+                masters.append(f"{line.strip()} :: {args}")
+    return masters
 
 
 def test_no_ssh_master_outlives_a_run(server, playbooks: Path, tmp_path: Path) -> None:

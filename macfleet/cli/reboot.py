@@ -1,0 +1,46 @@
+"""`macfleet reboot`: the coordinated whole-mesh reboot (lock, FileVault preflight, phases, verification)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from macfleet.cli.options import InventoryOpt, JsonOpt, MeshOpt, inventory_path
+from macfleet.errors import EXIT_PROBLEMS, EXIT_UNREACHABLE
+from macfleet.flow.reboot import reboot_mesh, select
+from macfleet.inventory.load import load_inventory
+from macfleet.render.output import emit, info
+from macfleet.render.reboot import progress_line, render_reboot
+
+app = typer.Typer(help="The coordinated whole-mesh reboot.", invoke_without_command=True,
+                  context_settings={"help_option_names": ["-h", "--help"], "allow_interspersed_args": True})
+
+
+@app.callback()
+def reboot(
+    nodes: Annotated[list[str] | None, typer.Argument(help="Every node of one mesh (or use --mesh).",
+                                                      show_default=False)] = None,
+    inventory: InventoryOpt = None,
+    mesh: MeshOpt = None,
+    reason: Annotated[str, typer.Option("--reason", help="Why; recorded in the lock and its history.")]
+    = "operator request",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan and change nothing.")] = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Stop exo, reboot every node of the mesh at once (authrestart where FileVault is on), wait for each,
+    verify RDMA ports, the IP plan and the cabling, start exo, verify its /state.
+
+    Exit 0 done, 1 refused or a phase failed, 3 a node unreachable or not back."""
+    fleet = load_inventory(inventory_path(inventory))
+    target, names = select(fleet, mesh, list(nodes or []))
+    info(f"reboot: mesh {target.name} ({', '.join(names)}){' (dry run)' if dry_run else ''}")
+    result = reboot_mesh(fleet, target, names, reason, dry_run=dry_run,
+                         progress=lambda n, s, d: info(progress_line(n, s, d)), say=lambda line: info(line))
+    payload = result.payload()
+    code = 0
+    if result.result in ("refused", "failed"):
+        lost = any(not w["back"] for w in payload["nodes"].values()) or (
+            result.refusal is not None and "unreachable" in result.refusal)
+        code = EXIT_UNREACHABLE if lost else EXIT_PROBLEMS
+    emit(payload, human=render_reboot, exit_code=code)

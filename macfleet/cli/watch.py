@@ -1,0 +1,59 @@
+"""`macfleet watch`: the long-running healer (probe, debounce, ladder, breaker, audit log, metrics, page)."""
+
+from __future__ import annotations
+
+import math
+import signal
+import threading
+from typing import Annotated
+
+import typer
+
+from macfleet.cli.options import InventoryOpt, MeshOpt, inventory_path
+from macfleet.errors import UsageError
+from macfleet.flow.reboot import select
+from macfleet.inventory.load import load_inventory
+from macfleet.render.output import info
+from macfleet.watch.loop import Watcher, reset
+
+app = typer.Typer(help="The watcher that heals a wedged mesh.", invoke_without_command=True,
+                  context_settings={"help_option_names": ["-h", "--help"]})
+
+
+@app.callback()
+def watch(
+    inventory: InventoryOpt = None,
+    mesh: MeshOpt = None,
+    interval: Annotated[float | None, typer.Option("--interval", min=0.2, help="Seconds between probes "
+                                                   "(default: macfleet_probes.interval_s).", show_default=False)]
+    = None,
+    once: Annotated[bool, typer.Option("--once", help="One probe, one decision, then exit.")] = False,
+    reset_breaker: Annotated[bool, typer.Option("--reset", help="Close the circuit breaker, forget the streaks, "
+                                                "and exit.")] = False,
+    listen: Annotated[str | None, typer.Option("--listen", metavar="ADDR:PORT", help="Serve /metrics "
+                                               "(Prometheus) and a read-only status page on this address.",
+                                               show_default=False)] = None,
+) -> None:
+    """Probe every interval over kept-open SSH sessions; act on a problem that persists (restart exo, then
+    reboot the mesh, then stop and page), within the inventory's policy; log every decision."""
+    fleet = load_inventory(inventory_path(inventory))
+    meshes = [select(fleet, mesh, [])[0]] if mesh or len(fleet.meshes) == 1 else list(fleet.meshes)
+    if reset_breaker:
+        reset(fleet, meshes, info)
+        return
+    port = listen.rpartition(":")[2] if listen is not None else "1"
+    if listen is not None and (":" not in listen or not port.isascii() or not port.isdigit()
+                               or not 0 < int(port) < 65536 or len(listen) > 300):
+        raise UsageError(f"--listen {listen!r}: expected ADDR:PORT with a port from 1 to 65535, e.g. 127.0.0.1:9464")
+    if interval is not None and not math.isfinite(interval):
+        raise UsageError(f"--interval {interval}: expected a finite number of seconds")
+    every = interval or min(m.settings.probes.interval_s for m in meshes)
+    watcher = Watcher(fleet, meshes, interval_s=every, say=info, listen=listen)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        watcher.run(once=once, stop=stop)
+    finally:
+        watcher.close()
+    info("watch: stopped")

@@ -1,0 +1,218 @@
+"""The watch loop: jittered tick → probe → judge → step → act → audit, metrics, page. Thin on purpose: what
+to do is decided by `judge.remediation.step`; how to reboot by `flow.reboot`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from macfleet.act import reboot as act_reboot
+from macfleet.collect.commands import DOCTOR_SPECS, exo_specs
+from macfleet.errors import MacfleetError, UsageError
+from macfleet.flow.doctor import node_facts
+from macfleet.flow.reboot import reboot_mesh
+from macfleet.inventory.model import Fleet, Mesh
+from macfleet.judge.health import CHECK_CODES, HealthReport, judge_health
+from macfleet.judge.remediation import Observation, State, Step, describe_policy, step
+from macfleet.paths import state_dir
+from macfleet.render.watch import render_status_page
+from macfleet.watch.audit import AuditLog
+from macfleet.watch.metrics import RESULT_VALUE, Metrics, serve
+from macfleet.watch.notify import Notifier
+from macfleet.watch.probe import Prober
+
+
+def watch_paths(fleet: Fleet) -> tuple[Path, Path]:
+    """(state file, audit log) for this inventory, under macfleet's state directory."""
+    root = Path(fleet.root).resolve()
+    tag = f"{root.name}-{hashlib.blake2b(str(root).encode(), digest_size=6).hexdigest()}"
+    base = state_dir() / "watch"
+    return base / f"{tag}.state.json", base / f"{tag}.audit.jsonl"
+
+
+def validate_policy(mesh: Mesh) -> None:
+    """What pydantic cannot know: the check codes must be doctor's, and a laddered check must be probed."""
+    policy = mesh.settings.remediation
+    unknown = [c for c in [*policy.checks, *policy.ladder] if c not in CHECK_CODES]
+    if unknown:
+        raise UsageError(f"mesh {mesh.name}: macfleet_remediation names unknown check(s) {', '.join(unknown)}",
+                         hint="checks: " + ", ".join(CHECK_CODES))
+    unprobed = [c for c in policy.ladder if c not in policy.checks]
+    if unprobed:
+        raise UsageError(f"mesh {mesh.name}: macfleet_remediation.ladder has {', '.join(unprobed)}, which "
+                         "macfleet_remediation.checks does not probe", hint="add them to checks, or drop them")
+
+
+def load_states(path: Path) -> dict[str, State]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(m): State.from_json(s) for m, s in dict(data.get("meshes") or {}).items()}
+
+
+def save_states(path: Path, states: dict[str, State]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"meshes": {m: s.to_json() for m, s in states.items()}}, indent=2))
+    os.replace(tmp, path)
+
+
+@dataclass
+class Watcher:
+    fleet: Fleet
+    meshes: list[Mesh]
+    interval_s: float
+    say: Callable[[str], None]
+    rng: random.Random = field(default_factory=random.Random)
+    listen: str | None = None
+
+    def __post_init__(self) -> None:
+        for m in self.meshes:
+            validate_policy(m)
+        self.state_path, audit_path = watch_paths(self.fleet)
+        self.audit = AuditLog(audit_path)
+        self.metrics = Metrics()
+        self.snapshot: dict = {"updated": None, "meshes": {}, "audit": []}
+        self.probers = {m.name: Prober(self.fleet, list(m.node_names)) for m in self.meshes}
+        hooks = {m.settings.remediation.webhook for m in self.meshes} - {None}
+        self.notifier = Notifier(next(iter(hooks), None), on_error=self.say)
+        self.server = serve(self.listen, self.metrics, self.page) if self.listen else None
+
+    def page(self) -> str:
+        return render_status_page({**self.snapshot, "audit": list(self.audit.recent)})
+
+    def policy_lines(self) -> list[str]:
+        lines = [f"state {self.state_path}, audit log {self.audit.path}"]
+        for m in self.meshes:
+            lines += [f"mesh {m.name}: {line}" for line in describe_policy(m.settings.remediation, self.interval_s)]
+        return lines
+
+    def close(self) -> None:
+        for p in self.probers.values():
+            p.close()
+        self.notifier.close()
+        if self.server is not None:
+            self.server.shutdown()
+
+    # ------------------------------------------------------------------------------------------ a tick
+
+    def probe(self, mesh: Mesh, now: datetime) -> HealthReport:
+        checks = mesh.settings.remediation.checks
+        specs = DOCTOR_SPECS + (exo_specs(mesh.settings.exo.port) if any(c.startswith("exo") for c in checks) else ())
+        probes = mesh.settings.probes
+        gathered = self.probers[mesh.name].probe(specs, probes.gather_deadline_s, probes.command_timeout_s)
+        facts = {n: node_facts(gathered, n) for n in mesh.node_names}
+        self._links(mesh, facts)
+        return judge_health(self.fleet, [mesh], facts, now, only=checks)
+
+    def _links(self, mesh: Mesh, facts: dict) -> None:
+        for n, f in facts.items():
+            self.metrics.reachable.labels(mesh.name, n).set(1 if f.reachable else 0)
+            for d in (f.ibv_devinfo.devices if f.ibv_devinfo else []):
+                self.metrics.link.labels(mesh.name, n, d.name).set(1 if d.state == "PORT_ACTIVE" else 0)
+
+    def tick(self) -> list[Step]:
+        states = load_states(self.state_path)  # re-read: `watch --reset` may have closed the breaker
+        steps = []
+        for mesh in self.meshes:
+            t0 = time.monotonic()
+            report = self.probe(mesh, datetime.now(UTC))
+            policy = mesh.settings.remediation
+            paused = bool(self.fleet.path(policy.pause_file) and self.fleet.path(policy.pause_file).exists())
+            problems: dict[str, list[str]] = {}
+            for f in report.findings:
+                problems.setdefault(f.check, []).append(f"{f.node}: {f.message}")
+            now = datetime.now(UTC)
+            s = step(policy, states.get(mesh.name, State()), Observation(problems=problems, paused=paused), now)
+            result = self.act(mesh, s)
+            states[mesh.name] = s.state
+            save_states(self.state_path, states)
+            self.record(mesh, report, s, result, problems, now, time.monotonic() - t0)
+            steps.append(s)
+        return steps
+
+    def act(self, mesh: Mesh, s: Step) -> str:
+        nodes = list(mesh.node_names)
+        try:
+            if s.action == "restart-exo":
+                act_reboot.stop_exo_on(self.fleet, nodes)
+                act_reboot.start_exo_on(self.fleet, nodes)
+                return "exo restarted on every node"
+            if s.action == "reboot":
+                self.metrics.reboots.labels(mesh.name).inc()
+                r = reboot_mesh(self.fleet, mesh, nodes, f"watch: {s.reason}", respect_windows=True, say=self.say)
+                self.probers[mesh.name].retry_now()
+                last = r.phases[-1].detail if r.phases else (r.refusal or "")
+                return f"reboot {r.result}: {last}" + "".join(
+                    f"; {p.name} {p.took_s:g} s" for p in r.phases)
+        except MacfleetError as exc:
+            return f"failed: {exc.message}"
+        return "paged" if s.action == "page" else "nothing done"
+
+    def record(self, mesh: Mesh, report: HealthReport, s: Step, result: str, problems: dict, now: datetime,
+               took_s: float) -> None:
+        lines = problems.get(s.check, []) if s.check else [x for v in problems.values() for x in v]
+        nodes = sorted({line.split(":", 1)[0] for line in lines})
+        entry = {"time": now.isoformat(), "mesh": mesh.name, "node": ",".join(nodes) or None,
+                 "finding": s.check or (", ".join(problems) or None), "decision": s.reason, "action": s.action,
+                 "result": result}
+        self.audit.append(entry)
+        self.say(f"{mesh.name}: {s.action}: {s.reason} → {result}")
+        if s.page or s.action in ("restart-exo", "reboot"):
+            self.notifier.notify({**entry, "page": s.page, "breaker_open": s.state.breaker_open_since is not None})
+        m = self.metrics
+        for c in report.checks:
+            m.check.labels(mesh.name, c.node, c.check).set(RESULT_VALUE[c.result])
+        if s.action != "none":
+            m.actions.labels(mesh.name, s.action).inc()
+        m.breaker.labels(mesh.name).set(1 if s.state.breaker_open_since else 0)
+        m.paused.labels(mesh.name).set(1 if "paused" in s.reason else 0)
+        for check in mesh.settings.remediation.checks:
+            m.streak.labels(mesh.name, check).set(s.state.streak.get(check, 0))
+        m.last_probe.labels(mesh.name).set(time.time())
+        m.probe_seconds.labels(mesh.name).set(round(took_s, 3))
+        by_node: dict[str, list[str]] = {n: [] for n in mesh.node_names}
+        for f in report.findings:
+            by_node.setdefault(f.node, []).append(f"{f.check}: {f.message}")
+        self.snapshot["updated"] = now.isoformat()
+        self.snapshot["meshes"][mesh.name] = {"nodes": by_node, "breaker": s.state.breaker_open_since,
+                                              "paused": "paused" in s.reason, "decision": s.reason}
+
+    # ------------------------------------------------------------------------------------------- the loop
+
+    def run(self, *, once: bool, stop: threading.Event) -> None:
+        for line in self.policy_lines():
+            self.say(line)
+        if once:
+            self.tick()
+            return
+        # kured's jitter: the first tick falls somewhere in d/2..3d/2, so many controllers do not align
+        delay = self.rng.uniform(self.interval_s / 2, self.interval_s * 1.5)
+        while not stop.wait(delay):
+            acted = any(s.action in ("restart-exo", "reboot") for s in self.tick())
+            # after an action, look again at once: the audit log should say as soon as possible whether it helped
+            delay = 0.0 if acted else self.interval_s * self.rng.uniform(0.9, 1.1)
+
+
+def reset(fleet: Fleet, meshes: list[Mesh], say: Callable[[str], None]) -> None:
+    """Close the breaker and forget every streak and rung (the next probe starts a new episode)."""
+    state_path, audit_path = watch_paths(fleet)
+    states = load_states(state_path)
+    for m in meshes:
+        was = states.pop(m.name, None)
+        AuditLog(audit_path).append({"time": datetime.now(UTC).isoformat(), "mesh": m.name, "node": None,
+                                     "finding": None, "decision": "reset by the operator (`macfleet watch --reset`)"
+                                     + (f"; the breaker was open since {was.breaker_open_since}"
+                                        if was and was.breaker_open_since else ""),
+                                     "action": "reset", "result": "breaker closed, state cleared"})
+        say(f"mesh {m.name}: breaker closed, state cleared")
+    save_states(state_path, states)

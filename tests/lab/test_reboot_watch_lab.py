@@ -1,0 +1,276 @@
+"""`macfleet reboot` and `macfleet watch` against the 2-node lab (real CLI, real SSH, the lab's reboots).
+
+One module, one `lab_small` (no exo: the reboot then leaves exo stopped, as it found it)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+pytestmark = pytest.mark.lab
+
+POLICY = """macfleet_remediation:
+  checks: [reachable, rdma]
+  debounce: 2
+  ladder: {rdma: [reboot]}
+  reboot_breaker_limit: %(limit)d
+  webhook: %(webhook)s
+  windows: %(windows)s
+macfleet_reboot:
+  timeout_s: %(timeout)d
+  filevault_credential_file: %(cred)s
+macfleet_probes:
+  command_timeout_s: 4
+"""
+
+
+def set_policy(lab, *, limit=2, webhook="null", windows="[]", timeout=60, cred="null") -> None:
+    (lab.inventory / "group_vars" / "all" / "watch.yml").write_text(POLICY % dict(
+        limit=limit, webhook=webhook, windows=windows, timeout=timeout, cred=cred))
+
+
+@pytest.fixture
+def env(tmp_path):
+    return {**os.environ, "MACFLEET_STATE_DIR": str(tmp_path / "state")}
+
+
+def mf(lab, env, *args, timeout=240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "macfleet", *args], cwd=lab.workdir, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def boottimes(lab) -> dict[str, str]:
+    return {n: lab.ssh(n, "sysctl -n kern.boottime").stdout for n in lab.nodes}
+
+
+def audit(env) -> list[dict]:
+    files = list(Path(env["MACFLEET_STATE_DIR"]).glob("macfleet/watch/*.audit.jsonl"))
+    return [json.loads(line) for f in files for line in f.read_text().splitlines()]
+
+
+def back_up(lab) -> None:
+    for n in lab.nodes:
+        lab.wait_state(n, {"up"}, timeout=90)
+        lab.wait_ssh(n)
+
+
+LOCK_AS = ("import sys; from pathlib import Path; from macfleet.act.lock import ClusterLock, lock_path;"
+           "l = ClusterLock(lock_path(Path(sys.argv[1]))); h = l.acquire('rollout exo', 'switching releases');"
+           "h.record.pid = int(sys.argv[2]); l._write(h.record)")
+
+
+def test_refusals_before_any_node_goes_down_then_authrestart_takeover_and_slow_boot(lab_small, env, tmp_path):
+    """FileVault without a credential, a loose credential file, a live lock: refused, nothing rebooted. Then one
+    real reboot: FileVault node through authrestart, a stale lock taken over, a slow node waited for."""
+    lab = lab_small
+    set_policy(lab)
+    lab.fault("filevault-on", "studio-2")
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        before = boottimes(lab)
+        p = mf(lab, env, "reboot", "-i", str(lab.inventory), "--json")
+        assert p.returncode == 1, p.stderr
+        out = json.loads(p.stdout)
+        assert out["result"] == "refused" and "FileVault is on on studio-2" in out["refusal"]
+        assert "no FileVault credential is stored" in out["refusal"]
+        secret = tmp_path / "fv-password"
+        secret.write_text("s3cret-unlock\n")
+        secret.chmod(0o644)
+        set_policy(lab, cred=str(secret))
+        p = mf(lab, env, "reboot", "-i", str(lab.inventory), "--json")
+        assert p.returncode == 1 and "readable by others" in json.loads(p.stdout)["refusal"]
+        secret.chmod(0o600)
+        subprocess.run([sys.executable, "-c", LOCK_AS, str(lab.inventory), str(holder.pid)], env=env, check=True,
+                       cwd=lab.workdir)
+        p = mf(lab, env, "reboot", "-i", str(lab.inventory), "--json")
+        assert p.returncode == 1
+        assert f"locked by rollout exo (pid {holder.pid}" in json.loads(p.stdout)["refusal"]
+        assert boottimes(lab) == before  # nothing went down
+        holder.kill()
+        holder.wait()
+        lab.fault("slow-boot", "studio-1", "6")
+        p = mf(lab, env, "reboot", "-i", str(lab.inventory), "studio-1", "studio-2", "--json", "--reason", "test")
+        assert p.returncode == 0, p.stdout + p.stderr
+        out = json.loads(p.stdout)
+        assert {x["node"]: x["method"] for x in out["plan"]} == {"studio-1": "shutdown", "studio-2": "authrestart"}
+        assert "s3cret-unlock" not in p.stdout + p.stderr
+        assert all(boottimes(lab)[n] != before[n] for n in lab.nodes)  # studio-2 came back through authrestart
+        assert "took over a stale cluster lock held by rollout exo" in out["lock"] and "is gone" in out["lock"]
+        assert "; released (ok: " in out["lock"]
+        assert out["nodes"]["studio-1"]["took_s"] >= 6 > out["nodes"]["studio-2"]["took_s"]
+        assert [ph["name"] for ph in out["phases"]] == ["stop exo", "reboot", "wait for nodes",
+                                                         "verify RDMA, IP plan, cabling", "start exo"]
+        assert "waiting" in p.stderr and "studio-1: back" in p.stderr  # per-node progress
+    finally:
+        holder.kill()
+        holder.wait()
+        back_up(lab)
+        lab.fault("slow-boot", "studio-1", clear=True, check=False)
+        lab.fault("filevault-on", "studio-2", clear=True)
+        set_policy(lab)
+
+
+def test_node_not_back_is_named_with_what_it_looked_like_and_hang_refused(lab_small, env):
+    lab = lab_small
+    set_policy(lab, timeout=4)
+    lab.fault("slow-boot", "studio-2", "15")
+    try:
+        p = mf(lab, env, "reboot", "-i", str(lab.inventory), "--json")
+        assert p.returncode == 3, p.stdout + p.stderr
+        out = json.loads(p.stdout)
+        assert out["result"] == "failed" and out["nodes"]["studio-2"]["back"] is False
+        assert out["nodes"]["studio-2"]["last_seen"].startswith("down:")
+        assert "not back within 4 s: studio-2 (last seen: down" in out["phases"][-1]["detail"]
+        assert "released (failed" in out["lock"]
+    finally:
+        back_up(lab)
+        lab.fault("slow-boot", "studio-2", clear=True)
+    set_policy(lab)
+    lab.fault("hang", "studio-1")
+    try:
+        before = lab.ssh("studio-2", "sysctl -n kern.boottime").stdout
+        p = mf(lab, env, "reboot", "-i", str(lab.inventory), "--json")
+        assert p.returncode == 3
+        assert "could not read FileVault on studio-1" in json.loads(p.stdout)["refusal"]
+        assert lab.ssh("studio-2", "sysctl -n kern.boottime").stdout == before
+        p = mf(lab, env, "watch", "-i", str(lab.inventory), "--once")
+        assert p.returncode == 0, p.stderr
+        last = audit(env)[-1]
+        assert last["node"] == "studio-1" and last["finding"] == "reachable" and last["action"] == "none"
+    finally:
+        lab.fault("hang", "studio-1", clear=True)
+        back_up(lab)
+
+
+class Hook(http.server.BaseHTTPRequestHandler):
+    got: ClassVar[list[dict]] = []
+
+    def do_POST(self):
+        Hook.got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *a):
+        return
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def test_watch_heals_a_wedge_then_breaker_trips_on_a_returning_wedge(lab_small, env):
+    lab = lab_small
+    hook = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=hook.serve_forever, daemon=True).start()
+    set_policy(lab, limit=2, webhook=f"http://127.0.0.1:{hook.server_address[1]}/hook")
+    port = _free_port()
+    lab.fault("rdma-wedge", "studio-1")
+    injected = time.monotonic()
+    watch = subprocess.Popen([sys.executable, "-m", "macfleet", "watch", "-i", str(lab.inventory), "--interval", "1",
+                              "--listen", f"127.0.0.1:{port}"], cwd=lab.workdir, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        lab.wait(lambda: any(e["action"] == "none" and "debouncing" in e["decision"] for e in audit(env)), 60,
+                 "a debounced probe")
+        metrics = _get(port, "/metrics")
+        assert 'macfleet_probe_check{check="rdma",mesh="mesh1",node="studio-1"} 0.0' in metrics
+        page = _get(port, "/")
+        assert "RDMA wedged on studio-1" in page
+        _render_in_chromium(port, "RDMA wedged on studio-1")
+        lab.wait(lambda: any(e["decision"].startswith("healthy (recovered") for e in audit(env)), 150, "healed")
+        mttr = time.monotonic() - injected
+        story = [e["action"] for e in audit(env)]
+        assert story[:3] == ["none", "reboot", "none"], story  # debounce 2: one wait, then the reboot
+        reboot = next(e for e in audit(env) if e["action"] == "reboot")
+        assert reboot["node"] == "studio-1" and reboot["result"].startswith("reboot ok")
+        print(f"\nMTTR (wedge injected -> healthy, debounce 2 at 1 s, 1 s boots): {mttr:.1f} s")
+        lab.wait(lambda: 'macfleet_reboots_total{mesh="mesh1"} 1.0' in _get(port, "/metrics"), 10, "metrics")
+        lab.wait(lambda: any(h["action"] == "reboot" for h in Hook.got), 20, "the webhook")
+        # the wedge comes back after every boot: the breaker trips after 2 reboots, pages, then only says so
+        for _ in range(2):
+            n = sum(e["action"] == "reboot" for e in audit(env))
+            lab.fault("rdma-wedge", "studio-1")
+            lab.wait(lambda n=n: sum(e["action"] == "reboot" for e in audit(env)) > n
+                     or any("breaker tripped" in e["decision"] for e in audit(env)), 150, "a reboot or the breaker")
+            lab.wait(lambda: audit(env)[-1]["action"] == "none", 150, "the next decision")
+        lab.wait(lambda: any("breaker tripped" in e["decision"] for e in audit(env)), 60, "breaker")
+        lab.wait(lambda: sum("circuit breaker open since" in e["decision"] for e in audit(env)) >= 2, 60, "open")
+        assert sum(e["action"] == "reboot" for e in audit(env)) == 2
+        assert 'macfleet_breaker_open{mesh="mesh1"} 1.0' in _get(port, "/metrics")
+        lab.wait(lambda: any("breaker tripped" in h["decision"] and h["page"] for h in Hook.got), 20, "paged")
+    finally:
+        watch.send_signal(signal.SIGTERM)
+        _out, err = watch.communicate(timeout=60)
+        hook.shutdown()
+    assert watch.returncode == 0, err[-2000:]
+    assert "circuit breaker: at most 2 reboot(s)" in err  # the policy in words at start
+    p = mf(lab, env, "watch", "-i", str(lab.inventory), "--reset")
+    assert p.returncode == 0 and "breaker closed" in p.stderr
+    assert audit(env)[-1]["action"] == "reset"
+    lab.fault("rdma-wedge", "studio-1", clear=True)
+    back_up(lab)
+
+
+def test_outside_window_no_reboot_logged_and_paged(lab_small, env):
+    lab = lab_small
+    hook = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=hook.serve_forever, daemon=True).start()
+    Hook.got = []
+    # a one-minute window twelve hours away from now
+    hour = (time.gmtime().tm_hour + 12) % 24
+    window = f'[{{start: "{hour:02d}:00", end: "{hour:02d}:01"}}]'
+    set_policy(lab, webhook=f"http://127.0.0.1:{hook.server_address[1]}/", windows=window)
+    lab.fault("rdma-wedge", "studio-1")
+    try:
+        before = lab.ssh("studio-2", "sysctl -n kern.boottime").stdout
+        for _ in range(3):
+            assert mf(lab, env, "watch", "-i", str(lab.inventory), "--once").returncode == 0
+        entries = audit(env)
+        assert [e["action"] for e in entries] == ["none", "page", "none"]
+        assert "outside the maintenance window" in entries[1]["decision"]
+        assert "already paged" in entries[2]["decision"]
+        assert lab.ssh("studio-2", "sysctl -n kern.boottime").stdout == before
+    finally:
+        lab.fault("rdma-wedge", "studio-1", clear=True)
+        hook.shutdown()
+        set_policy(lab)
+    # --once exits before the notifier's thread could post: the page is queued then sent at close
+    assert any("outside the maintenance window" in h["decision"] for h in Hook.got)
+
+
+def _get(port: int, path: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+        return r.read().decode()
+
+
+def _render_in_chromium(port: int, expect: str) -> None:
+    browser = _chromium()
+    if browser is None:
+        print("chromium is not installed: the status page was checked over HTTP only")
+        return
+    with tempfile.TemporaryDirectory() as profile:
+        p = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
+                            "--dump-dom", f"http://127.0.0.1:{port}/"], capture_output=True, text=True, timeout=90)
+    assert expect in p.stdout, p.stderr[-2000:]
