@@ -12,10 +12,9 @@ from rich.live import Live
 from rich.prompt import Confirm, Prompt
 
 from macfleet.cli.options import CheckOpt, InventoryOpt, JsonOpt, MeshOpt, inventory_path
-from macfleet.errors import UsageError
 from macfleet.flow.bootstrap import STEPS, bootstrap, read_secret_file
+from macfleet.flow.meshes import select_meshes
 from macfleet.inventory.load import load_inventory
-from macfleet.inventory.model import Fleet, Mesh
 from macfleet.render import output
 from macfleet.render.bootstrap import StepTable, live_steps, render_bootstrap
 from macfleet.render.output import emit, err_console
@@ -26,16 +25,6 @@ SUDO_EXPLAINED = (
     "macfleet's sudoers drop-in (/etc/sudoers.d/macfleet, checked by visudo), which lets this account run\n"
     "without a password exactly the commands macfleet runs as root, and nothing else."
 )
-
-
-def _meshes(fleet: Fleet, mesh: str | None) -> list[Mesh]:
-    if mesh is None:
-        return list(fleet.meshes)
-    try:
-        return [fleet.mesh(mesh)]
-    except KeyError:
-        raise UsageError(f"no mesh {mesh!r} in {fleet.root}",
-                         hint="meshes: " + ", ".join(m.name for m in fleet.meshes)) from None
 
 
 def command(
@@ -54,7 +43,7 @@ def command(
 
     Exit 0 every node ready, 1 something failed or needs a human, 3 a node unreachable."""
     fleet = load_inventory(inventory_path(inventory))
-    meshes = _meshes(fleet, mesh)
+    meshes = select_meshes(fleet, mesh)
     secret = read_secret_file(become_password_file) if become_password_file is not None else None
     interactive = not non_interactive and sys.stdin.isatty() and not output.mode.json
 
