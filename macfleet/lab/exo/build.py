@@ -5,9 +5,10 @@ Build layout (`write_build(out_dir, version)`; usable as `macfleet rollout exo -
     DIR/
       VERSION              the version, one line (e.g. "1.0.71"); nodes cluster only with the same version
       BUILD.json           {"name": "exo", "version", "broken", "entry": "bin/exo", "label", "format": 1}
-      bin/exo              entry point, executable, `#!/usr/bin/python3`; finds its release directory from its
-                           own resolved path (so `/opt/exo/current/bin/exo` through a `current` symlink runs
-                           the release the symlink points at) and runs lib/exo_standin.py
+      bin/exo              entry point, executable, `#!` the interpreter /usr/bin/python3 leads to (on a node that
+                           path is the Command Line Tools stub); finds its release directory from its own
+                           resolved path (so `/opt/exo/current/bin/exo` through a `current` symlink runs the
+                           release the symlink points at) and runs lib/exo_standin.py
       lib/exo_standin.py   the server (a verbatim copy of macfleet/lab/exo/standin.py; stdlib only)
 
 Nothing in the build depends on where it is installed. `bin/exo` takes exo's `--api-port` and a few lab
