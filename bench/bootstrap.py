@@ -4,8 +4,13 @@ Needs the lab (Linux, root). For each size it brings a prepared lab up (what boo
 nothing to change), runs `python -m macfleet bootstrap --non-interactive --json` once to settle, then times
 --repeat more runs (median) and records the `changed` total of the last one. Ratios are taken within this one
 run, so the machine's load cancels out. The last line printed is one JSON object:
-`{"rerun_4_vs_1": …, "rerun_32_vs_4": …, "changed": …, "results": […]}` (targets: rerun_4_vs_1 ≤ 1.3,
-changed 0).
+`{"rerun_4_vs_1": …, "rerun_32_vs_4": …, "changed": …, "floor_4_vs_1": …, "floor_32_vs_4": …, "results": […]}`
+(targets: rerun_4_vs_1 ≤ 1.3, changed 0).
+
+The floor: on the same lab, right after the re-runs, plain ansible-playbook runs a playbook of FLOOR_TASKS
+tasks that each run `true` on every node (no become, nothing to change). Every simulated Mac's SSH and Python
+run on this host's cores, so this is how far Ansible itself scales here with the node count; on real Macs
+each node brings its own CPU. A re-run ratio near the floor's is the host's, not bootstrap's.
 
     python3 -m bench.bootstrap [--repeat 3] [--sizes 1,4,8x4]
 """
@@ -14,12 +19,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FLOOR_TASKS = 40
 
 
 def _macfleet(args: list[str], cwd: Path, timeout: float = 1800) -> subprocess.CompletedProcess:
@@ -50,8 +59,10 @@ def bench_size(size: str, repeat: int, workdir: Path) -> dict:
                 last = json.loads(p.stdout)
             except json.JSONDecodeError:
                 last = {"error": p.stderr.strip()[-300:]}
+        floor = _floor(inv, workdir, repeat)
         return {
             "size": size,
+            "floor_s": floor,
             "nodes": len(last.get("nodes", {})),
             "settle_exit": settle.returncode,
             "rerun_s": round(statistics.median(times), 2),
@@ -62,8 +73,25 @@ def bench_size(size: str, repeat: int, workdir: Path) -> dict:
         _macfleet(["lab", "down", "--name", name], workdir)
 
 
-def _ratio(results: dict[str, dict], a: str, b: str) -> float | None:
-    ta, tb = results.get(a, {}).get("rerun_s"), results.get(b, {}).get("rerun_s")
+def _floor(inv: Path, workdir: Path, repeat: int) -> float | None:
+    book = workdir / "floor.yml"
+    tasks = "".join(f"    - name: Run true ({i}).\n      ansible.builtin.command:\n        argv: [\"true\"]\n"
+                    f"      changed_when: false\n" for i in range(FLOOR_TASKS))
+    book.write_text(f"- name: Floor.\n  hosts: macfleet\n  gather_facts: false\n  tasks:\n{tasks}")
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        p = subprocess.run(["ansible-playbook", "-i", str(inv), str(book)], cwd=workdir, capture_output=True,
+                           text=True, timeout=1800, env=env)
+        if p.returncode != 0:
+            return None
+        times.append(time.perf_counter() - t0)
+    return round(statistics.median(times), 2)
+
+
+def _ratio(results: dict[str, dict], a: str, b: str, key: str = "rerun_s") -> float | None:
+    ta, tb = results.get(a, {}).get(key), results.get(b, {}).get(key)
     return round(ta / tb, 2) if ta and tb else None
 
 
@@ -85,6 +113,8 @@ def main() -> None:
         "rerun_4_vs_1": _ratio(results, "4", "1"),
         "rerun_32_vs_4": _ratio(results, "8x4", "4"),
         "changed": sum(c for c in changed if c is not None) if None not in changed else None,
+        "floor_4_vs_1": _ratio(results, "4", "1", "floor_s"),
+        "floor_32_vs_4": _ratio(results, "8x4", "4", "floor_s"),
         "results": list(results.values()),
     }))
 
