@@ -274,8 +274,8 @@ def _from_controller(fleet: Fleet, manifest: Manifest, source: Path, node: str, 
 
 def _pipeline(fleet: Fleet, m: Mesh, manifest: Manifest, source: Path, seed: str, peers: list[str],
               lack: dict[str, set[str]], pre: dict[str, dict], say: Say) -> dict[tuple[str, str], str]:
-    """The model in one slice per peer. Slice k goes controller → seed over management; as soon as it has
-    landed, the seed sends it to peer k over their cable, and peer k to every other peer over theirs, while
+    """The model in one slice per peer. Slice k goes controller → seed over management; once it has
+    arrived, the seed verifies it and sends it to peer k over their cable, and peer k to every other peer over theirs, while
     the controller already sends slice k+1: the management link never waits for the mesh, and every cable
     carries a slice in each direction. Returns the hops that failed, each naming its cable."""
     addresses = link_addresses(fleet, m)
@@ -287,8 +287,10 @@ def _pipeline(fleet: Fleet, m: Mesh, manifest: Manifest, source: Path, seed: str
     finals = {n: pre[n]["final"] for n in everyone}
     stagings = {n: pre[n]["staging"] for n in everyone}
 
-    def spread(hop: Hop, agent: dict[str, str]) -> None:
+    def spread(hop: Hop, agent: dict[str, str], from_controller: list[str]) -> None:
         t = time.monotonic()
+        # the seed verifies its copy here, while the controller already sends it the next slice
+        _raise_bad(_land_all(fleet, manifest, [seed], pre, {seed: set(from_controller)}))
         to_peer = [hop.model_copy(update={"files": tuple(f for f in hop.files if f in lack[hop.dst])})]
         failed.update(_run_hops(fleet, to_peer, finals, stagings, agent))
         if (seed, hop.dst) in failed:
@@ -309,12 +311,13 @@ def _pipeline(fleet: Fleet, m: Mesh, manifest: Manifest, source: Path, seed: str
         for hop in first:
             t = time.monotonic()
             files = sorted(f for f in hop.files if f in lack.get(seed, set()))
-            _from_controller(fleet, manifest, source, seed, files, pre)
             if files:
+                transfer.rsync_from_controller(transfer.SshArgs.for_node(fleet, fleet.node(seed)), source,
+                                               pre[seed]["staging"], files)
                 size = sum(f.size for f in manifest.files if f.path in files)
                 say(f"{seed}: slice for {hop.dst} ({size / 1e6:.1f} MB) from the controller in "
                     f"{time.monotonic() - t:.1f} s")
-            futures.append(pool.submit(spread, hop, agent))
+            futures.append(pool.submit(spread, hop, agent, files))
         for f in futures:
             f.result()
     return failed
