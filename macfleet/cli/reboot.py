@@ -10,8 +10,10 @@ from macfleet.cli.options import InventoryOpt, JsonOpt, MeshOpt, inventory_path
 from macfleet.errors import EXIT_PROBLEMS, EXIT_UNREACHABLE
 from macfleet.flow.reboot import reboot_mesh, select
 from macfleet.inventory.load import load_inventory
-from macfleet.render.output import emit, info
-from macfleet.render.reboot import progress_line, render_reboot
+from macfleet.render import output
+from macfleet.render.output import emit, err_console, info
+from macfleet.render.reboot import RebootBoard, live_board, progress_line, render_reboot
+from macfleet.render.text import text
 
 app = typer.Typer(help="The coordinated whole-mesh reboot.", invoke_without_command=True,
                   context_settings={"help_option_names": ["-h", "--help"], "allow_interspersed_args": True})
@@ -35,8 +37,15 @@ def reboot(
     fleet = load_inventory(inventory_path(inventory))
     target, names = select(fleet, mesh, list(nodes or []))
     info(f"reboot: mesh {target.name} ({', '.join(names)}){' (dry run)' if dry_run else ''}")
-    result = reboot_mesh(fleet, target, names, reason, dry_run=dry_run,
-                         progress=lambda n, s, d: info(progress_line(n, s, d)), say=lambda line: info(line))
+    if err_console.is_terminal and not output.mode.json and not dry_run:
+        # a terminal: one table of every node, redrawn in place, with the phases printed above it
+        board = RebootBoard(names)
+        with live_board(board, err_console) as live:
+            result = reboot_mesh(fleet, target, names, reason, dry_run=dry_run, progress=board.update,
+                                 say=lambda line: live.console.print(text(line), highlight=False))
+    else:  # a log or a pipe: one line per change
+        result = reboot_mesh(fleet, target, names, reason, dry_run=dry_run,
+                             progress=lambda n, s, d: info(progress_line(n, s, d)), say=lambda line: info(text(line)))
     payload = result.payload()
     code = 0
     if result.result in ("refused", "failed"):

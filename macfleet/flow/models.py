@@ -29,9 +29,9 @@ from macfleet.judge.rollout import (
     ModelNodeReport,
     ModelPushReport,
     ModelVerifyReport,
-    fanout_slices,
     missing_files,
     model_dir_name,
+    plan_chunks,
 )
 
 from .meshes import one_mesh
@@ -274,21 +274,25 @@ def _from_controller(fleet: Fleet, manifest: Manifest, source: Path, node: str, 
 
 def _pipeline(fleet: Fleet, m: Mesh, manifest: Manifest, source: Path, seed: str, peers: list[str],
               lack: dict[str, set[str]], pre: dict[str, dict], say: Say) -> dict[tuple[str, str], str]:
-    """The model in one slice per peer. Slice k goes controller → seed over management; as soon as it has
-    landed, the seed sends it to peer k over their cable, and peer k to every other peer over theirs, while
-    the controller already sends slice k+1: the management link never waits for the mesh, and every cable
-    carries a slice in each direction. Returns the hops that failed, each naming its cable."""
+    """The model in chunks, each for one peer (`plan_chunks`). Chunk k goes controller → seed over
+    management; once it has arrived, the seed verifies it and sends it to its peer over their cable, and that
+    peer to every other peer over theirs, while the controller already sends chunk k+1: the management link
+    never waits for the mesh, and every cable carries chunks in each direction. Returns the hops that failed,
+    each naming its cable."""
     addresses = link_addresses(fleet, m)
     everyone = [seed, *peers]
     transfer.install_mesh_known_hosts(fleet, everyone, transfer.mesh_known_hosts(
         fleet, {k: v for k, v in addresses.items() if k[0] in everyone and k[1] in everyone}))
-    first, _ = fanout_slices(seed, peers, manifest, addresses)
+    first = [Hop(src=seed, dst=p, dst_address=addresses[(seed, p)], files=files)
+             for p, files in plan_chunks(manifest, peers)]
     failed: dict[tuple[str, str], str] = {}
     finals = {n: pre[n]["final"] for n in everyone}
     stagings = {n: pre[n]["staging"] for n in everyone}
 
-    def spread(hop: Hop, agent: dict[str, str]) -> None:
+    def spread(hop: Hop, agent: dict[str, str], from_controller: list[str]) -> None:
         t = time.monotonic()
+        # the seed verifies its copy here, while the controller already sends it the next chunk
+        _raise_bad(_land_all(fleet, manifest, [seed], pre, {seed: set(from_controller)}))
         to_peer = [hop.model_copy(update={"files": tuple(f for f in hop.files if f in lack[hop.dst])})]
         failed.update(_run_hops(fleet, to_peer, finals, stagings, agent))
         if (seed, hop.dst) in failed:
@@ -301,20 +305,21 @@ def _pipeline(fleet: Fleet, m: Mesh, manifest: Manifest, source: Path, seed: str
         got = {h.dst: set(h.files) for h in onward if (h.src, h.dst) not in bad}
         _raise_bad(_land_all(fleet, manifest, list(got), pre, got))
         size = sum(f.size for f in manifest.files if f.path in hop.files)
-        say(f"slice for {hop.dst} ({size / 1e6:.1f} MB) spread over the mesh in {time.monotonic() - t:.1f} s")
+        say(f"chunk for {hop.dst} ({size / 1e6:.1f} MB) spread over the mesh in {time.monotonic() - t:.1f} s")
 
     with transfer.transfer_agent(fleet, fleet.node(seed)) as agent, \
-            ThreadPoolExecutor(max_workers=len(first), thread_name_prefix="slice") as pool:
+            ThreadPoolExecutor(max_workers=max(1, len(peers)), thread_name_prefix="chunk") as pool:
         futures = []
         for hop in first:
             t = time.monotonic()
             files = sorted(f for f in hop.files if f in lack.get(seed, set()))
-            _from_controller(fleet, manifest, source, seed, files, pre)
             if files:
+                transfer.rsync_from_controller(transfer.SshArgs.for_node(fleet, fleet.node(seed)), source,
+                                               pre[seed]["staging"], files)
                 size = sum(f.size for f in manifest.files if f.path in files)
-                say(f"{seed}: slice for {hop.dst} ({size / 1e6:.1f} MB) from the controller in "
+                say(f"{seed}: chunk for {hop.dst} ({size / 1e6:.1f} MB) from the controller in "
                     f"{time.monotonic() - t:.1f} s")
-            futures.append(pool.submit(spread, hop, agent))
+            futures.append(pool.submit(spread, hop, agent, files))
         for f in futures:
             f.result()
     return failed

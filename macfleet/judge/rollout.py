@@ -111,15 +111,30 @@ def missing_files(manifest: Manifest, have: Mapping[str, tuple[int, str | None]]
     return out
 
 
-def plan_slices(manifest: Manifest, holders: list[str]) -> dict[str, list[str]]:
-    """Split the files among `holders` so each carries about the same bytes (largest first, to the lightest)."""
-    slices: dict[str, list[str]] = {h: [] for h in holders}
-    load = dict.fromkeys(holders, 0)
+# A chunk is what one peer receives from the seed and passes on; each node verifies a chunk as soon as it has
+# it, so the last chunk's chain (seed → peer → the others, each verifying) is what the push waits for after the
+# management link is done. Big models are cut finer, so that tail stays short (1 GiB verifies in about a second
+# on Apple silicon); small ones go in one chunk per peer, each chunk costing a few SSH round trips.
+CHUNK_BYTES = 1 << 30
+
+
+def plan_chunks(manifest: Manifest, peers: list[str], *, chunk_bytes: int = CHUNK_BYTES,
+                ) -> list[tuple[str, tuple[str, ...]]]:
+    """The files cut into chunks of about the same bytes, at least one per peer and none much over
+    `chunk_bytes` unless one file is bigger; chunk i goes to peer i mod len(peers). Largest files first,
+    each to the lightest chunk."""
+    if not peers or not manifest.files:
+        return []
+    total = manifest.total_bytes
+    count = max(len(peers), -(-total // max(1, chunk_bytes)))
+    count = min(count, len(manifest.files))
+    chunks: list[list[str]] = [[] for _ in range(count)]
+    load = [0] * count
     for f in sorted(manifest.files, key=lambda f: (-f.size, f.path)):
-        h = min(holders, key=lambda h: (load[h], holders.index(h)))
-        slices[h].append(f.path)
-        load[h] += f.size
-    return slices
+        i = min(range(count), key=lambda i: (load[i], i))
+        chunks[i].append(f.path)
+        load[i] += f.size
+    return [(peers[i % len(peers)], tuple(sorted(c))) for i, c in enumerate(chunks)]
 
 
 class Hop(_Model):
@@ -129,22 +144,6 @@ class Hop(_Model):
     dst: str
     dst_address: str
     files: tuple[str, ...]
-
-
-def fanout_slices(seed: str, peers: list[str], manifest: Manifest,
-                  addresses: Mapping[tuple[str, str], str]) -> tuple[list[Hop], list[Hop]]:
-    """Two rounds using every link at once: (1) the seed sends a different slice to each peer, each over its
-    own cable; (2) every peer sends its slice to every other peer over their cable. `addresses[(a, b)]` is
-    b's address on the a–b cable. With one peer, round 1 carries everything and round 2 is empty."""
-    if not peers:
-        return [], []
-    slices = plan_slices(manifest, peers)
-    first = [Hop(src=seed, dst=p, dst_address=addresses[(seed, p)], files=tuple(slices[p])) for p in peers]
-    second = [
-        Hop(src=p, dst=q, dst_address=addresses[(p, q)], files=tuple(slices[p]))
-        for p in peers for q in peers if p != q and slices[p]
-    ]
-    return first, second
 
 
 def fanout_direct(seed: str, peers: list[str], addresses: Mapping[tuple[str, str], str]) -> list[Hop]:

@@ -9,12 +9,11 @@ from macfleet.judge.rollout import (
     ManifestFile,
     NodeAnswer,
     fanout_direct,
-    fanout_slices,
     judge_health,
     make_manifest,
     missing_files,
     model_dir_name,
-    plan_slices,
+    plan_chunks,
     release_name,
     releases_to_prune,
     safe_relpath,
@@ -56,24 +55,31 @@ def test_missing_files_resume_rules() -> None:
     assert missing_files(m, {p.path: (p.size, p.digest) for p in m.files}) == []
 
 
-def test_slices_balance_bytes_and_cover_everything() -> None:
+def test_chunks_balance_bytes_cover_everything_and_go_to_every_peer() -> None:
     m = _m(("w1", 400), ("w2", 300), ("w3", 300), ("w4", 100), ("cfg", 1))
-    s = plan_slices(m, ["p1", "p2", "p3"])
-    assert sorted(f for fs in s.values() for f in fs) == sorted(f.path for f in m.files)
-    sizes = {p: sum(f.size for f in m.files if f.path in fs) for p, fs in s.items()}
-    assert max(sizes.values()) - min(sizes.values()) <= 100
+    chunks = plan_chunks(m, ["p1", "p2", "p3"])
+    assert [p for p, _ in chunks] == ["p1", "p2", "p3"]
+    assert sorted(f for _, fs in chunks for f in fs) == sorted(f.path for f in m.files)
+    sizes = [sum(f.size for f in m.files if f.path in fs) for _, fs in chunks]
+    assert max(sizes) - min(sizes) <= 100
 
 
-def test_fanout_uses_every_link_once_per_direction() -> None:
-    nodes = ["s", "a", "b", "c"]
+def test_a_big_model_is_cut_finer_so_the_last_chunk_is_short() -> None:
+    m = _m(*[(f"w{i:02d}", 5) for i in range(24)])  # 24 shards of 5 bytes, chunks of about 10
+    chunks = plan_chunks(m, ["a", "b", "c"], chunk_bytes=10)
+    assert len(chunks) == 12 and all(len(fs) == 2 for _, fs in chunks)
+    assert [p for p, _ in chunks[:6]] == ["a", "b", "c", "a", "b", "c"]
+    assert sorted(f for _, fs in chunks for f in fs) == sorted(f.path for f in m.files)
+    # never more chunks than files, never none for a peer while files remain
+    assert len(plan_chunks(_m(("x", 100)), ["a", "b"], chunk_bytes=1)) == 1
+    assert plan_chunks(m, []) == [] and plan_chunks(_m(), ["a"]) == []
+
+
+def test_direct_fanout_sends_from_the_seed_over_each_cable() -> None:
+    nodes = ["s", "a", "b"]
     addr = {(x, y): f"{y}@{x}" for x in nodes for y in nodes if x != y}
-    first, second = fanout_slices("s", ["a", "b", "c"], _m(("1", 9), ("2", 9), ("3", 9)), addr)
-    assert {(h.src, h.dst) for h in first} == {("s", "a"), ("s", "b"), ("s", "c")}
-    assert {(h.src, h.dst) for h in second} == {(x, y) for x in "abc" for y in "abc" if x != y}
-    assert all(h.dst_address == f"{h.dst}@{h.src}" for h in first + second)
-    one_first, one_second = fanout_slices("s", ["a"], _m(("1", 9), ("2", 9)), addr)
-    assert one_first[0].files == ("1", "2") and one_second == []
-    assert [(h.src, h.dst) for h in fanout_direct("s", ["a", "b"], addr)] == [("s", "a"), ("s", "b")]
+    hops = fanout_direct("s", ["a", "b"], addr)
+    assert [(h.src, h.dst, h.dst_address) for h in hops] == [("s", "a", "a@s"), ("s", "b", "b@s")]
 
 
 def test_prune_keeps_newest_and_pinned() -> None:
