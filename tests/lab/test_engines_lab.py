@@ -1,0 +1,85 @@
+"""The other engines on the lab's mesh, over real SSH: `export mlx-hostfile` read by MLX's own hostfile parser
+and launcher checks, every rdma_enX checked against the node's own `ibv_devinfo` for that cable."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from macfleet.facts.rdma import parse_ibv_devinfo
+from macfleet.lab.spec import device_of
+from tests.lab.conftest import Lab
+
+pytestmark = pytest.mark.lab
+
+
+def _cable_end(truth: dict, node: str, peer: str) -> int:
+    """The receptacle on `node` of the lab's cable to `peer`."""
+    for c in truth["cables"]:
+        ends = {c["a"]["node"]: c["a"]["receptacle"], c["b"]["node"]: c["b"]["receptacle"]}
+        if set(ends) == {node, peer}:
+            return ends[node]
+    raise AssertionError(f"no cable {node}–{peer} in lab.json")
+
+
+class _Refused(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # MLX's launcher reports a malformed hostfile through parser.error
+        raise _Refused(message)
+
+
+def _mlx_checks(path: Path, monkeypatch) -> list[list[str | None]]:
+    """Load the file with MLX's own parser and run its jaccl launcher up to the launch itself; the device
+    matrix it would hand to every rank (MLX_IBV_DEVICES). Without MLX installed, the documented shape."""
+    try:
+        from mlx._distributed_utils import launch
+        from mlx._distributed_utils.common import Hostfile
+    except ImportError:
+        data = json.loads(path.read_text())
+        assert set(data) == {"backend", "envs", "hosts"} and data["backend"] == "jaccl"
+        n = len(data["hosts"])
+        assert all(len(h["rdma"]) == n and h["rdma"][i] is None for i, h in enumerate(data["hosts"]))
+        assert data["hosts"][0]["ips"]
+        return [h["rdma"] for h in data["hosts"]]
+    hostfile = Hostfile.from_file(path)
+    assert hostfile.backend == "jaccl" and hostfile.envs == []
+    seen: dict = {}
+    monkeypatch.setattr(launch, "_launch_with_io", lambda _cls, ranks, _verbose: seen.update(ranks=ranks))
+    args = argparse.Namespace(backend="jaccl", env=[], cwd=None, starting_port=32323, verbose=False,
+                              python="python3")
+    launch.launch_jaccl(_Parser(), hostfile.hosts, args, ["true"])
+    (_rank, _ssh, _python, _cwd, files, env, _command), _ = seen["ranks"][0]
+    assert env == [f"MLX_JACCL_COORDINATOR={hostfile.hosts[0].ips[0]}:32323"]
+    return json.loads(files["MLX_IBV_DEVICES"])
+
+
+def test_mlx_hostfile_names_each_cables_rdma_device(lab4: Lab, tmp_path: Path, monkeypatch) -> None:
+    out = tmp_path / "m3-ultra-jaccl.json"
+    lab4.macfleet("export", "mlx-hostfile", "-i", str(lab4.inventory), "--out", str(out))
+    truth = lab4.truth()
+    names = truth["meshes"][0]["nodes"]
+    matrix = _mlx_checks(out, monkeypatch)
+    hosts = json.loads(out.read_text())["hosts"]
+    assert [h["ips"][0] for h in hosts] == [truth["nodes"][n]["address"] for n in names]
+    for i, node in enumerate(names):
+        devinfo = {d.name: d for d in parse_ibv_devinfo(lab4.ssh(node, "ibv_devinfo -v").stdout).devices}
+        for j, peer in enumerate(names):
+            if i == j:
+                assert matrix[i][j] is None
+                continue
+            receptacle = _cable_end(truth, node, peer)
+            device = f"rdma_{device_of(truth, node, receptacle)}"
+            assert matrix[i][j] == device, (node, peer)
+            assert devinfo[device].state == "PORT_ACTIVE", (node, device)
+            assert devinfo[device].ipv4_gid_address == truth["addresses"][node][str(receptacle)][0]
+
+    ring = json.loads(lab4.macfleet("export", "mlx-hostfile", "-i", str(lab4.inventory), "--backend", "ring").stdout)
+    assert ring["backend"] == "ring"
+    assert [h["ips"] for h in ring["hosts"]] == [
+        [truth["addresses"][n][str(_cable_end(truth, n, names[i - 1]))][0]] for i, n in enumerate(names)]
