@@ -64,6 +64,7 @@ GROUPS: list[tuple[str, str, str]] = [
     ("reboot", "macfleet.cli.reboot", "The coordinated whole-mesh reboot."),
     ("watch", "macfleet.cli.watch", "The watcher that heals a wedged mesh."),
     ("export", "macfleet.cli.export", "Hand the mesh to other engines: MLX's hostfile."),
+    ("bench", "macfleet.cli.bench", "Measure every Thunderbolt link: throughput each way and latency."),
 ]
 
 

@@ -83,3 +83,46 @@ def test_mlx_hostfile_names_each_cables_rdma_device(lab4: Lab, tmp_path: Path, m
     assert ring["backend"] == "ring"
     assert [h["ips"] for h in ring["hosts"]] == [
         [truth["addresses"][n][str(_cable_end(truth, n, names[i - 1]))][0]] for i, n in enumerate(names)]
+
+
+def _shape_cable(lab: Lab, a: str, b: str, rate: str) -> None:
+    """tc on both ends of the a–b cable, as the lab shapes every cable (a slower cable, nothing else changed)."""
+    from macfleet.lab import netns
+
+    truth = lab.truth()
+    for node, peer in ((a, b), (b, a)):
+        dev = device_of(truth, node, _cable_end(truth, node, peer))
+        netns.batch([netns.tbf(dev, rate)], ns=truth["nodes"][node]["ns"], tool=netns.TC)
+
+
+def test_bench_links_names_the_link_that_fell_below_its_baseline(lab4: Lab) -> None:
+    """A baseline on the healthy lab, then one cable shaped to 50 Mbit/s: bench names that link, both ways, and
+    only it (the fraction is set low, 0.3, so two busy cores sharing the lab do not make a healthy link fail).
+    The same cable as a Thunderbolt 4 one (`slow-cable`: PORT_DOWN) makes the MLX hostfile refused, naming it."""
+    inv = str(lab4.inventory)
+    setting = lab4.inventory / "group_vars" / "all" / "bench.yml"
+    baseline = lab4.inventory / "bench-links.baseline.json"
+    setting.write_text("macfleet_bench:\n  min_fraction: 0.3\n")
+    try:
+        saved = lab4.macfleet("bench", "links", "-i", inv, "--duration", "1", "--save-baseline", "--json")
+        first = json.loads(saved.stdout)
+        assert first["saved"] and baseline.is_file()
+        assert len(first["links"]) == 6 and len(first["rounds"]) == 3
+        assert all(r["a_to_b_gbps"] and r["b_to_a_gbps"] and r["rtt_ms"] is not None for r in first["links"])
+
+        _shape_cable(lab4, "studio-1", "studio-3", "50mbit")
+        slow = lab4.macfleet("bench", "links", "-i", inv, "--duration", "1", "--json", check=False)
+        assert slow.returncode == 1, slow.stderr
+        below = json.loads(slow.stdout)["below_baseline"]
+        assert {(d["a"], d["b"]) for d in below} == {("studio-1", "studio-3")}
+        assert {d["direction"] for d in below} == {"a_to_b", "b_to_a"}
+
+        lab4.fault("slow-cable", "studio-1", "studio-3")
+        refused = lab4.macfleet("export", "mlx-hostfile", "-i", inv, check=False)
+        assert refused.returncode == 1 and refused.stdout == ""
+        assert "studio-1 and studio-3: no active RDMA port" in refused.stderr
+    finally:
+        lab4.fault("slow-cable", "studio-1", "studio-3", clear=True, check=False)
+        _shape_cable(lab4, "studio-1", "studio-3", lab4.truth()["tb_rate"])
+        setting.unlink(missing_ok=True)
+        baseline.unlink(missing_ok=True)
