@@ -7,15 +7,15 @@ from typing import Annotated
 
 import typer
 
-from macfleet.cli.options import InventoryOpt, MeshOpt, inventory_path
+from macfleet.cli.options import InventoryOpt, JsonOpt, MeshOpt, inventory_path
 from macfleet.errors import UsageError
-from macfleet.flow.export import MLX_BACKENDS, export_mlx_hostfile
+from macfleet.flow.export import MLX_BACKENDS, export_llama_rpc, export_mlx_hostfile
 from macfleet.flow.meshes import one_mesh
 from macfleet.inventory.load import load_inventory
 from macfleet.render.mlx import hostfile_written
-from macfleet.render.output import info
+from macfleet.render.output import emit, info
 
-app = typer.Typer(no_args_is_help=True, help="Hand the mesh to other engines: MLX's hostfile.")
+app = typer.Typer(no_args_is_help=True, help="Hand the mesh to other engines: MLX's hostfile, llama.cpp's --rpc list.")
 
 
 @app.command("mlx-hostfile")
@@ -41,3 +41,21 @@ def mlx_hostfile_cmd(
         typer.echo(hostfile.text(), nl=False)
     else:
         info(hostfile_written(hostfile, out))
+
+
+@app.command("llama-rpc")
+def llama_rpc_cmd(
+    inventory: InventoryOpt = None,
+    mesh: MeshOpt = None,
+    head: Annotated[str | None, typer.Option("--head", help="The node that runs llama-cli / llama-server "
+                                             "(default: the mesh's first node).", show_default=False)] = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """The `--rpc host:port,…` list for the head node: each worker's planned address on its direct cable to the
+    head, with the mesh's rpc-server port.
+
+    Refused (exit 1, naming the workers) when a worker has no live cable or address to the head; 3 unreachable."""
+    fleet = load_inventory(inventory_path(inventory))
+    m = one_mesh(fleet, mesh)
+    rpc = export_llama_rpc(fleet, m, head)
+    emit(rpc.json_payload(), human=lambda _: f"--rpc {rpc.rpc}")

@@ -7,17 +7,19 @@ from pathlib import Path
 
 from macfleet.act.files import check_plain_file_path, write_text_atomic
 from macfleet.collect.gather import gather
-from macfleet.errors import Refused, UnreachableError
+from macfleet.errors import Refused, UnreachableError, UsageError
 from macfleet.flow.rdma import RDMA_SPECS, rdma_facts
+from macfleet.flow.topology import plan_live
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.ipplan import NodeNetworkFacts, bind_ports, plan_ip
+from macfleet.judge.llama_rpc import RpcList, rpc_list
 from macfleet.judge.mlx import BACKENDS as MLX_BACKENDS
 from macfleet.judge.mlx import MlxBackend, MlxHostfile, mlx_hostfile
 from macfleet.judge.model import Refusal
 from macfleet.judge.rdma import NodeRdmaFacts, judge_rdma
 from macfleet.judge.topology import NodeTopologyFacts, check_cabling
 
-__all__ = ["MLX_BACKENDS", "export_mlx_hostfile"]
+__all__ = ["MLX_BACKENDS", "export_llama_rpc", "export_mlx_hostfile"]
 
 
 def _topology_facts(f: NodeRdmaFacts) -> NodeTopologyFacts:
@@ -51,3 +53,20 @@ def export_mlx_hostfile(fleet: Fleet, mesh: Mesh, backend: MlxBackend, out: Path
         write_text_atomic(out, result.text())
     return result
 
+
+
+def export_llama_rpc(fleet: Fleet, mesh: Mesh, head: str | None) -> RpcList:
+    """One pass (the IP plan's: the live cables and addresses), then the head's `--rpc` list; UsageError for a
+    head not in the mesh, UnreachableError or Refused (naming the workers) instead of a list with a hole."""
+    head = head or mesh.node_names[0]
+    if head not in mesh.node_names:
+        raise UsageError(f"--head {head!r} is not a node of mesh {mesh.name}",
+                         hint="nodes: " + ", ".join(mesh.node_names))
+    live = plan_live(fleet, [mesh])
+    if live.gathered.unreachable:
+        raise UnreachableError(live.unreachable, hint="no --rpc list: every worker must be read")
+    result = rpc_list(mesh, live.plan, live.facts, head, mesh.settings.llama.rpc_port)
+    if isinstance(result, Refusal):
+        raise Refused(result.reason, hint="`macfleet topology check`, then `macfleet topology apply`",
+                      details={"nodes": result.nodes})
+    return result

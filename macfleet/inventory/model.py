@@ -216,6 +216,12 @@ class BenchSettings(_Settings):
     iperf3_port: int = Field(default=5201, ge=1024, le=65535)  # iperf3's own default
 
 
+class LlamaSettings(_Settings):
+    """llama.cpp's RPC mode: the port every worker's rpc-server listens on (its own default)."""
+
+    rpc_port: int = Field(default=50052, ge=1024, le=65535)
+
+
 _HHMM = r"^([01]\d|2[0-3]):[0-5]\d$"
 Rung = Literal["restart-exo", "reboot"]
 
@@ -296,6 +302,7 @@ class Settings(_Settings):
     reboot: RebootSettings = Field(default_factory=RebootSettings)
     ssh: SshSettings = Field(default_factory=SshSettings)
     bench: BenchSettings = Field(default_factory=BenchSettings)
+    llama: LlamaSettings = Field(default_factory=LlamaSettings)
 
 
 SETTINGS_KEYS = {f"macfleet_{name}": name for name in Settings.model_fields}

@@ -1,5 +1,6 @@
 """The other engines on the lab's mesh, over real SSH: `export mlx-hostfile` read by MLX's own hostfile parser
-and launcher checks, every rdma_enX checked against the node's own `ibv_devinfo` for that cable."""
+and launcher checks, every rdma_enX checked against the node's own `ibv_devinfo` for that cable; llama.cpp's
+--rpc list; `bench links` against a saved baseline."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def _mlx_checks(path: Path, monkeypatch) -> list[list[str | None]]:
     return json.loads(files["MLX_IBV_DEVICES"])
 
 
-def test_mlx_hostfile_names_each_cables_rdma_device(lab4: Lab, tmp_path: Path, monkeypatch) -> None:
+def test_exports_name_each_cables_rdma_device_and_address(lab4: Lab, tmp_path: Path, monkeypatch) -> None:
     out = tmp_path / "m3-ultra-jaccl.json"
     lab4.macfleet("export", "mlx-hostfile", "-i", str(lab4.inventory), "--out", str(out))
     truth = lab4.truth()
@@ -83,6 +84,12 @@ def test_mlx_hostfile_names_each_cables_rdma_device(lab4: Lab, tmp_path: Path, m
     assert ring["backend"] == "ring"
     assert [h["ips"] for h in ring["hosts"]] == [
         [truth["addresses"][n][str(_cable_end(truth, n, names[i - 1]))][0]] for i, n in enumerate(names)]
+
+    # llama.cpp's --rpc list for studio-2: each worker's address on its own cable to studio-2
+    rpc = json.loads(lab4.macfleet("export", "llama-rpc", "-i", str(lab4.inventory), "--head", "studio-2",
+                                   "--json").stdout)
+    assert rpc["rpc"] == ",".join(f"{truth['addresses'][w][str(_cable_end(truth, w, 'studio-2'))][0]}:50052"
+                                  for w in names if w != "studio-2")
 
 
 def _shape_cable(lab: Lab, a: str, b: str, rate: str) -> None:
