@@ -63,6 +63,8 @@ GROUPS: list[tuple[str, str, str]] = [
     ("rdma", "macfleet.cli.rdma", "RDMA status, and the guided Recovery-mode steps that switch it on."),
     ("reboot", "macfleet.cli.reboot", "The coordinated whole-mesh reboot."),
     ("watch", "macfleet.cli.watch", "The watcher that heals a wedged mesh."),
+    ("export", "macfleet.cli.export", "Hand the mesh to other engines: MLX's hostfile, llama.cpp's --rpc list."),
+    ("bench", "macfleet.cli.bench", "Measure every Thunderbolt link: throughput each way and latency."),
 ]
 
 

@@ -209,6 +209,19 @@ class ProbeSettings(_Settings):
     gather_deadline_s: float = Field(default=60.0, gt=0, le=HOUR_S, allow_inf_nan=False)
 
 
+class BenchSettings(_Settings):
+    """`macfleet bench links`: a link measured below `min_fraction` of its saved baseline is named (exit 1)."""
+
+    min_fraction: float = Field(default=0.8, gt=0, le=1, allow_inf_nan=False)
+    iperf3_port: int = Field(default=5201, ge=1024, le=65535)  # iperf3's own default
+
+
+class LlamaSettings(_Settings):
+    """llama.cpp's RPC mode: the port every worker's rpc-server listens on (its own default)."""
+
+    rpc_port: int = Field(default=50052, ge=1024, le=65535)
+
+
 _HHMM = r"^([01]\d|2[0-3]):[0-5]\d$"
 Rung = Literal["restart-exo", "reboot"]
 
@@ -288,6 +301,8 @@ class Settings(_Settings):
     remediation: RemediationSettings = Field(default_factory=RemediationSettings)
     reboot: RebootSettings = Field(default_factory=RebootSettings)
     ssh: SshSettings = Field(default_factory=SshSettings)
+    bench: BenchSettings = Field(default_factory=BenchSettings)
+    llama: LlamaSettings = Field(default_factory=LlamaSettings)
 
 
 SETTINGS_KEYS = {f"macfleet_{name}": name for name in Settings.model_fields}

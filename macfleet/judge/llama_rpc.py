@@ -1,0 +1,73 @@
+"""llama.cpp's RPC mode: the `--rpc host:port,…` list the head node passes to `llama-cli` / `llama-server`.
+
+One entry per worker: that worker's planned address on its direct cable to the head, so the tensors go over
+Thunderbolt and never over Ethernet; the port is the mesh's `macfleet_llama.rpc_port` (rpc-server's own default,
+50052). A worker without a live cable to the head, or whose address is not live on that port, is refused by
+name: a list with a hole would make llama.cpp fail, or silently run without that worker.
+
+Pure: inventory, plan and facts in, the list or a refusal out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict
+
+from macfleet.inventory.model import Mesh
+from macfleet.judge.ipplan import IpPlan, NodeNetworkFacts, find_drift
+from macfleet.judge.model import Refusal
+
+
+class RpcWorker(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    node: str
+    address: str
+    port: int
+    head_port: str  # the head's enX on that cable
+
+
+class RpcList(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    head: str
+    workers: list[RpcWorker]
+
+    @property
+    def rpc(self) -> str:
+        return ",".join(f"{w.address}:{w.port}" for w in self.workers)
+
+    def json_payload(self) -> dict:
+        return {"head": self.head, "rpc": self.rpc,
+                "workers": [{"node": w.node, "address": w.address, "port": w.port} for w in self.workers]}
+
+
+def rpc_list(mesh: Mesh, plan: IpPlan, network: Mapping[str, NodeNetworkFacts], head: str, port: int
+             ) -> RpcList | Refusal:
+    """Workers in inventory order (every node of the mesh but the head)."""
+    drift = {(d.node, d.port): d for d in find_drift(plan, network)}
+    workers: list[RpcWorker] = []
+    refused: list[str] = []
+    named: list[str] = []
+    for w in mesh.node_names:
+        if w == head:
+            continue
+        lk = next((x for x in plan.links if x.mesh == mesh.name and {x.a.node, x.b.node} == {w, head}), None)
+        end, far = (lk.end(w), lk.end(head)) if lk else (None, None)
+        if end is None or far is None or end.port is None or far.port is None:
+            refused.append(f"{w}: no live cable to {head}")
+        elif network.get(w) is None or network[w].ifconfig is None:
+            refused.append(f"{w}: its addresses could not be read")
+        elif (w, end.port) in drift:
+            d = drift[(w, end.port)]
+            refused.append(f"{w} {end.port} (to {head}) has {', '.join(d.found) or 'no address'}, not the planned "
+                           f"{d.expected}")
+        else:
+            workers.append(RpcWorker(node=w, address=end.address, port=port, head_port=far.port))
+            continue
+        named.append(w)
+    if refused:
+        return Refusal(reason=f"every worker needs its planned address live on a direct cable to {head}: "
+                       + "; ".join(refused), nodes=named)
+    return RpcList(head=head, workers=workers)

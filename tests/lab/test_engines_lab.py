@@ -1,0 +1,135 @@
+"""The other engines on the lab's mesh, over real SSH: `export mlx-hostfile` read by MLX's own hostfile parser
+and launcher checks, every rdma_enX checked against the node's own `ibv_devinfo` for that cable; llama.cpp's
+--rpc list; `bench links` against a saved baseline."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from macfleet.facts.rdma import parse_ibv_devinfo
+from macfleet.lab.spec import device_of
+from tests.lab.conftest import Lab
+
+pytestmark = pytest.mark.lab
+
+
+def _cable_end(truth: dict, node: str, peer: str) -> int:
+    """The receptacle on `node` of the lab's cable to `peer`."""
+    for c in truth["cables"]:
+        ends = {c["a"]["node"]: c["a"]["receptacle"], c["b"]["node"]: c["b"]["receptacle"]}
+        if set(ends) == {node, peer}:
+            return ends[node]
+    raise AssertionError(f"no cable {node}–{peer} in lab.json")
+
+
+class _Refused(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # MLX's launcher reports a malformed hostfile through parser.error
+        raise _Refused(message)
+
+
+def _mlx_checks(path: Path, monkeypatch) -> list[list[str | None]]:
+    """Load the file with MLX's own parser and run its jaccl launcher up to the launch itself; the device
+    matrix it would hand to every rank (MLX_IBV_DEVICES). Without MLX installed, the documented shape."""
+    try:
+        from mlx._distributed_utils import launch
+        from mlx._distributed_utils.common import Hostfile
+    except ImportError:
+        data = json.loads(path.read_text())
+        assert set(data) == {"backend", "envs", "hosts"} and data["backend"] == "jaccl"
+        n = len(data["hosts"])
+        assert all(len(h["rdma"]) == n and h["rdma"][i] is None for i, h in enumerate(data["hosts"]))
+        assert data["hosts"][0]["ips"]
+        return [h["rdma"] for h in data["hosts"]]
+    hostfile = Hostfile.from_file(path)
+    assert hostfile.backend == "jaccl" and hostfile.envs == []
+    seen: dict = {}
+    monkeypatch.setattr(launch, "_launch_with_io", lambda _cls, ranks, _verbose: seen.update(ranks=ranks))
+    args = argparse.Namespace(backend="jaccl", env=[], cwd=None, starting_port=32323, verbose=False,
+                              python="python3")
+    launch.launch_jaccl(_Parser(), hostfile.hosts, args, ["true"])
+    (_rank, _ssh, _python, _cwd, files, env, _command), _ = seen["ranks"][0]
+    assert env == [f"MLX_JACCL_COORDINATOR={hostfile.hosts[0].ips[0]}:32323"]
+    return json.loads(files["MLX_IBV_DEVICES"])
+
+
+def test_exports_name_each_cables_rdma_device_and_address(lab4: Lab, tmp_path: Path, monkeypatch) -> None:
+    out = tmp_path / "m3-ultra-jaccl.json"
+    lab4.macfleet("export", "mlx-hostfile", "-i", str(lab4.inventory), "--out", str(out))
+    truth = lab4.truth()
+    names = truth["meshes"][0]["nodes"]
+    matrix = _mlx_checks(out, monkeypatch)
+    hosts = json.loads(out.read_text())["hosts"]
+    assert [h["ips"][0] for h in hosts] == [truth["nodes"][n]["address"] for n in names]
+    for i, node in enumerate(names):
+        devinfo = {d.name: d for d in parse_ibv_devinfo(lab4.ssh(node, "ibv_devinfo -v").stdout).devices}
+        for j, peer in enumerate(names):
+            if i == j:
+                assert matrix[i][j] is None
+                continue
+            receptacle = _cable_end(truth, node, peer)
+            device = f"rdma_{device_of(truth, node, receptacle)}"
+            assert matrix[i][j] == device, (node, peer)
+            assert devinfo[device].state == "PORT_ACTIVE", (node, device)
+            assert devinfo[device].ipv4_gid_address == truth["addresses"][node][str(receptacle)][0]
+
+    ring = json.loads(lab4.macfleet("export", "mlx-hostfile", "-i", str(lab4.inventory), "--backend", "ring").stdout)
+    assert ring["backend"] == "ring"
+    assert [h["ips"] for h in ring["hosts"]] == [
+        [truth["addresses"][n][str(_cable_end(truth, n, names[i - 1]))][0]] for i, n in enumerate(names)]
+
+    # llama.cpp's --rpc list for studio-2: each worker's address on its own cable to studio-2
+    rpc = json.loads(lab4.macfleet("export", "llama-rpc", "-i", str(lab4.inventory), "--head", "studio-2",
+                                   "--json").stdout)
+    assert rpc["rpc"] == ",".join(f"{truth['addresses'][w][str(_cable_end(truth, w, 'studio-2'))][0]}:50052"
+                                  for w in names if w != "studio-2")
+
+
+def _shape_cable(lab: Lab, a: str, b: str, rate: str) -> None:
+    """tc on both ends of the a–b cable, as the lab shapes every cable (a slower cable, nothing else changed)."""
+    from macfleet.lab import netns
+
+    truth = lab.truth()
+    for node, peer in ((a, b), (b, a)):
+        dev = device_of(truth, node, _cable_end(truth, node, peer))
+        netns.batch([netns.tbf(dev, rate)], ns=truth["nodes"][node]["ns"], tool=netns.TC)
+
+
+def test_bench_links_names_the_link_that_fell_below_its_baseline(lab4: Lab) -> None:
+    """A baseline on the healthy lab, then one cable shaped to 50 Mbit/s: bench names that link, both ways, and
+    only it (the fraction is set low, 0.3, so two busy cores sharing the lab do not make a healthy link fail).
+    The same cable as a Thunderbolt 4 one (`slow-cable`: PORT_DOWN) makes the MLX hostfile refused, naming it."""
+    inv = str(lab4.inventory)
+    setting = lab4.inventory / "group_vars" / "all" / "bench.yml"
+    baseline = lab4.inventory / "bench-links.baseline.json"
+    setting.write_text("macfleet_bench:\n  min_fraction: 0.3\n")
+    try:
+        saved = lab4.macfleet("bench", "links", "-i", inv, "--duration", "1", "--save-baseline", "--json")
+        first = json.loads(saved.stdout)
+        assert first["saved"] and baseline.is_file()
+        assert len(first["links"]) == 6 and len(first["rounds"]) == 3
+        assert all(r["a_to_b_gbps"] and r["b_to_a_gbps"] and r["rtt_ms"] is not None for r in first["links"])
+
+        _shape_cable(lab4, "studio-1", "studio-3", "50mbit")
+        slow = lab4.macfleet("bench", "links", "-i", inv, "--duration", "1", "--json", check=False)
+        assert slow.returncode == 1, slow.stderr
+        below = json.loads(slow.stdout)["below_baseline"]
+        assert {(d["a"], d["b"]) for d in below} == {("studio-1", "studio-3")}
+        assert {d["direction"] for d in below} == {"a_to_b", "b_to_a"}
+
+        lab4.fault("slow-cable", "studio-1", "studio-3")
+        refused = lab4.macfleet("export", "mlx-hostfile", "-i", inv, check=False)
+        assert refused.returncode == 1 and refused.stdout == ""
+        assert "studio-1 and studio-3: no active RDMA port" in refused.stderr
+    finally:
+        lab4.fault("slow-cable", "studio-1", "studio-3", clear=True, check=False)
+        _shape_cable(lab4, "studio-1", "studio-3", lab4.truth()["tb_rate"])
+        setting.unlink(missing_ok=True)
+        baseline.unlink(missing_ok=True)
