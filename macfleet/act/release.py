@@ -92,7 +92,7 @@ def stop_exo(fleet: Fleet, nodes: list[str]) -> None:
 def start_exo(fleet: Fleet, nodes: list[str]) -> None:
     plist = f"/Library/LaunchDaemons/{LABEL}.plist"
     job = _agent_target()
-    cmd = (f"if launchctl print {job} >/dev/null 2>&1; then sudo -n launchctl kickstart -k {job}; "
+    cmd = (f"if launchctl print {job} >/dev/null 2>&1; then sudo -n launchctl kickstart {job}; "
            f"else sudo -n launchctl bootstrap system {plist}; fi")
     on_nodes(fleet, nodes, lambda a: run_remote(a, cmd, timeout_s=60))
 

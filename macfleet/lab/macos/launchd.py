@@ -225,6 +225,8 @@ def _kickstart(node: Node, sub: str, rest: list[str]) -> int:
     if alive(entry.get("pid")):
         if not kill:
             return 0
+        # no pid while it restarts: the KeepAlive tick must not start a second instance of its own meanwhile
+        node.update("jobs", lambda d: d[label].update(pid=None) if label in d else None)
         stop(entry.get("pid"))
     job = load_plist(entry["plist"])
     pid = spawn(job, entry["domain"])
@@ -355,13 +357,14 @@ def keep_alive_tick(node: Node) -> None:
 
             booted_out: list[bool] = []
 
-            def mutate(d: dict, lb: str = label, p: int = pid, gone: list[bool] = booted_out) -> None:
+            def mutate(d: dict, lb: str = label, p: int = pid, dead: int = e["pid"],
+                       gone: list[bool] = booted_out) -> None:
                 x = d.get(lb)
-                if x is not None:
+                if x is not None and x.get("pid") == dead:
                     x.update(pid=p, started=time.time(), runs=x.get("runs", 0) + 1)
                 else:
                     gone.append(True)
 
             node.update("jobs", mutate)
-            if booted_out:  # booted out while we restarted it: launchd would not run it, so neither do we
+            if booted_out:  # booted out, or restarted by someone else, meanwhile: one instance, as launchd keeps
                 stop(pid)
