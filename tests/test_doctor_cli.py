@@ -74,3 +74,20 @@ def test_node_facts_keep_why_a_fact_is_missing() -> None:
     assert a.sw_vers is None and "no answer" in a.problems["sw-vers"]
     b = node_facts(g, "b")
     assert not b.reachable and "timed out" in b.unreachable_reason
+
+
+def test_could_not_tell_is_shown_with_its_reason_without_verbose() -> None:
+    from rich.console import Console
+
+    from macfleet.render.doctor import render_doctor
+
+    r = HealthReport(findings=[], checks=[
+        CheckResult(check="reachable", node="a", result="ok"),
+        CheckResult(check="exo-log", node="a", result="unknown", reason="`tail exo.log` timed out after 10 s \x1b[2J"),
+    ], summary=HealthSummary(nodes=1, checks=2, ok=1, findings=0, unknown=1, errors=0, warnings=0, unreachable=[],
+                             healthy=False, checked_at=datetime(2026, 1, 1, tzinfo=UTC).isoformat()))
+    console = Console(width=120, record=True, color_system=None, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(render_doctor(r))
+    out = console.export_text()
+    assert "unknown exo-log" in out and "timed out after 10 s" in out and "\x1b" not in out
+    assert "1 check(s) could not tell" in out

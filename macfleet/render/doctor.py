@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from macfleet.judge.health import CheckSpec, HealthReport
+from macfleet.render.text import text
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow"}
 
@@ -33,21 +34,24 @@ def render_doctor(report: HealthReport, *, verbose: int = 0) -> RenderableType:
     nodes = list(dict.fromkeys([c.node for c in report.checks]))
     for node in nodes:
         mine = [f for f in report.findings if f.node == node]
-        unknown = [c for c in report.checks if c.node == node and c.result == "unknown"]
-        if not mine and not (unknown and verbose):
+        # "could not tell" is shown with its reason, never left for the reader to guess; an unreachable node's
+        # checks all are, for the one reason its finding already gives
+        unreachable = any(f.check == "reachable" for f in mine)
+        unknown = [c for c in report.checks if c.node == node and c.result == "unknown" and not unreachable]
+        if not mine and not unknown:
             continue
         parts.append(Text(node, style="bold"))
         for f in mine:
             line = Text("  ")
             line.append(f"{f.severity:<7}", style=SEVERITY_STYLE[f.severity])
             line.append(f" {f.check:<12} ", style="cyan")
-            line.append(f.message)
+            line.append(text(f.message))
             parts.append(line)
-            parts.append(Text(f"                       fix: {f.fix}", style="green"))
+            parts.append(text(f"                       fix: {f.fix}", style="green"))
             if verbose and f.evidence:
-                parts.append(Text(f"                       evidence: {f.evidence}", style="dim"))
-        for c in unknown if verbose else []:
-            parts.append(Text(f"  unknown {c.check:<12} {c.reason}", style="dim"))
+                parts.append(text(f"                       evidence: {f.evidence}", style="dim"))
+        for c in unknown:
+            parts.append(text(f"  unknown {c.check:<12} {c.reason}", style="dim"))
     parts.append(verdict_line(report))
     return Group(*parts)
 
