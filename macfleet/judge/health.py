@@ -789,12 +789,13 @@ def check_exo_api_exposure(ctx: HealthContext, node: str) -> Verdict:
         why = exposure(f.pf_rules, port, tb | {LOOPBACK})
     if why is None:
         return []
+    now = "switch pf on now (`sudo pfctl -E`); " if not f.pf_info.enabled else ""
     return [HealthFinding(
         node=node, check="exo-api-exposure", severity="warning",
         message=f"exo's API on {node} (unauthenticated, on every interface, port {port}) is open to the whole "
                 f"LAN: {why}",
-        fix="`macfleet bootstrap` loads the packet-filter anchor that lets exo's ports in only from the "
-            "Thunderbolt networks and the controller, and switches pf on at boot (docs/runbooks/doctor.md)",
+        fix=f"{now}`macfleet bootstrap` loads the packet-filter anchor that lets exo's ports in only from the "
+            "Thunderbolt networks and the controller, and switches pf on at every boot (docs/runbooks/doctor.md)",
         evidence=f"pfctl -s info: {f.pf_info.status_line}; pfctl -a com.apple/macfleet -s rules: "
                  f"{len(f.pf_rules.rules)} rules")]
 
