@@ -99,3 +99,24 @@ def test_node_facts_of_the_small_probes() -> None:
     assert a.df is None and "No such file" in a.problems["df"]
     assert a.pings["10.213.0.2"].received == 0
     assert "10.213.0.6" not in a.pings and "gave no answer" in a.problems["tb-ping:10.213.0.6"]
+
+
+def test_only_leaves_out_the_probes_no_selected_check_reads(monkeypatch) -> None:
+    """`--only rdma` (what `watch` runs) does not ask softwareupdate, pfctl, date, df or ping."""
+    from macfleet.collect.gather import Gathered
+    from macfleet.flow import doctor as flow
+    from macfleet.inventory.load import load_inventory
+
+    asked: dict = {}
+
+    def fake_gather(fleet, nodes, specs, **kw):
+        asked["keys"] = {s.key for s in specs}
+        asked["per_node"] = kw.get("per_node")
+        return Gathered(unreachable={n.name: "not dialled" for n in nodes})
+
+    monkeypatch.setattr(flow, "gather", fake_gather)
+    fleet = load_inventory(EXAMPLE_INVENTORY)
+    flow.run_doctor(fleet, list(fleet.meshes), only=["rdma"])
+    assert not asked["keys"] & {"date", "df", "softwareupdate", "pf-info", "pf-rules"} and not asked["per_node"]
+    flow.run_doctor(fleet, list(fleet.meshes))
+    assert {"date", "df", "softwareupdate", "pf-info", "pf-rules"} <= asked["keys"] and any(asked["per_node"].values())

@@ -58,6 +58,13 @@ CURL_REFUSED = 7  # curl: "Failed to connect": nothing listens on the port
 PROBE_KEYS = {"df": ("df", parse_df), "pf_info": ("pf-info", parse_pf_info), "pf_rules": ("pf-rules", parse_pf_rules)}
 
 
+# check -> the probes only it reads ("tb-ping": each node's pings to its peers)
+PROBE_OF_CHECK: dict[str, tuple[str, ...]] = {
+    "clock-skew": ("date",), "disk": ("df",), "updates": ("softwareupdate",),
+    "exo-api-exposure": ("pf-info", "pf-rules"), "tb-ping": ("tb-ping",),
+}
+
+
 def doctor_specs(meshes: list[Mesh]) -> tuple[CommandSpec, ...]:
     port = meshes[0].settings.exo.port if meshes else 52415
     models_dir = meshes[0].settings.exo.models_dir if meshes else "~/.exo/models"
@@ -184,8 +191,12 @@ def run_doctor(fleet: Fleet, meshes: list[Mesh], *, only: list[str] | None = Non
                cancel: threading.Event | None = None, deadline_s: float | None = None) -> DoctorRun:
     """One bounded pass over every node of `meshes`, judged. Never raises for a node's sake."""
     nodes = [n for m in meshes for n in m.nodes]
-    gathered = gather(fleet, nodes, doctor_specs(meshes), cancel=cancel, deadline_s=deadline_s,
-                      per_node=ping_specs(fleet, meshes))
+    # a probe only one check reads is not run when that check is not selected (`softwareupdate --list` asks
+    # Apple's catalogue: `watch` should not pay for it at every tick)
+    skip = {k for check, keys in PROBE_OF_CHECK.items() if only and check not in only for k in keys}
+    specs = tuple(s for s in doctor_specs(meshes) if s.key not in skip)
+    gathered = gather(fleet, nodes, specs, cancel=cancel, deadline_s=deadline_s,
+                      per_node={} if "tb-ping" in skip else ping_specs(fleet, meshes))
     facts = {n.name: node_facts(gathered, n.name) for n in nodes}
     report = judge_health(fleet, meshes, facts, now or datetime.now(UTC), only=only)
     return DoctorRun(report=report, gathered=gathered, facts=facts)
