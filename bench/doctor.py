@@ -43,11 +43,13 @@ def _children_cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def probe_script(meshes) -> str:
-    """doctor's probe commands in one shell, each output kept apart (what a pssh script would run)."""
-    from macfleet.flow.doctor import doctor_specs
+def probe_script(fleet, meshes, node: str) -> str:
+    """doctor's probe commands for `node` in one shell (its pings to its peers included), each output kept
+    apart (what a pssh script would run)."""
+    from macfleet.flow.doctor import doctor_specs, ping_specs
 
-    return "; ".join(f"echo @@@ {shlex.quote(s.key)}; {s.command_line}" for s in doctor_specs(meshes))
+    specs = doctor_specs(meshes) + ping_specs(fleet, meshes).get(node, ())
+    return "; ".join(f"echo @@@ {shlex.quote(s.key)}; {s.command_line}" for s in specs)
 
 
 def bench_size(size: str, repeat: int, workdir: Path) -> dict:
@@ -66,10 +68,10 @@ def bench_size(size: str, repeat: int, workdir: Path) -> dict:
         nodes = [n.name for n in fleet.nodes]
         ssh_true = _median_s(lambda: subprocess.run(control.ssh_argv(name, nodes[0], "true"), check=True,
                                                     capture_output=True, timeout=60), repeat)
-        script = probe_script(list(fleet.meshes))
+        scripts = {n: probe_script(fleet, list(fleet.meshes), n) for n in nodes}
 
         def floor() -> None:
-            procs = [subprocess.Popen(control.ssh_argv(name, n, script), stdout=subprocess.DEVNULL,
+            procs = [subprocess.Popen(control.ssh_argv(name, n, scripts[n]), stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL) for n in nodes]
             for p in procs:
                 p.wait(timeout=120)

@@ -91,3 +91,49 @@ def test_could_not_tell_is_shown_with_its_reason_without_verbose() -> None:
     out = console.export_text()
     assert "unknown exo-log" in out and "timed out after 10 s" in out and "\x1b" not in out
     assert "1 check(s) could not tell" in out
+
+
+def test_node_facts_of_the_small_probes() -> None:
+    """The clock reading keeps when the answer came; softwareupdate is read with its stderr; each ping is filed
+    under the peer address it went to; a probe not answered is a problem, never an empty fact."""
+    from macfleet.collect.gather import Gathered
+    from macfleet.collect.ssh import Raw
+    from macfleet.flow.doctor import node_facts
+
+    probes = FIXTURES.parent / "probes"
+    g = Gathered(outputs={"a": {
+        "date": Raw(stdout="1796075974\n", stderr="", rc=0, took_s=0.2, ended_at=1796075970.5),
+        "softwareupdate": Raw(stdout="", stderr=(probes / "softwareupdate_none.txt").read_text(), rc=0, took_s=3),
+        "pf-rules": Raw(stdout="", stderr="", rc=0, took_s=0.1),
+        "tb-ping:10.213.0.2": Raw(stdout=(probes / "ping_lost.txt").read_text(), stderr="", rc=2, took_s=2.0),
+        "df": Raw(stdout="", stderr="df: .exo/models: No such file or directory", rc=1, took_s=0.1)}},
+        failed={"a": {"tb-ping:10.213.0.6": "`ping -c 1 -t 2 10.213.0.6` gave no answer within 5 s"}})
+    a = node_facts(g, "a")
+    assert a.clock is not None and round(a.clock.offset_s, 1) == 3.6
+    assert a.updates is not None and a.updates.pending == []
+    assert a.pf_rules is not None and a.pf_rules.rules == []  # an empty anchor is read, and judged as open
+    assert a.pf_info is None and "no answer" in a.problems["pf-info"]
+    assert a.df is None and "No such file" in a.problems["df"]
+    assert a.pings["10.213.0.2"].received == 0
+    assert "10.213.0.6" not in a.pings and "gave no answer" in a.problems["tb-ping:10.213.0.6"]
+
+
+def test_only_leaves_out_the_probes_no_selected_check_reads(monkeypatch) -> None:
+    """`--only rdma` (what `watch` runs) does not ask softwareupdate, pfctl, date, df or ping."""
+    from macfleet.collect.gather import Gathered
+    from macfleet.flow import doctor as flow
+    from macfleet.inventory.load import load_inventory
+
+    asked: dict = {}
+
+    def fake_gather(fleet, nodes, specs, **kw):
+        asked["keys"] = {s.key for s in specs}
+        asked["per_node"] = kw.get("per_node")
+        return Gathered(unreachable={n.name: "not dialled" for n in nodes})
+
+    monkeypatch.setattr(flow, "gather", fake_gather)
+    fleet = load_inventory(EXAMPLE_INVENTORY)
+    flow.run_doctor(fleet, list(fleet.meshes), only=["rdma"])
+    assert not asked["keys"] & {"date", "df", "softwareupdate", "pf-info", "pf-rules"} and not asked["per_node"]
+    flow.run_doctor(fleet, list(fleet.meshes))
+    assert {"date", "df", "softwareupdate", "pf-info", "pf-rules"} <= asked["keys"] and any(asked["per_node"].values())

@@ -74,4 +74,37 @@ DOCTOR_SPECS: tuple[CommandSpec, ...] = (
     *specs_for(("thunderbolt", "hardware-ports", "service-order", "ifconfig", "ibv-devices")),
     spec_for("ibv-devinfo", "verbose"),
     *specs_for(("rdma-ctl", "sw-vers", "sysctl", "pmset", "fdesetup")),
+    spec_for("netstat-routes"),  # routes another tool put on a Thunderbolt port (ip-plan names them)
 )
+
+
+# Doctor's small probes. No real capture of their output from a Mac is in the repository yet (facts/probes.py
+# reads only their stable lines; docs/lab.md lists the lab's stand-ins as guesses), so they stay out of
+# ALL_SPECS, whose every command is proven on a capture.
+PF_ANCHOR = "com.apple/macfleet"  # where bootstrap's pf role loads exo's rules (macOS's pf.conf reads com.apple/*)
+
+
+def home_relative(path: str) -> str:
+    """A `~/…` path as the remote shell would see it from the login directory (sshd starts there): `~` would
+    not expand once quoted."""
+    if path == "~":
+        return "."
+    return path[2:] if path.startswith("~/") else path
+
+
+def probe_specs(models_dir: str = "~/.exo/models") -> tuple[CommandSpec, ...]:
+    return (
+        # the controller notes when the answer came and how long the round trip took (collect.ssh.Raw)
+        CommandSpec("date", ("date", "-u", "+%s"), timeout_s=5),
+        CommandSpec("df", ("df", "-k", home_relative(models_dir)), timeout_s=10),
+        # asks Apple's catalogue over the network: slow on a real Mac, bounded like the rest
+        CommandSpec("softwareupdate", ("softwareupdate", "--list"), timeout_s=45),
+        # the two pfctl reads bootstrap's sudoers drop-in allows, word for word
+        CommandSpec("pf-info", ("pfctl", "-s", "info"), timeout_s=5, needs_sudo=True),
+        CommandSpec("pf-rules", ("pfctl", "-a", PF_ANCHOR, "-s", "rules"), timeout_s=5, needs_sudo=True),
+    )
+
+
+def ping_spec(address: str) -> CommandSpec:
+    """One short ping to a peer's planned address on a Thunderbolt link (BSD ping: -t is the whole wait, s)."""
+    return CommandSpec("tb-ping", ("ping", "-c", "1", "-t", "2", address), timeout_s=5, variant=address)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from macfleet.collect.commands import CommandSpec
@@ -98,8 +98,10 @@ def gather(
     deadline_s: float | None = None,
     cancel: threading.Event | None = None,
     on_node_done: Callable[[str], None] | None = None,
+    per_node: Mapping[str, tuple[CommandSpec, ...]] | None = None,
 ) -> Gathered:
-    """Run every spec on every node. Never raises for a node's sake: unreachable nodes are recorded. Bad input
+    """Run every spec on every node, and `per_node[node]` on that node too (doctor's pings to its peers).
+    Never raises for a node's sake: unreachable nodes are recorded. Bad input
     (a missing key, a changed host key…) is raised as UsageError before or instead of a verdict."""
     nodes = list(nodes)
     specs = tuple(specs)
@@ -142,7 +144,8 @@ def gather(
                 if cancel.is_set():
                     raise Unreachable("not contacted: cancelled")
                 with SshSession(targets[node], jumps) as session:
-                    outputs, failed = _run_all(session, specs, deadline, cancel)
+                    mine = specs + tuple((per_node or {}).get(node, ()))
+                    outputs, failed = _run_all(session, mine, deadline, cancel)
         except Unreachable as exc:
             why = str(exc)
         except BaseException as exc:  # handed to the caller's thread below

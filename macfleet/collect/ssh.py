@@ -42,6 +42,7 @@ class Raw:
     stderr: str
     rc: int
     took_s: float
+    ended_at: float | None = None  # the controller's clock (epoch s) when the answer was in: clock-skew reads it
 
 
 # How long to wait for the end of a command's output once its exit status has come.
@@ -499,15 +500,20 @@ class SshSession:
         while True:
             try:
                 return transport.open_session(timeout=max(0.1, deadline - time.monotonic()))
-            except paramiko.ChannelException as exc:
+            except paramiko.SSHException as exc:
+                # Two refusals at once on one transport: paramiko hands the server's reason to one opener and a
+                # bare "Unable to open channel." to the other; both are the same refusal.
+                refused = isinstance(exc, paramiko.ChannelException) or str(exc).startswith("Unable to open channel")
+                if not refused:
+                    raise Unreachable(f"{self.target.host}: could not start a command: {exc}") from None
                 if time.monotonic() + delay > deadline or (cancel is not None and cancel.is_set()):
                     raise Unreachable(
                         f"{self.target.host}: could not start a command: the server kept refusing a channel "
-                        f"({exc.text}; at its MaxSessions limit?)"
+                        f"({getattr(exc, 'text', exc)}; at its MaxSessions limit?)"
                     ) from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
-            except (paramiko.SSHException, OSError, EOFError) as exc:
+            except (OSError, EOFError) as exc:
                 raise Unreachable(
                     f"{self.target.host}: could not start a command: {exc or type(exc).__name__}"
                 ) from None
@@ -570,4 +576,5 @@ class SshSession:
             stderr=err.decode("utf-8", errors="replace"),
             rc=rc,
             took_s=time.monotonic() - started,
+            ended_at=time.time(),
         )

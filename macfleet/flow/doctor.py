@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from macfleet.act.ansible import PLAYBOOKS_DIR, PlaybookRun, run_playbook
-from macfleet.collect.commands import DOCTOR_SPECS, CommandSpec, exo_specs
+from macfleet.collect.commands import DOCTOR_SPECS, CommandSpec, exo_specs, ping_spec, probe_specs
 from macfleet.collect.gather import Gathered, gather
 from macfleet.errors import (
     EXIT_PROBLEMS,
@@ -19,11 +19,22 @@ from macfleet.errors import (
     UsageError,
     most_severe_exit,
 )
+from macfleet.facts.disk import parse_df
 from macfleet.facts.exo import log_since_start, parse_exo_state, parse_http_response, parse_node_id
+from macfleet.facts.probes import parse_epoch, parse_pf_info, parse_pf_rules, parse_ping, parse_softwareupdate_list
 from macfleet.facts.registry import parse
 from macfleet.flow.topology import prepare_apply
 from macfleet.inventory.model import Fleet, Mesh
-from macfleet.judge.health import CHECK_CODES, CHECKS, HealthReport, NodeFacts, judge_health, wired_limit_target
+from macfleet.judge.health import (
+    CHECK_CODES,
+    CHECKS,
+    ClockReading,
+    HealthReport,
+    NodeFacts,
+    judge_health,
+    ping_targets,
+    wired_limit_target,
+)
 
 # NodeFacts field -> (gather key, KIND)
 FACT_KEYS: dict[str, tuple[str, str]] = {
@@ -31,6 +42,7 @@ FACT_KEYS: dict[str, tuple[str, str]] = {
     "hardware_ports": ("hardware-ports", "hardware-ports"),
     "service_order": ("service-order", "service-order"),
     "ifconfig": ("ifconfig", "ifconfig"),
+    "netstat_routes": ("netstat-routes", "netstat-routes"),
     "ibv_devices": ("ibv-devices", "ibv-devices"),
     "ibv_devinfo": ("ibv-devinfo:verbose", "ibv-devinfo"),
     "rdma_ctl": ("rdma-ctl", "rdma-ctl"),
@@ -42,9 +54,26 @@ FACT_KEYS: dict[str, tuple[str, str]] = {
 CURL_REFUSED = 7  # curl: "Failed to connect": nothing listens on the port
 
 
+# NodeFacts field -> (gather key, parser) for doctor's small probes (facts/probes.py, facts/disk.py)
+PROBE_KEYS = {"df": ("df", parse_df), "pf_info": ("pf-info", parse_pf_info), "pf_rules": ("pf-rules", parse_pf_rules)}
+
+
+# check -> the probes only it reads ("tb-ping": each node's pings to its peers)
+PROBE_OF_CHECK: dict[str, tuple[str, ...]] = {
+    "clock-skew": ("date",), "disk": ("df",), "updates": ("softwareupdate",),
+    "exo-api-exposure": ("pf-info", "pf-rules"), "tb-ping": ("tb-ping",),
+}
+
+
 def doctor_specs(meshes: list[Mesh]) -> tuple[CommandSpec, ...]:
     port = meshes[0].settings.exo.port if meshes else 52415
-    return DOCTOR_SPECS + exo_specs(port)
+    models_dir = meshes[0].settings.exo.models_dir if meshes else "~/.exo/models"
+    return DOCTOR_SPECS + exo_specs(port) + probe_specs(models_dir)
+
+
+def ping_specs(fleet: Fleet, meshes: list[Mesh]) -> dict[str, tuple[CommandSpec, ...]]:
+    """Each node's one short ping to every peer of the IP plan, at the peer's address on their link."""
+    return {n: tuple(ping_spec(a) for a in ping_targets(fleet, m.name, n)) for m in meshes for n in m.node_names}
 
 
 def _read(gathered: Gathered, node: str, key: str, problems: dict[str, str], timed_out: list[str]) -> str | None:
@@ -107,7 +136,48 @@ def node_facts(gathered: Gathered, node: str) -> NodeFacts:
         except FactsParseError as e:
             problems[key] = e.message
     values.update(_exo_facts(gathered, node, problems, timed_out))
+    values.update(_probe_facts(gathered, node, problems, timed_out))
     return NodeFacts(**values, timed_out=timed_out, problems=problems)
+
+
+def _parsed(text: str | None, parser: Callable, key: str, problems: dict[str, str]) -> object | None:
+    if text is None:
+        return None
+    try:
+        return parser(text)
+    except FactsParseError as e:
+        problems[key] = e.message
+        return None
+
+
+def _probe_facts(gathered: Gathered, node: str, problems: dict[str, str], timed_out: list[str]) -> dict:
+    """The clock, disk, updates, packet filter and ping probes, parsed; what could not be read says why."""
+    out: dict = {}
+    for name, (key, parser) in PROBE_KEYS.items():
+        if (value := _parsed(_read(gathered, node, key, problems, timed_out), parser, key, problems)) is not None:
+            out[name] = value
+    raw = gathered.outputs.get(node, {}).get("date")
+    epoch = _parsed(_read(gathered, node, "date", problems, timed_out), parse_epoch, "date", problems)
+    if epoch is not None and raw is not None and raw.ended_at is not None:
+        out["clock"] = ClockReading(node_epoch_s=epoch.epoch_s, controller_at_s=raw.ended_at,
+                                    round_trip_s=raw.took_s)
+    elif epoch is not None:
+        problems["date"] = "the controller did not note when the answer came"
+    # softwareupdate prints its progress, and on some releases its verdict, on stderr
+    text = _read(gathered, node, "softwareupdate", problems, timed_out)
+    raw = gathered.outputs.get(node, {}).get("softwareupdate")
+    if text is not None and raw is not None:
+        updates = _parsed(f"{raw.stdout}\n{raw.stderr}", parse_softwareupdate_list, "softwareupdate", problems)
+        if updates is not None:
+            out["updates"] = updates
+    pings = {}
+    for key in [k for k in (*gathered.outputs.get(node, {}), *gathered.failed.get(node, {})) if
+                k.startswith("tb-ping:")]:
+        ping = _parsed(_read(gathered, node, key, problems, timed_out), parse_ping, key, problems)
+        if ping is not None:
+            pings[key.split(":", 1)[1]] = ping
+    out["pings"] = pings
+    return out
 
 
 @dataclass
@@ -121,7 +191,12 @@ def run_doctor(fleet: Fleet, meshes: list[Mesh], *, only: list[str] | None = Non
                cancel: threading.Event | None = None, deadline_s: float | None = None) -> DoctorRun:
     """One bounded pass over every node of `meshes`, judged. Never raises for a node's sake."""
     nodes = [n for m in meshes for n in m.nodes]
-    gathered = gather(fleet, nodes, doctor_specs(meshes), cancel=cancel, deadline_s=deadline_s)
+    # a probe only one check reads is not run when that check is not selected (`softwareupdate --list` asks
+    # Apple's catalogue: `watch` should not pay for it at every tick)
+    skip = {k for check, keys in PROBE_OF_CHECK.items() if only and check not in only for k in keys}
+    specs = tuple(s for s in doctor_specs(meshes) if s.key not in skip)
+    gathered = gather(fleet, nodes, specs, cancel=cancel, deadline_s=deadline_s,
+                      per_node={} if "tb-ping" in skip else ping_specs(fleet, meshes))
     facts = {n.name: node_facts(gathered, n.name) for n in nodes}
     report = judge_health(fleet, meshes, facts, now or datetime.now(UTC), only=only)
     return DoctorRun(report=report, gathered=gathered, facts=facts)

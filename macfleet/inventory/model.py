@@ -207,6 +207,10 @@ class ProbeSettings(_Settings):
     interval_s: float = Field(default=30.0, gt=0, le=DAY_S, allow_inf_nan=False)
     command_timeout_s: float = Field(default=20.0, gt=0, le=HOUR_S, allow_inf_nan=False)
     gather_deadline_s: float = Field(default=60.0, gt=0, le=HOUR_S, allow_inf_nan=False)
+    # doctor: a node's clock further than this from the controller's (beyond the round trip) is a warning
+    clock_skew_max_s: float = Field(default=2.0, gt=0, le=DAY_S, allow_inf_nan=False)
+    # doctor: less free space than this on the models volume is a warning (GB = 10^9 bytes)
+    min_free_disk_gb: float = Field(default=20.0, ge=0, le=1_000_000, allow_inf_nan=False)
 
 
 class BenchSettings(_Settings):

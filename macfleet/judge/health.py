@@ -19,8 +19,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from macfleet.facts.disk import DfFacts
 from macfleet.facts.exo import ExoStateFacts
 from macfleet.facts.network import HardwarePortsFacts, IfconfigFacts, RoutesFacts, ServiceOrderFacts
+from macfleet.facts.probes import PfInfoFacts, PfRulesFacts, PingFacts, UpdatesFacts
 from macfleet.facts.rdma import IbvDevicesFacts, IbvDevinfoFacts, RdmaCtlFacts
 from macfleet.facts.system import FdesetupFacts, PmsetFacts, SwVersFacts, SysctlFacts
 from macfleet.facts.thunderbolt import ThunderboltFacts
@@ -58,6 +60,24 @@ class Unknown(_Model):
     reason: str
 
 
+class ClockReading(_Model):
+    """`date -u +%s` on the node, and when its answer reached the controller after how long a round trip."""
+
+    node_epoch_s: int
+    controller_at_s: float  # the controller's clock (epoch s) when the answer was in
+    round_trip_s: float
+
+    @property
+    def offset_s(self) -> float:
+        """Node minus controller, taking the node's reading at the middle of the round trip."""
+        return self.node_epoch_s - (self.controller_at_s - self.round_trip_s / 2)
+
+    @property
+    def slack_s(self) -> float:
+        """How far off the offset may be: half the round trip, and `date`'s whole seconds."""
+        return self.round_trip_s / 2 + 1.0
+
+
 class NodeFacts(_Model):
     """Everything one node told us in one pass. A fact that is None could not be read: `problems` says why."""
 
@@ -80,6 +100,12 @@ class NodeFacts(_Model):
     exo_version: str | None = None
     exo_state: ExoStateFacts | None = None
     exo_log: list[str] | None = None  # exo's log lines since its last start
+    clock: ClockReading | None = None
+    df: DfFacts | None = None  # `df -k` of the models directory
+    updates: UpdatesFacts | None = None
+    pf_info: PfInfoFacts | None = None
+    pf_rules: PfRulesFacts | None = None  # the macfleet anchor's rules
+    pings: dict[str, PingFacts] = Field(default_factory=dict)  # peer's planned address -> one ping to it
     timed_out: list[str] = Field(default_factory=list)  # kinds whose command gave no answer in time
     problems: dict[str, str] = Field(default_factory=dict)  # kind -> why it is missing
 
@@ -350,14 +376,34 @@ def _foreign(ctx: HealthContext, before: str | None) -> list[str]:
     return out
 
 
-def _foreign_note(foreign: list[str]) -> str:
-    if not foreign:
+def _foreign_routes(ctx: HealthContext, f: NodeFacts, devices: set[str], foreign: list[str]) -> list[str]:
+    """Routes through these Thunderbolt ports to networks outside the IP plan's pools, other than a foreign
+    address's own subnet (`route add|change … -interface enX` by another tool)."""
+    if f.netstat_routes is None:
+        return []
+    pools = {m.settings.ipplan.pool for m in ctx.meshes}
+    own = {str(ipaddress.IPv4Interface(a).network) for a in foreign}
+    out = []
+    for r in f.netstat_routes.routes:
+        if r.netif not in devices or r.network is None or r.network in own or r.destination == "default":
+            continue
+        net = ipaddress.IPv4Network(r.network, strict=False)
+        if not any(net.subnet_of(p) for p in pools) and not net.is_link_local:
+            out.append(f"{r.network} on {r.netif}")
+    return out
+
+
+def _foreign_note(foreign: list[str], routes: list[str]) -> str:
+    if not foreign and not routes:
         return ""
     apipa = [a for a in foreign if a.startswith("169.254.")]
-    if apipa and len(apipa) == len(foreign):
+    if apipa and len(apipa) == len(foreign) and not routes:
         return f"; {', '.join(apipa)} is self-assigned: the port's service is on DHCP, not the plan's manual address"
-    return (f"; {', '.join(foreign)} is not the plan's: if another tool set it (`ifconfig … inet`, `route "
-            "change`), it is not saved and goes at the next reboot, when the plan's address returns")
+    what = ", ".join(foreign) + (" and " if foreign and routes else "") + (
+        f"the route{'s' if len(routes) > 1 else ''} to {', '.join(routes)}" if routes else "")
+    return (f"; {what} {'are' if len(foreign) + len(routes) > 1 else 'is'} not the plan's: put there by another "
+            "tool (`ifconfig … inet`, `route add|change`), not saved, so gone at the next reboot, when the plan's "
+            "address returns")
 
 
 def check_ip_plan(ctx: HealthContext, node: str) -> Verdict:
@@ -368,12 +414,14 @@ def check_ip_plan(ctx: HealthContext, node: str) -> Verdict:
     for c in changes:
         if _bridge_change(c):
             continue
-        note = _foreign_note(_foreign(ctx, c.before))
+        foreign = _foreign(ctx, c.before)
+        routes = _foreign_routes(ctx, ctx.facts[node], set(re.findall(r"\ben\d+\b", c.what)), foreign)
+        note = _foreign_note(foreign, routes)
         out.append(HealthFinding(
             node=node, check="ip-plan", severity="error",
             message=f"{node}: the IP plan wants to {c.what}; now: {c.before or 'nothing'}{note}",
             fix="`macfleet doctor --fix` (or `macfleet topology apply`) restores the plan now",
-            evidence=f"{c.what}: {c.before!r} -> {c.after!r}"))
+            evidence=f"{c.what}: {c.before!r} -> {c.after!r}" + (f"; routes: {', '.join(routes)}" if routes else "")))
     return out
 
 
@@ -637,6 +685,166 @@ def check_exo_log(ctx: HealthContext, node: str) -> Verdict:
             for sig, lines in seen.items()]
 
 
+# ------------------------------------------------------------------------------------ clock, disk, updates
+
+
+def check_clock_skew(ctx: HealthContext, node: str) -> Verdict:
+    f = ctx.facts[node]
+    if f.clock is None:
+        return Unknown(reason=f.why("date"))
+    limit = ctx.mesh_of(node).settings.probes.clock_skew_max_s
+    offset = f.clock.offset_s
+    if abs(offset) - f.clock.slack_s <= limit:
+        return []
+    way = "ahead of" if offset > 0 else "behind"
+    return [HealthFinding(
+        node=node, check="clock-skew", severity="warning",
+        message=f"{node}'s clock is {abs(offset):.0f} s {way} the controller's (more than the "
+                f"{limit:g} s allowed by probes.clock_skew_max_s): logs across the mesh disagree, and TLS "
+                "downloads fail once it is far off",
+        fix="turn network time on at the node (`sudo systemsetup -setusingnetworktime on`, or System Settings > "
+            "General > Date & Time) and let it reach its time server (`sntp time.apple.com` shows the offset); "
+            "check the controller's own clock too",
+        evidence=f"date -u +%s on {node}: {f.clock.node_epoch_s}; controller: {f.clock.controller_at_s:.1f} "
+                 f"after a {f.clock.round_trip_s * 1000:.0f} ms round trip")]
+
+
+GB = 1_000_000_000
+
+
+def check_disk(ctx: HealthContext, node: str) -> Verdict:
+    f = ctx.facts[node]
+    if f.df is None:
+        return Unknown(reason=f.why("df"))
+    mesh = ctx.mesh_of(node)
+    want = mesh.settings.probes.min_free_disk_gb * GB
+    free = f.df.available_bytes
+    if free >= want:
+        return []
+    return [HealthFinding(
+        node=node, check="disk", severity="error" if free < GB else "warning",
+        message=f"only {free / GB:.1f} GB free on {node}'s models volume ({f.df.device}), less than the "
+                f"{want / GB:g} GB set (probes.min_free_disk_gb): a model download or staging fails there",
+        fix=f"delete the models no longer used from {mesh.settings.exo.models_dir} on {node} (and anything else "
+            "filling the volume), or move the models to a larger volume (exo.models_dir)",
+        evidence=f"df -k {mesh.settings.exo.models_dir}: {f.df.available_kb} KiB available of {f.df.total_kb}")]
+
+
+def check_updates(ctx: HealthContext, node: str) -> Verdict:
+    f = ctx.facts[node]
+    if f.updates is None:
+        return Unknown(reason=f.why("softwareupdate"))
+    if not f.updates.pending:
+        return []
+    labels = [u.label for u in f.updates.pending]
+    macos = [u.label for u in f.updates.pending if u.is_macos]
+    what = f"a macOS update ({', '.join(macos)})" if macos else "software updates"
+    return [HealthFinding(
+        node=node, check="updates", severity="warning",
+        message=f"{node} has {what} pending: installed on one node only, the mesh would run two builds and "
+                "exo and JACCL need one",
+        fix="install updates on every node of the mesh together, in a maintenance window, with the macOS-upgrade "
+            "runbook (docs/runbooks/macos-upgrade.md): they need the Mac's screen or Screen Sharing",
+        evidence="softwareupdate --list: " + "; ".join(labels))]
+
+
+# -------------------------------------------------------------------------------------- exo's API exposure
+
+LOOPBACK = "lo0"
+
+
+def _thunderbolt_devices(f: NodeFacts) -> set[str] | None:
+    if f.hardware_ports is None:
+        return None
+    return {p.device for p in f.hardware_ports.by_thunderbolt().values() if p.device}
+
+
+def exposure(rules: PfRulesFacts, port: int, allowed_ifaces: set[str]) -> str | None:
+    """Why exo's TCP `port` is open to the LAN under the anchor's rules, or None when only the allowed
+    interfaces and a source list (the Thunderbolt networks and the controller) reach it. Rules are read as pf
+    evaluates `quick` ones: the first that matches decides."""
+    for r in rules.rules:
+        if r.proto not in (None, "tcp") or r.port not in (None, port):
+            continue
+        if r.action == "block" and r.interface is None and r.source == "any":
+            return None
+        if r.action == "pass" and r.interface is None and r.source == "any":
+            return f"the anchor lets tcp {port} in from anywhere"
+        if r.action == "pass" and r.interface is not None and r.interface not in allowed_ifaces:
+            return f"the anchor lets tcp {port} in on {r.interface}, not a Thunderbolt port"
+    return f"the anchor has no rule blocking tcp {port} for everyone else"
+
+
+def check_exo_api_exposure(ctx: HealthContext, node: str) -> Verdict:
+    f = ctx.facts[node]
+    if f.pf_info is None or f.pf_rules is None:
+        return Unknown(reason=f.why("pf-info", "pf-rules"))
+    port = ctx.mesh_of(node).settings.exo.port
+    if not f.pf_info.enabled:
+        why = f"pf is off ({f.pf_info.status_line})"
+    else:
+        tb = _thunderbolt_devices(f)
+        if tb is None:
+            return Unknown(reason=f.why("hardware-ports"))
+        why = exposure(f.pf_rules, port, tb | {LOOPBACK})
+    if why is None:
+        return []
+    now = "switch pf on now (`sudo pfctl -E`); " if not f.pf_info.enabled else ""
+    return [HealthFinding(
+        node=node, check="exo-api-exposure", severity="warning",
+        message=f"exo's API on {node} (unauthenticated, on every interface, port {port}) is open to the whole "
+                f"LAN: {why}",
+        fix=f"{now}`macfleet bootstrap` loads the packet-filter anchor that lets exo's ports in only from the "
+            "Thunderbolt networks and the controller, and switches pf on at every boot (docs/runbooks/doctor.md)",
+        evidence=f"pfctl -s info: {f.pf_info.status_line}; pfctl -a com.apple/macfleet -s rules: "
+                 f"{len(f.pf_rules.rules)} rules")]
+
+
+# ------------------------------------------------------------------------------------- ping over each link
+
+
+def ping_targets(fleet: Fleet, mesh: str, node: str) -> dict[str, str]:
+    """The peers of `node` in the IP plan, by their address on the link between them (what doctor pings)."""
+    out = {}
+    for lk in plan_ip(fleet, mesh).for_node(node):
+        peer = lk.b if lk.a.node == node else lk.a
+        out[peer.address] = peer.node
+    return out
+
+
+def _ping_clear(ctx: HealthContext, peer: str) -> bool:
+    """A peer whose own address or cable is already a finding: the ping to it would only repeat that."""
+    return ctx.up(peer) and not any(ctx.found.get((c, peer)) for c in ("cabling", "bridge", "ip-plan"))
+
+
+def check_tb_ping(ctx: HealthContext, node: str) -> Verdict:
+    f = ctx.facts[node]
+    mesh = ctx.mesh_of(node)
+    report = ctx.cabling.get(mesh.name)
+    if report is None:
+        return Unknown(reason="the cabling could not be judged")
+    cabled = set(_ok_cable_ends(report, node).values())
+    out: list[HealthFinding] = []
+    unknown = []
+    for address, peer in sorted(ping_targets(ctx.fleet, mesh.name, node).items(), key=lambda t: t[1]):
+        if peer not in cabled or not _ping_clear(ctx, peer):
+            continue
+        ping = f.pings.get(address)
+        if ping is None:
+            unknown.append(f"{peer}: {f.why(f'tb-ping:{address}')}")
+        elif ping.received == 0:
+            out.append(HealthFinding(
+                node=node, check="tb-ping", severity="error",
+                message=f"{node} gets no answer from {peer} at {address} over their Thunderbolt link, although "
+                        "the cable and both ends' addresses are as planned",
+                fix=f"check the packet filter on {peer} (`sudo pfctl -s info`) and the link (`macfleet topology "
+                    "check`); if both are fine, reseat the cable, then reboot the mesh (`macfleet reboot`)",
+                evidence=f"ping -c 1 {address}: {ping.transmitted} sent, 0 received"))
+    if unknown and not out:
+        return Unknown(reason="; ".join(unknown))
+    return out
+
+
 # ------------------------------------------------------------------------------------------- the catalogue
 
 _R = ("reachable",)
@@ -665,6 +873,14 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec(code="exo-runners", title="no failed exo runner", depends=(*_R, "exo-running", "rdma")),
     CheckSpec(code="exo-log", title="no JACCL or runner error signature in exo's log since its last start, "
               "while it has no healthy runner", depends=(*_R, "rdma", "exo-running", "exo-runners")),
+    CheckSpec(code="clock-skew", title="the node's clock within probes.clock_skew_max_s of the controller's",
+              depends=_R),
+    CheckSpec(code="disk", title="at least probes.min_free_disk_gb free on the models volume", depends=_R),
+    CheckSpec(code="updates", title="no pending software update (softwareupdate --list)", depends=_R),
+    CheckSpec(code="tb-ping", title="each end of every good Thunderbolt link answers a ping at its planned address",
+              depends=(*_R, "cabling", "bridge", "ip-plan")),
+    CheckSpec(code="exo-api-exposure", title="exo's API reachable only from the Thunderbolt networks and the "
+              "controller (pf anchor loaded, pf on)", depends=_R),
 )
 CHECK_CODES: tuple[str, ...] = tuple(c.code for c in CHECKS)
 
@@ -678,12 +894,17 @@ CHECK_FUNCTIONS: dict[str, Callable[[HealthContext, str], Verdict]] = {
     "power": check_power,
     "wired-limit": check_wired_limit,
     "filevault": check_filevault,
+    "clock-skew": check_clock_skew,
+    "disk": check_disk,
+    "updates": check_updates,
+    "tb-ping": check_tb_ping,
     "exo-running": check_exo_running,
     "exo-version": check_exo_version,
     "exo-peers": check_exo_peers,
     "exo-rdma": check_exo_rdma,
     "exo-runners": check_exo_runners,
     "exo-log": check_exo_log,
+    "exo-api-exposure": check_exo_api_exposure,
 }
 
 

@@ -56,7 +56,8 @@ def all_nodes(**kw) -> dict[str, NodeFacts]:
 def test_catalogue_codes_are_stable_and_each_has_a_function() -> None:
     assert CHECK_CODES == ("reachable", "macos-build", "cabling", "bridge", "ip-plan", "rdma", "power",
                            "wired-limit", "filevault", "exo-running", "exo-version", "exo-peers", "exo-rdma",
-                           "exo-runners", "exo-log")
+                           "exo-runners", "exo-log", "clock-skew", "disk", "updates", "tb-ping",
+                           "exo-api-exposure")
     assert set(CHECK_FUNCTIONS) == set(CHECK_CODES)
     for c in CHECKS:  # a check depends only on checks that run before it
         assert all(CHECK_CODES.index(d) < CHECK_CODES.index(c.code) for d in c.depends)

@@ -99,7 +99,9 @@ def df(node: Node, args: list[str]) -> int:
             if not os.path.exists(p):
                 err(f"df: {p}: No such file or directory")
                 return 1
-            data = p.startswith(("/Users", "/opt", "/Library", "/private", "/System/Volumes/Data", "/tmp"))
+            # a relative path is the login directory's (/Users/…), on the Data volume as on a Mac
+            data = os.path.abspath(p).startswith(("/Users", "/opt", "/Library", "/private", "/System/Volumes/Data",
+                                                  "/tmp"))
             chosen.append(vols[1] if data else vols[0])
         vols = chosen
     if human:
