@@ -101,6 +101,7 @@ SKIPPED = {("lab", c) for c in ("up", "down", "ssh", "power", "recovery", "fault
 
 
 def _commands() -> list[tuple[tuple[str, ...], list]]:
+    import click
     import typer
 
     from macfleet.cli.app import app
@@ -108,10 +109,10 @@ def _commands() -> list[tuple[tuple[str, ...], list]]:
     out = []
 
     def walk(cmd, path: tuple[str, ...]) -> None:
-        subs = getattr(cmd, "commands", None)
-        if subs:
-            for name, sub in subs.items():
-                walk(sub, (*path, name))
+        names = cmd.list_commands(click.Context(cmd)) if isinstance(cmd, click.Group) else []
+        if names:
+            for name in names:
+                walk(cmd.get_command(click.Context(cmd), name), (*path, name))
         elif path not in SKIPPED:
             out.append((path, list(cmd.params)))
 

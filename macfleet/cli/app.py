@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import signal
@@ -11,19 +12,66 @@ import traceback
 from datetime import UTC, datetime
 from typing import Annotated
 
+import click
 import typer
 from pydantic import ValidationError
+from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
 from macfleet import __version__
-from macfleet.errors import EXIT_CANCELLED, EXIT_PROBLEMS, EXIT_USAGE, MacfleetError, NotBuiltYet, UsageError
+from macfleet.errors import EXIT_CANCELLED, EXIT_PROBLEMS, EXIT_USAGE, MacfleetError, UsageError
 from macfleet.paths import state_dir
 from macfleet.render import output
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 
+# Groups, each a module under macfleet/cli exposing `app` (a group) or `command` (a single command).
+# (name, module, what it is for)
+GROUPS: list[tuple[str, str, str]] = [
+    ("inventory", "macfleet.cli.inventory", "Check and show an inventory."),
+    ("trust", "macfleet.cli.trust", "Record each Mac's SSH host key once you have confirmed it."),
+    ("facts", "macfleet.cli.facts", "Parse macOS command outputs into facts."),
+    ("topology", "macfleet.cli.topology", "Cabling check, cabling plan and picture, IP plan."),
+    ("lab", "macfleet.cli.lab", "A simulated Mac cluster on Linux, to try and test macfleet."),
+    ("bootstrap", "macfleet.cli.bootstrap", "Prepare every node: power, memory, OS checks, IP plan, RDMA."),
+    ("doctor", "macfleet.cli.doctor", "Every health probe, each with its fix."),
+    ("rollout", "macfleet.cli.rollout", "Push exo builds and model weights once, fanned out over the mesh."),
+    ("rdma", "macfleet.cli.rdma", "RDMA status, and the guided Recovery-mode steps that switch it on."),
+    ("reboot", "macfleet.cli.reboot", "The coordinated whole-mesh reboot."),
+    ("watch", "macfleet.cli.watch", "The watcher that heals a wedged mesh."),
+    ("export", "macfleet.cli.export", "Hand the mesh to other engines: MLX's hostfile, llama.cpp's --rpc list."),
+    ("bench", "macfleet.cli.bench", "Measure every Thunderbolt link: throughput each way and latency."),
+]
+
+
+class _LazyGroups(TyperGroup):
+    """The command groups, each imported only when it runs (or when --help lists it): a command pays at start-up
+    for its own modules, not for every other command's."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [name for name, _, _ in GROUPS]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = next((m for name, m, _ in GROUPS if name == cmd_name), None)
+        return None if module is None else _load_group(cmd_name, module)
+
+
+@functools.cache
+def _load_group(name: str, module: str) -> click.Command:
+    cli_module = importlib.import_module(module)
+    if hasattr(cli_module, "command"):
+        single = typer.Typer(context_settings=CONTEXT, pretty_exceptions_enable=False)
+        single.command(name, context_settings=CONTEXT)(cli_module.command)
+        command = typer.main.get_command(single)
+    else:
+        command = typer.main.get_group(cli_module.app)  # a group even with one subcommand, as add_typer made it
+    command.name = name
+    return command
+
+
 app = typer.Typer(
     name="macfleet",
+    cls=_LazyGroups,
     help="Provision and run Thunderbolt-mesh Mac clusters for exo and RDMA over Thunderbolt.",
     no_args_is_help=True,
     rich_markup_mode="rich",
@@ -47,50 +95,6 @@ def _root(
     ] = False,
 ) -> None:
     output.mode.verbose = verbose
-
-
-# Groups, each a module under macfleet/cli exposing `app` (a group) or `command` (a single command).
-# (name, module, help for not-yet-built)
-GROUPS: list[tuple[str, str, str]] = [
-    ("inventory", "macfleet.cli.inventory", "Check and show an inventory."),
-    ("trust", "macfleet.cli.trust", "Record each Mac's SSH host key once you have confirmed it."),
-    ("facts", "macfleet.cli.facts", "Parse macOS command outputs into facts."),
-    ("topology", "macfleet.cli.topology", "Cabling check, cabling plan and picture, IP plan."),
-    ("lab", "macfleet.cli.lab", "A simulated Mac cluster on Linux, to try and test macfleet."),
-    ("bootstrap", "macfleet.cli.bootstrap", "Prepare every node: power, memory, OS checks, IP plan, RDMA."),
-    ("doctor", "macfleet.cli.doctor", "Every health probe, each with its fix."),
-    ("rollout", "macfleet.cli.rollout", "Push exo builds and model weights once, fanned out over the mesh."),
-    ("rdma", "macfleet.cli.rdma", "RDMA status, and the guided Recovery-mode steps that switch it on."),
-    ("reboot", "macfleet.cli.reboot", "The coordinated whole-mesh reboot."),
-    ("watch", "macfleet.cli.watch", "The watcher that heals a wedged mesh."),
-    ("export", "macfleet.cli.export", "Hand the mesh to other engines: MLX's hostfile, llama.cpp's --rpc list."),
-    ("bench", "macfleet.cli.bench", "Measure every Thunderbolt link: throughput each way and latency."),
-]
-
-
-def _add_not_built(name: str, help_text: str) -> None:
-    @app.command(
-        name,
-        help=f"{help_text} [dim](not built yet)[/dim]",
-        context_settings={**CONTEXT, "allow_extra_args": True, "ignore_unknown_options": True},
-        add_help_option=False,
-    )
-    def _placeholder(ctx: typer.Context) -> None:
-        raise NotBuiltYet(name)
-
-
-for _name, _module, _help in GROUPS:
-    try:
-        _cli_module = importlib.import_module(_module)
-    except ModuleNotFoundError as exc:
-        if exc.name != _module:
-            raise
-        _add_not_built(_name, _help)
-    else:
-        if hasattr(_cli_module, "command"):
-            app.command(_name, context_settings=CONTEXT)(_cli_module.command)
-        else:
-            app.add_typer(_cli_module.app, name=_name)
 
 
 def _report_crash(exc: BaseException) -> int:
