@@ -598,10 +598,12 @@ def check_exo_peers(ctx: HealthContext, node: str) -> Verdict:
     not_seen = sorted(others - mine)
     if 2 * len(unseen_by) <= len(others) and 2 * len(not_seen) <= len(others):
         return []  # a minority that disagrees is judged on its own nodes
+    peers_seen = sorted(mine - {node})
+    sees = f"it sees {', '.join(peers_seen)}" if peers_seen else "it sees nobody"
+    seen = (f"{', '.join(unseen_by)} {'does' if len(unseen_by) == 1 else 'do'} not see it" if unseen_by
+            else "every peer sees it")
     return [HealthFinding(node=node, check="exo-peers", severity="error",
-                          message=f"exo on {node} is cut off from the mesh: it sees "
-                                  f"{', '.join(sorted(mine - {node})) or 'nobody'}, and "
-                                  f"{', '.join(unseen_by) or 'nobody'} do(es) not see it",
+                          message=f"exo on {node} is cut off from the mesh: {sees}; {seen}",
                           fix="check the Thunderbolt addresses (`macfleet topology ipplan`) and restart exo on it",
                           evidence=f"/state on {node}: {sorted(mine)}")]
 

@@ -177,7 +177,7 @@ def test_exo_peers_names_the_node_cut_off_and_only_it() -> None:
     facts = exo_facts(views)
     assert verdict("exo-peers", facts, "s1") == [] and verdict("exo-peers", facts, "s2") == []
     [f] = verdict("exo-peers", facts, "s3")
-    assert "cut off" in f.message and "sees nobody" in f.message
+    assert "cut off" in f.message and "sees nobody" in f.message and "do(es)" not in f.message
 
 
 def test_exo_version_odd_node() -> None:
@@ -237,3 +237,9 @@ def test_unreachable_node_leaves_its_other_checks_unknown_and_the_rest_judged() 
     assert set(payload) == {"findings", "checks", "summary"}
     assert set(payload["findings"][0]) == {"node", "check", "severity", "message", "fix", "evidence"}
     assert set(payload["checks"][0]) == {"check", "node", "result"}
+
+
+def test_exo_peers_says_every_peer_sees_it_when_only_its_own_view_is_short() -> None:
+    views = {"s1": ["s1", "s2", "s3"], "s2": ["s1", "s2", "s3"], "s3": ["s3"]}
+    [f] = verdict("exo-peers", exo_facts(views), "s3")
+    assert f.message.endswith("it sees nobody; every peer sees it")
