@@ -63,16 +63,6 @@ class UsageError(MacfleetError):
     code = "usage"
 
 
-class NotBuiltYet(UsageError):
-    code = "not_built"
-
-    def __init__(self, command: str):
-        super().__init__(
-            f"`macfleet {command}` is not built yet",
-            hint="see `macfleet --help` for what works today",
-        )
-
-
 class InventoryError(MacfleetError):
     exit_code = EXIT_USAGE
     code = "inventory_invalid"
@@ -169,7 +159,6 @@ ERROR_CODES = frozenset(
     for cls in (
         MacfleetError,
         UsageError,
-        NotBuiltYet,
         InventoryError,
         FactsParseError,
         UnreachableError,

@@ -55,3 +55,14 @@ class Cli:
 @pytest.fixture
 def cli() -> Cli:
     return Cli()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    """A real OpenSSH server with one node (`tests/sshd.py`), shared by a module's tests; a module that needs
+    more nodes defines its own."""
+    from tests import sshd
+
+    s = sshd.start(tmp_path_factory.mktemp("sshd"), nodes=("node-1",))
+    yield s
+    s.stop()

@@ -14,13 +14,6 @@ from tests import sshd
 pytestmark = pytest.mark.skipif(not sshd.available(), reason="needs root and OpenSSH (scripts/setup installs it)")
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):
-    s = sshd.start(tmp_path_factory.mktemp("sshd"), nodes=("node-1",))
-    yield s
-    s.stop()
-
-
 @pytest.fixture
 def inv(server, tmp_path: Path) -> Path:
     """The server's inventory with an empty known_hosts: a Mac never contacted."""

@@ -41,13 +41,6 @@ PLAYBOOK = """\
 """
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):
-    s = sshd.start(tmp_path_factory.mktemp("sshd"), nodes=("node-1",))
-    yield s
-    s.stop()
-
-
 @pytest.fixture
 def playbooks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     d = tmp_path / "playbooks"
