@@ -1,6 +1,7 @@
-"""Doctor's small probes (facts/probes.py, facts/disk.py) on the outputs in tests/fixtures/probes: no real
-capture of these commands exists yet (see that folder's README), so each quirk the parsers rely on is a
-named case here, and anything else is refused with FactsParseError."""
+"""Doctor's small probes (facts/probes.py, facts/disk.py) on the outputs in tests/fixtures/probes: real Macs'
+`ping` and `softwareupdate --list` quoted in public issues (public/), and shapes we wrote where no Mac's output
+is published (see that folder's README). Each quirk the parsers rely on is a named case here, and anything
+else is refused with FactsParseError."""
 
 from __future__ import annotations
 
@@ -99,3 +100,18 @@ def test_ping_answered_and_lost() -> None:
     assert (lost.received, lost.rtt_ms) == (0, None)
     with pytest.raises(FactsParseError):
         parse_ping("ping: cannot resolve x: Unknown host\n")
+
+
+# Real Macs' outputs quoted in public issues (tests/fixtures/probes/README.md says where each came from).
+
+def test_ping_as_macos_prints_it() -> None:
+    one = parse_ping(text("public/ping_macos12_one.txt"))
+    assert (one.transmitted, one.received, one.rtt_ms) == (1, 1, 239.159)
+    five = parse_ping(text("public/ping_osx_five.txt"))
+    assert (five.transmitted, five.received, five.rtt_ms) == (5, 5, 31.927)
+
+
+def test_softwareupdate_as_big_sur_printed_it() -> None:
+    [update] = parse_softwareupdate_list(text("public/softwareupdate_bigsur_pending.txt")).pending
+    assert (update.label, update.title, update.version, update.restart, update.is_macos) == (
+        "macOS Big Sur 11.1 Beta 2-20C5061b", "macOS Big Sur 11.1 Beta 2", "11.1", True, True)
