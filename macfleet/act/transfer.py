@@ -270,7 +270,8 @@ def digest(p):
 
 # Runs on the node under /usr/bin/python3 with the manifest on stdin. argv: MODE STAGING FINAL.
 # MODE "land": every staged file whose digest matches moves to FINAL/<path> (os.replace); a final file
-#              already matching stays. MODE "check": only reports. Prints {"ok": [...], "bad": {path: why}}.
+#              already matching stays; a staged file of full size whose digest differs is removed.
+# MODE "check": only reports. Prints {"ok": [...], "bad": {path: why}}.
 _NODE_PROGRAM = r"""
 import hashlib, json, os, sys
 mode, staging, final = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -298,6 +299,8 @@ for f in manifest["files"]:
     src = os.path.join(staging, rel)
     why = matches(src, f)
     if why is not None:
+        if why == "digest differs":
+            os.remove(src)  # complete but wrong: rsync would take it as done; sent afresh next time
         bad[rel] = why
         continue
     os.chmod(src, 0o755 if f.get("executable") else 0o644)
