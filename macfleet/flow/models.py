@@ -122,7 +122,7 @@ def fetch_hf(model: str, into: Path) -> Path:
 
 
 def _run_hops(fleet: Fleet, hops: list[Hop], where: Callable[[str, str], str], dst_dirs: dict[str, str],
-              agent: dict[str, str]) -> dict[tuple[str, str], str]:
+              sessions: dict[str, transfer.NodeSession]) -> dict[tuple[str, str], str]:
     """Every hop at once (each on its own cable), each file from the directory `where(src, path)` names;
     failures by (src, dst), each naming its cable."""
     failed: dict[tuple[str, str], str] = {}
@@ -134,8 +134,7 @@ def _run_hops(fleet: Fleet, hops: list[Hop], where: Callable[[str, str], str], d
             by_dir.setdefault(where(h.src, f), []).append(f)
         try:
             for src_dir, files in sorted(by_dir.items()):
-                transfer.rsync_node_to_node(transfer.SshArgs.for_node(fleet, fleet.node(h.src)), src_dir,
-                                            fleet.node(h.dst).user, h.dst_address, dst_dirs[h.dst], files, agent)
+                sessions[h.src].rsync_to(src_dir, fleet.node(h.dst).user, h.dst_address, dst_dirs[h.dst], files)
         except (RemoteCommandError, UnreachableError) as exc:
             with lock:
                 failed[(h.src, h.dst)] = (f"cable {h.src}–{h.dst} ({h.dst_address}): "
@@ -282,9 +281,10 @@ class _Fanout:
     parallel with what follows: every receiver verifies its own copy, so a bad one is caught wherever it went."""
 
     def __init__(self, fleet: Fleet, manifest: Manifest, seed: str, peers: list[str], lack: dict[str, set[str]],
-                 pre: dict[str, dict], addresses: dict[tuple[str, str], str], agent: dict[str, str]) -> None:
+                 pre: dict[str, dict], addresses: dict[tuple[str, str], str],
+                 sessions: dict[str, transfer.NodeSession]) -> None:
         self.fleet, self.manifest, self.seed, self.peers = fleet, manifest, seed, peers
-        self.lack, self.pre, self.addresses, self.agent = lack, pre, addresses, agent
+        self.lack, self.pre, self.addresses, self.sessions = lack, pre, addresses, sessions
         self.failed: dict[tuple[str, str], str] = {}
         self.landed: dict[str, set[str]] = {n: set() for n in [seed, *peers]}
         self.via_seed: list[tuple[str, str]] = []
@@ -299,14 +299,20 @@ class _Fanout:
     def send(self, src: str, files: dict[str, tuple[str, ...]]) -> dict[str, set[str]]:
         """`src` sends each destination its files, every cable at once; what arrived, by destination."""
         hops = [Hop(src=src, dst=d, dst_address=self.addresses[(src, d)], files=fs) for d, fs in files.items()]
-        bad = _run_hops(self.fleet, hops, self.where, {n: self.pre[n]["staging"] for n in files}, self.agent)
+        bad = _run_hops(self.fleet, hops, self.where, {n: self.pre[n]["staging"] for n in files}, self.sessions)
         with self.lock:
             self.failed.update(bad)
         return {h.dst: set(h.files) for h in hops if (h.src, h.dst) not in bad}
 
     def land(self, got: dict[str, set[str]]) -> None:
         got = {n: fs for n, fs in got.items() if fs}
-        res = _land_all(self.fleet, self.manifest, list(got), self.pre, got)
+
+        def one(node: str) -> transfer.LandResult:
+            part = Manifest(files=tuple(f for f in self.manifest.files if f.path in got[node]))
+            return self.sessions[node].land(part, self.pre[node]["staging"], self.pre[node]["final"])
+
+        with ThreadPoolExecutor(max_workers=max(1, len(got))) as pool:
+            res = dict(zip(got, pool.map(one, got), strict=True))
         with self.lock:
             for n, r in res.items():
                 self.landed[n].update(r.ok)
@@ -371,9 +377,10 @@ def _pipeline(fleet: Fleet, m: Mesh, manifest: Manifest, source: Path, seed: str
             f"(t+{time.monotonic() - t0:.1f} s)")
 
     with transfer.transfer_agent(fleet, fleet.node(seed)) as agent, \
+            transfer.node_sessions(fleet, everyone, agent) as sessions, \
             ThreadPoolExecutor(max_workers=1 + len(chunks), thread_name_prefix="chunk") as pool, \
             ThreadPoolExecutor(max_workers=CONTROLLER_STREAMS, thread_name_prefix="send") as sends:
-        fan = _Fanout(fleet, manifest, seed, peers, lack, pre, addresses, agent)
+        fan = _Fanout(fleet, manifest, seed, peers, lack, pre, addresses, sessions)
         ready = pool.submit(lambda: transfer.install_mesh_known_hosts(fleet, everyone, transfer.mesh_known_hosts(
             fleet, {k: v for k, v in addresses.items() if k[0] in everyone and k[1] in everyone})))
         pending = {sends.submit(send, k, files): k for k, (_, files) in enumerate(chunks)}
