@@ -467,5 +467,5 @@ def node_sessions(fleet: Fleet, nodes: list[str], agent_env: Mapping[str, str]) 
             sessions[n] = NodeSession(SshArgs.for_node(fleet, fleet.node(n)), agent_env)
         yield sessions
     finally:
-        for s in sessions.values():
-            s.close()
+        with ThreadPoolExecutor(max_workers=max(1, len(sessions))) as pool:
+            list(pool.map(NodeSession.close, sessions.values()))

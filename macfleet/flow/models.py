@@ -217,6 +217,7 @@ def _push(fleet: Fleet, m: Mesh, targets: list[str], model: str, name: str, sour
           say: Say, progress: Progress | None) -> ModelPushReport:
     t0 = time.monotonic()
     pre = _preflight(fleet, targets, m.settings.exo.models_dir, name, manifest)
+    say(f"preflight of {len(targets)} nodes in {time.monotonic() - t0:.1f} s")
     lacking = {n: missing_files(manifest, {k: (v[0], v[1]) for k, v in pre[n]["have"].items()}) for n in targets}
     need = {n: sum(f.size - min(pre[n]["staged"].get(f.path, 0), f.size) for f in lacking[n]) for n in targets}
     refusals = _free_space_refusals(pre, need)
@@ -235,6 +236,7 @@ def _push(fleet: Fleet, m: Mesh, targets: list[str], model: str, name: str, sour
     base = {n: sum(v[0] for v in pre[n]["have"].values()) + sum(pre[n]["staged"].values()) for n in targets}
     with _watch(fleet, pre, base, need, progress):
         rerouted = _transfer(fleet, m, manifest, source, seed, needing, lacking, need, pre, say)
+    say(f"pushed in {time.monotonic() - t0:.1f} s after the lock")
     return ModelPushReport(model=model, directory=name, files=len(manifest.files), bytes=manifest.total_bytes,
                            result="pushed", took_s=round(time.monotonic() - t0, 2), seed=seed, nodes=report_nodes,
                            rerouted=[f"{n}: {how}" for n, how in rerouted])
@@ -390,6 +392,7 @@ def _pipeline(fleet: Fleet, m: Mesh, manifest: Manifest, source: Path, seed: str
             sends.shutdown(wait=True, cancel_futures=True)  # a failed send stops the ones not begun
         for f in spreads:
             f.result()
+    say(f"sessions closed (t+{time.monotonic() - t0:.1f} s)")
     return fan
 
 

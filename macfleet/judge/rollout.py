@@ -114,21 +114,22 @@ def missing_files(manifest: Manifest, have: Mapping[str, tuple[int, str | None]]
 # A chunk is what one peer receives from the seed and passes on; each node verifies a chunk as soon as it has
 # it, so the last chunks' spread is what the push waits for after the management link is done. Big models are
 # cut finer, so that tail stays short (1 GiB verifies in about a second on Apple silicon); small ones go in one
-# chunk per peer plus `tail` smaller ones at the end, which the seed sends to every peer itself (one hop).
+# chunk per peer (each chunk costs every peer an rsync over SSH), the smallest last. The last TAIL_CHUNKS go from
+# the seed to every peer itself (one hop instead of two).
 CHUNK_BYTES = 1 << 30
 TAIL_CHUNKS = 2
 
 
-def plan_chunks(manifest: Manifest, peers: list[str], *, chunk_bytes: int = CHUNK_BYTES, tail: int = TAIL_CHUNKS,
+def plan_chunks(manifest: Manifest, peers: list[str], *, chunk_bytes: int = CHUNK_BYTES, extra: int = 0,
                 ) -> list[tuple[str, tuple[str, ...]]]:
-    """The files cut into chunks of about the same bytes: at least one per peer plus `tail`, none much over
-    `chunk_bytes` unless one file is bigger, never more than the files. Largest files first, each to the
+    """The files cut into chunks of about the same bytes: at least one per peer (plus `extra`), none much
+    over `chunk_bytes` unless one file is bigger, never more than the files. Largest files first, each to the
     lightest chunk; the chunks largest first (the smallest last: the tail is short); chunk i goes to peer
     i mod len(peers)."""
     if not peers or not manifest.files:
         return []
     total = manifest.total_bytes
-    count = max(len(peers) + tail, -(-total // max(1, chunk_bytes)))
+    count = max(len(peers) + extra, -(-total // max(1, chunk_bytes)))
     count = min(count, len(manifest.files))
     chunks: list[list[str]] = [[] for _ in range(count)]
     load = [0] * count
