@@ -23,9 +23,10 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -268,14 +269,12 @@ def digest(p):
 """
 
 
-# Runs on the node under /usr/bin/python3 with the manifest on stdin. argv: MODE STAGING FINAL.
+# land_files(MODE, STAGING, FINAL, manifest) on the node → (ok, bad {path: why}).
 # MODE "land": every staged file whose digest matches moves to FINAL/<path> (os.replace); a final file
-#              already matching stays. MODE "check": only reports. Prints {"ok": [...], "bad": {path: why}}.
-_NODE_PROGRAM = r"""
-import hashlib, json, os, sys
-mode, staging, final = sys.argv[1], sys.argv[2], sys.argv[3]
-manifest = json.load(sys.stdin)
-""" + NODE_DIGEST + r"""def matches(p, f):
+#              already matching stays; a staged file of full size whose digest differs is removed.
+# MODE "check": only reports.
+NODE_LAND = r"""
+def matches(p, f):
     try:
         st = os.lstat(p)
     except FileNotFoundError:
@@ -285,25 +284,37 @@ manifest = json.load(sys.stdin)
     if st.st_size != f["size"]:
         return "size %d, expected %d" % (st.st_size, f["size"])
     return None if digest(p) == f["digest"] else "digest differs"
-ok, bad = [], {}
-for f in manifest["files"]:
-    rel = f["path"]
-    dst = os.path.join(final, rel)
-    if matches(dst, f) is None:
+def land_files(mode, staging, final, manifest):
+    ok, bad = [], {}
+    for f in manifest["files"]:
+        rel = f["path"]
+        dst = os.path.join(final, rel)
+        if matches(dst, f) is None:
+            ok.append(rel)
+            continue
+        if mode == "check":
+            bad[rel] = matches(dst, f)
+            continue
+        src = os.path.join(staging, rel)
+        why = matches(src, f)
+        if why is not None:
+            if why == "digest differs":
+                os.remove(src)  # complete but wrong: rsync would take it as done; sent afresh next time
+            bad[rel] = why
+            continue
+        os.chmod(src, 0o755 if f.get("executable") else 0o644)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        os.replace(src, dst)
         ok.append(rel)
-        continue
-    if mode == "check":
-        bad[rel] = matches(dst, f)
-        continue
-    src = os.path.join(staging, rel)
-    why = matches(src, f)
-    if why is not None:
-        bad[rel] = why
-        continue
-    os.chmod(src, 0o755 if f.get("executable") else 0o644)
-    os.makedirs(os.path.dirname(dst), exist_ok=True)
-    os.replace(src, dst)
-    ok.append(rel)
+    return ok, bad
+"""
+
+# Runs on the node under /usr/bin/python3 with the manifest on stdin. argv: MODE STAGING FINAL.
+# Prints {"ok": [...], "bad": {path: why}}.
+_NODE_PROGRAM = r"""
+import hashlib, json, os, sys
+""" + NODE_DIGEST + NODE_LAND + r"""
+ok, bad = land_files(sys.argv[1], sys.argv[2], sys.argv[3], json.load(sys.stdin))
 print(json.dumps({"ok": ok, "bad": bad}))
 """
 
@@ -323,3 +334,138 @@ def land(args: SshArgs, manifest: Manifest, staging: str, final: str, *, check_o
         return LandResult(ok=[str(x) for x in data["ok"]], bad={str(k): str(v) for k, v in data["bad"].items()})
     except (ValueError, KeyError, IndexError):
         raise RemoteCommandError(args.node, "verify", 0, f"unexpected answer: {out[-300:]!r}") from None
+
+
+# ------------------------------------------------------------------------------------------------------
+# One session per node for a whole push
+# ------------------------------------------------------------------------------------------------------
+
+# Runs on the node (/usr/bin/python3) for the whole push: one JSON request a line on stdin, each handled in its
+# own thread, one JSON answer a line on stdout carrying the request's id. It only lands files and runs rsync to
+# a peer with fixed flags (RSYNC_ARGV, filled in below); it ends when stdin closes (the push ended or the
+# controller died).
+#   {"op": "land", "mode", "staging", "final", "manifest"} → {"ok": [...], "bad": {path: why}}
+#   {"op": "rsync", "src_dir", "dest", "dst_dir", "files"} → {"rc": int, "stderr": str}
+_SESSION_PROGRAM = r"""
+import hashlib, json, os, subprocess, sys, threading
+RSYNC_ARGV = json.loads(sys.argv[1])
+""" + NODE_DIGEST + NODE_LAND + r"""
+out = threading.Lock()
+env = dict(os.environ, PATH="/opt/homebrew/bin:" + os.environ.get("PATH", ""))
+def handle(req):
+    try:
+        if req["op"] == "land":
+            ok, bad = land_files(req["mode"], req["staging"], req["final"], req["manifest"])
+            ans = {"ok": ok, "bad": bad}
+        elif req["op"] == "rsync":
+            argv = RSYNC_ARGV + [req["src_dir"] + "/", req["dest"] + ":" + req["dst_dir"] + "/"]
+            p = subprocess.run(argv, input="\0".join(req["files"]).encode(), capture_output=True, env=env)
+            ans = {"rc": p.returncode, "stderr": p.stderr.decode(errors="replace")[-2000:]}
+        else:
+            ans = {"error": "unknown op"}
+    except Exception as exc:
+        ans = {"error": repr(exc)[-500:]}
+    ans["id"] = req["id"]
+    with out:
+        sys.stdout.write(json.dumps(ans) + "\n")
+        sys.stdout.flush()
+for line in sys.stdin:
+    threading.Thread(target=handle, args=(json.loads(line),), daemon=True).start()
+"""
+
+
+class NodeSession:
+    """One SSH session to a node for a whole push, running `_SESSION_PROGRAM` there: verifying and landing
+    files and rsync to a peer over its cable are requests on it, several at once, so none of them pays for
+    an SSH connection, a shell or a Python start-up of its own. The session forwards the push's private
+    agent (for the node's own ssh to its peers, strict against the mesh known_hosts)."""
+
+    def __init__(self, args: SshArgs, agent_env: Mapping[str, str]) -> None:
+        self.node = args.node
+        shell = shlex.join(["ssh", *SSH_OPTS, "-o", f"UserKnownHostsFile=~/{MESH_KNOWN_HOSTS}"])
+        rsync = ["rsync", *RSYNC_FLAGS, "--mkpath", "-e", shell, "--files-from=-", "--from0"]
+        cmd = shlex.join([REMOTE_PYTHON, "-c", _SESSION_PROGRAM, json.dumps(rsync)])
+        self._proc = subprocess.Popen(args.argv(cmd, forward_agent=True), stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      env={**os.environ, **agent_env})
+        self._lock = threading.Lock()
+        self._write = threading.Lock()
+        self._waiting: dict[int, Future] = {}
+        self._next = 0
+        self._ended: BaseException | None = None
+        threading.Thread(target=self._read, daemon=True, name=f"session-{self.node}").start()
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None and self._proc.stderr is not None
+        for line in self._proc.stdout:
+            with contextlib.suppress(ValueError, AttributeError):
+                answer = json.loads(line)
+                with self._lock:
+                    fut = self._waiting.pop(answer.get("id"), None)
+                if fut is not None:
+                    fut.set_result(answer)
+        err = self._proc.stderr.read().strip()[-300:]
+        rc = self._proc.wait()
+        ended: BaseException = UnreachableError({self.node: err or "ssh failed"}) if rc == 255 else \
+            RemoteCommandError(self.node, "push session", rc, err or "the session ended")
+        with self._lock:
+            self._ended, waiting, self._waiting = ended, self._waiting, {}
+        for fut in waiting.values():
+            fut.set_exception(ended)
+
+    def _call(self, request: dict, timeout_s: float) -> dict:
+        fut: Future = Future()
+        with self._lock:
+            if self._ended is not None:
+                raise self._ended
+            request["id"] = self._next
+            self._next += 1
+            self._waiting[request["id"]] = fut
+        with self._write, contextlib.suppress(OSError):  # a broken pipe: the reader fails the request
+            assert self._proc.stdin is not None
+            self._proc.stdin.write(json.dumps(request) + "\n")
+            self._proc.stdin.flush()
+        try:
+            answer = fut.result(timeout=timeout_s)
+        except TimeoutError:
+            raise RemoteCommandError(self.node, request["op"], -1, f"no answer within {timeout_s:g} s") from None
+        if "error" in answer:
+            raise RemoteCommandError(self.node, request["op"], 1, str(answer["error"]))
+        return answer
+
+    def land(self, manifest: Manifest, staging: str, final: str, *, timeout_s: float = 3600) -> LandResult:
+        a = self._call({"op": "land", "mode": "land", "staging": staging, "final": final,
+                        "manifest": json.loads(manifest.model_dump_json())}, timeout_s)
+        return LandResult(ok=[str(x) for x in a["ok"]], bad={str(k): str(v) for k, v in a["bad"].items()})
+
+    def rsync_to(self, src_dir: str, user: str | None, dst_address: str, dst_dir: str, files: list[str], *,
+                 timeout_s: float = 3600) -> None:
+        """This node → a peer over their cable (Homebrew rsync over ssh to the peer's Thunderbolt address)."""
+        dest = f"{user}@{dst_address}" if user else dst_address
+        a = self._call({"op": "rsync", "src_dir": src_dir, "dest": dest, "dst_dir": dst_dir, "files": files},
+                       timeout_s)
+        if a["rc"] != 0:
+            raise RemoteCommandError(self.node, f"rsync to {dst_address} over the Thunderbolt cable", int(a["rc"]),
+                                     str(a["stderr"]))
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            assert self._proc.stdin is not None
+            self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+
+@contextlib.contextmanager
+def node_sessions(fleet: Fleet, nodes: list[str], agent_env: Mapping[str, str]) -> Iterator[dict[str, NodeSession]]:
+    sessions: dict[str, NodeSession] = {}
+    try:
+        for n in nodes:
+            sessions[n] = NodeSession(SshArgs.for_node(fleet, fleet.node(n)), agent_env)
+        yield sessions
+    finally:
+        with ThreadPoolExecutor(max_workers=max(1, len(sessions))) as pool:
+            list(pool.map(NodeSession.close, sessions.values()))

@@ -2,9 +2,10 @@
 Thunderbolt cables, every file landing under exo's layout only after its digest matched.
 
 Order: lock → manifest of the source → preflight on every node (what it has, what is staged, free space;
-refuse before a byte moves) → the model cut into one slice per peer, pipelined: the controller sends slice k
-to the seed over management while slice k-1 goes seed → its peer → every other peer, each hop over its own
-cable → anything a failed cable left missing comes from the controller over management → unlock.
+refuse before a byte moves) → the model cut into chunks, pipelined: the controller sends chunks to the seed over
+management (two at a time) while the ones already there go seed → a peer → every other peer, each hop over its
+own cable, and the last ones seed → every peer at once → anything a failed cable left missing comes from the
+controller over management → unlock.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import shlex
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from macfleet.act import transfer
@@ -24,6 +25,7 @@ from macfleet.errors import FactsParseError, Refused, RemoteCommandError, Rollou
 from macfleet.facts.disk import parse_df
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.rollout import (
+    TAIL_CHUNKS,
     Hop,
     Manifest,
     ModelNodeReport,
@@ -39,6 +41,7 @@ from .rollout import Say, _quiet, link_addresses
 
 DISK_MARGIN_BYTES = 256 * 1024 * 1024  # room left for exo's logs and the OS after the push
 PROGRESS_EVERY_S = 2.0
+CONTROLLER_STREAMS = TAIL_CHUNKS  # controller → seed copies at once; the last ones spread in one hop
 Progress = Callable[[str, int, int], None]  # (node, bytes received so far, bytes it needs)
 
 # Runs on the node: bytes under the final and staging directories (for progress).
@@ -118,19 +121,20 @@ def fetch_hf(model: str, into: Path) -> Path:
     return Path(snapshot_download(repo_id=model, local_dir=into))
 
 
-def _run_hops(fleet: Fleet, hops: list[Hop], src_dirs: dict[str, str], dst_dirs: dict[str, str],
-              agent: dict[str, str]) -> dict[tuple[str, str], str]:
-    """Every hop at once (each on its own cable); failures by (src, dst), each naming its cable."""
+def _run_hops(fleet: Fleet, hops: list[Hop], where: Callable[[str, str], str], dst_dirs: dict[str, str],
+              sessions: dict[str, transfer.NodeSession]) -> dict[tuple[str, str], str]:
+    """Every hop at once (each on its own cable), each file from the directory `where(src, path)` names;
+    failures by (src, dst), each naming its cable."""
     failed: dict[tuple[str, str], str] = {}
     lock = threading.Lock()
 
     def one(h: Hop) -> None:
-        if not h.files:
-            return
+        by_dir: dict[str, list[str]] = {}
+        for f in h.files:
+            by_dir.setdefault(where(h.src, f), []).append(f)
         try:
-            transfer.rsync_node_to_node(transfer.SshArgs.for_node(fleet, fleet.node(h.src)), src_dirs[h.src],
-                                        fleet.node(h.dst).user, h.dst_address, dst_dirs[h.dst], list(h.files),
-                                        agent)
+            for src_dir, files in sorted(by_dir.items()):
+                sessions[h.src].rsync_to(src_dir, fleet.node(h.dst).user, h.dst_address, dst_dirs[h.dst], files)
         except (RemoteCommandError, UnreachableError) as exc:
             with lock:
                 failed[(h.src, h.dst)] = (f"cable {h.src}–{h.dst} ({h.dst_address}): "
@@ -142,17 +146,16 @@ def _run_hops(fleet: Fleet, hops: list[Hop], src_dirs: dict[str, str], dst_dirs:
 
 
 def _land_all(fleet: Fleet, manifest: Manifest, nodes: list[str], pre: dict[str, dict],
-              only: dict[str, set[str]] | None = None) -> dict[str, dict[str, str]]:
-    """Verify and put in place what each node received (`only[node]`: the files it was sent this round)."""
+              only: dict[str, set[str]] | None = None) -> dict[str, transfer.LandResult]:
+    """Verify and put in place what each node received (`only[node]`: the files it was sent)."""
     def part(node: str) -> Manifest:
         if only is None:
             return manifest
         return Manifest(files=tuple(f for f in manifest.files if f.path in only.get(node, set())))
 
     nodes = [n for n in nodes if only is None or only.get(n)]
-    res = transfer.on_nodes(fleet, nodes, lambda a: transfer.land(a, part(a.node), pre[a.node]["staging"],
+    return transfer.on_nodes(fleet, nodes, lambda a: transfer.land(a, part(a.node), pre[a.node]["staging"],  # type: ignore[return-value]
                                                                    pre[a.node]["final"]))
-    return {n: r.bad for n, r in res.items()}  # type: ignore[attr-defined]
 
 
 @contextlib.contextmanager
@@ -214,6 +217,7 @@ def _push(fleet: Fleet, m: Mesh, targets: list[str], model: str, name: str, sour
           say: Say, progress: Progress | None) -> ModelPushReport:
     t0 = time.monotonic()
     pre = _preflight(fleet, targets, m.settings.exo.models_dir, name, manifest)
+    say(f"preflight of {len(targets)} nodes in {time.monotonic() - t0:.1f} s")
     lacking = {n: missing_files(manifest, {k: (v[0], v[1]) for k, v in pre[n]["have"].items()}) for n in targets}
     need = {n: sum(f.size - min(pre[n]["staged"].get(f.path, 0), f.size) for f in lacking[n]) for n in targets}
     refusals = _free_space_refusals(pre, need)
@@ -232,6 +236,7 @@ def _push(fleet: Fleet, m: Mesh, targets: list[str], model: str, name: str, sour
     base = {n: sum(v[0] for v in pre[n]["have"].values()) + sum(pre[n]["staged"].values()) for n in targets}
     with _watch(fleet, pre, base, need, progress):
         rerouted = _transfer(fleet, m, manifest, source, seed, needing, lacking, need, pre, say)
+    say(f"pushed in {time.monotonic() - t0:.1f} s after the lock")
     return ModelPushReport(model=model, directory=name, files=len(manifest.files), bytes=manifest.total_bytes,
                            result="pushed", took_s=round(time.monotonic() - t0, 2), seed=seed, nodes=report_nodes,
                            rerouted=[f"{n}: {how}" for n, how in rerouted])
@@ -246,18 +251,16 @@ def _transfer(fleet: Fleet, m: Mesh, manifest: Manifest, source: Path, seed: str
         _from_controller(fleet, manifest, source, seed, sorted(lack[seed]), pre)
         say(f"{seed}: {need[seed] / 1e6:.1f} MB from the controller")
         return []
-    failed = _pipeline(fleet, m, manifest, source, seed, peers, lack, pre, say)
+    fan = _pipeline(fleet, m, manifest, source, seed, peers, lack, pre, say)
     # Whatever a failed cable did not carry (to a node, or to the node that was to pass it on) comes from the
-    # controller over the management network; a final check finds it, whichever hop it was.
-    short = transfer.on_nodes(fleet, peers, lambda a: transfer.land(a, manifest, pre[a.node]["staging"],
-                                                                     pre[a.node]["final"], check_only=True))
-    rerouted = []
-    for node, res in sorted(short.items()):
-        files = sorted(res.bad)  # type: ignore[attr-defined]
+    # controller over the management network: what every node landed is known, whichever hop failed.
+    rerouted = list(fan.via_seed)
+    for node in [seed, *peers]:
+        files = sorted(lack.get(node, set()) - fan.landed[node])
         if not files:
             continue
-        why = next((w for (src, dst), w in sorted(failed.items()) if dst == node), None) or \
-            "; ".join(sorted(set(failed.values()))) or "files missing after the fan-out"
+        why = next((w for (src, dst), w in sorted(fan.failed.items()) if dst == node), None) or \
+            "; ".join(sorted(set(fan.failed.values()))) or "files missing after the fan-out"
         say(f"{node}: {why}; {len(files)} files come from the controller over the management network")
         _from_controller(fleet, manifest, source, node, files, pre)
         rerouted.append((node, why))
@@ -269,60 +272,128 @@ def _from_controller(fleet: Fleet, manifest: Manifest, source: Path, node: str, 
     if files:
         transfer.rsync_from_controller(transfer.SshArgs.for_node(fleet, fleet.node(node)), source,
                                        pre[node]["staging"], files)
-        _raise_bad(_land_all(fleet, manifest, [node], pre, {node: set(files)}))
+        _raise_bad({n: r.bad for n, r in _land_all(fleet, manifest, [node], pre, {node: set(files)}).items()})
+
+
+class _Fanout:
+    """The spread of chunks over the mesh, and what it has done so far: the hops that failed (each naming its
+    cable), the files landed on each node, the nodes a peer's failed cable made the seed serve itself.
+
+    A node passes a chunk on as soon as it has it, from staging, and verifies (lands) it only afterwards, in
+    parallel with what follows: every receiver verifies its own copy, so a bad one is caught wherever it went."""
+
+    def __init__(self, fleet: Fleet, manifest: Manifest, seed: str, peers: list[str], lack: dict[str, set[str]],
+                 pre: dict[str, dict], addresses: dict[tuple[str, str], str],
+                 sessions: dict[str, transfer.NodeSession]) -> None:
+        self.fleet, self.manifest, self.seed, self.peers = fleet, manifest, seed, peers
+        self.lack, self.pre, self.addresses, self.sessions = lack, pre, addresses, sessions
+        self.failed: dict[tuple[str, str], str] = {}
+        self.landed: dict[str, set[str]] = {n: set() for n in [seed, *peers]}
+        self.via_seed: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+
+    def where(self, node: str, path: str) -> str:
+        """The directory `node` holds `path` in: staging until it landed there, else its final directory."""
+        with self.lock:
+            staged = path in self.lack.get(node, ()) and path not in self.landed[node]
+        return self.pre[node]["staging" if staged else "final"]
+
+    def send(self, src: str, files: dict[str, tuple[str, ...]]) -> dict[str, set[str]]:
+        """`src` sends each destination its files, every cable at once; what arrived, by destination."""
+        hops = [Hop(src=src, dst=d, dst_address=self.addresses[(src, d)], files=fs) for d, fs in files.items()]
+        bad = _run_hops(self.fleet, hops, self.where, {n: self.pre[n]["staging"] for n in files}, self.sessions)
+        with self.lock:
+            self.failed.update(bad)
+        return {h.dst: set(h.files) for h in hops if (h.src, h.dst) not in bad}
+
+    def land(self, got: dict[str, set[str]]) -> None:
+        got = {n: fs for n, fs in got.items() if fs}
+
+        def one(node: str) -> transfer.LandResult:
+            part = Manifest(files=tuple(f for f in self.manifest.files if f.path in got[node]))
+            return self.sessions[node].land(part, self.pre[node]["staging"], self.pre[node]["final"])
+
+        with ThreadPoolExecutor(max_workers=max(1, len(got))) as pool:
+            res = dict(zip(got, pool.map(one, got), strict=True))
+        with self.lock:
+            for n, r in res.items():
+                self.landed[n].update(r.ok)
+        _raise_bad({n: r.bad for n, r in res.items()})
+
+    def spread(self, chunk: tuple[str, ...], peer: str, mine: list[str], *, direct: bool) -> str:
+        """One chunk from the seed to every peer: straight from the seed over each of its cables (`direct`: the
+        chunks at the end, one hop), or to `peer`, which passes it on to every other peer over theirs."""
+        t = time.monotonic()
+        need = {q: tuple(f for f in chunk if f in self.lack[q]) for q in self.peers}
+        others = {q: fs for q, fs in need.items() if q != peer}
+        first = {} if direct else self.send(self.seed, {peer: need[peer]})
+        if direct or peer not in first:  # the seed serves everyone itself (its cable to `peer` failed: the rest)
+            got = self.send(self.seed, need if direct else others)
+            self.land({**got, self.seed: set(mine)})
+            return f"seed → every peer in {time.monotonic() - t:.1f} s"
+        t_first = time.monotonic() - t
+        with ThreadPoolExecutor(max_workers=1) as side:
+            seed_landed = side.submit(self.land, {self.seed: set(mine)})
+            got = self.send(peer, others)
+            t_others = time.monotonic() - t
+            self.land({**got, peer: first[peer]})
+            seed_landed.result()
+        missed = {q: fs for q, fs in others.items() if q not in got and fs}
+        if missed:  # a cable between two peers failed: the seed, which has the chunk landed, sends it instead
+            for q in missed:
+                why = self.failed.get((peer, q), "")
+                with self.lock:
+                    self.via_seed.append((q, f"{why}; {self.seed} sent it instead"))
+            self.land(self.send(self.seed, missed))
+        return (f"via {peer}: {peer} +{t_first:.1f} s, the others +{t_others:.1f} s, "
+                f"verified everywhere +{time.monotonic() - t:.1f} s")
 
 
 def _pipeline(fleet: Fleet, m: Mesh, manifest: Manifest, source: Path, seed: str, peers: list[str],
-              lack: dict[str, set[str]], pre: dict[str, dict], say: Say) -> dict[tuple[str, str], str]:
-    """The model in chunks, each for one peer (`plan_chunks`). Chunk k goes controller → seed over
-    management; once it has arrived, the seed verifies it and sends it to its peer over their cable, and that
-    peer to every other peer over theirs, while the controller already sends chunk k+1: the management link
-    never waits for the mesh, and every cable carries chunks in each direction. Returns the hops that failed,
-    each naming its cable."""
+              lack: dict[str, set[str]], pre: dict[str, dict], say: Say) -> _Fanout:
+    """The model in chunks (`plan_chunks`). The controller sends them to the seed over management, two at a
+    time (one's start-up hides under the other's bytes: the link never idles); as soon as one has arrived it
+    spreads over the mesh (`_Fanout.spread`) while the controller sends the next ones. The mesh's known hosts
+    are installed meanwhile."""
     addresses = link_addresses(fleet, m)
     everyone = [seed, *peers]
-    transfer.install_mesh_known_hosts(fleet, everyone, transfer.mesh_known_hosts(
-        fleet, {k: v for k, v in addresses.items() if k[0] in everyone and k[1] in everyone}))
-    first = [Hop(src=seed, dst=p, dst_address=addresses[(seed, p)], files=files)
-             for p, files in plan_chunks(manifest, peers)]
-    failed: dict[tuple[str, str], str] = {}
-    finals = {n: pre[n]["final"] for n in everyone}
-    stagings = {n: pre[n]["staging"] for n in everyone}
+    chunks = plan_chunks(manifest, peers)
+    sizes = {f.path: f.size for f in manifest.files}
+    seed_args = transfer.SshArgs.for_node(fleet, fleet.node(seed))
+    t0 = time.monotonic()
 
-    def spread(hop: Hop, agent: dict[str, str], from_controller: list[str]) -> None:
-        t = time.monotonic()
-        # the seed verifies its copy here, while the controller already sends it the next chunk
-        _raise_bad(_land_all(fleet, manifest, [seed], pre, {seed: set(from_controller)}))
-        to_peer = [hop.model_copy(update={"files": tuple(f for f in hop.files if f in lack[hop.dst])})]
-        failed.update(_run_hops(fleet, to_peer, finals, stagings, agent))
-        if (seed, hop.dst) in failed:
-            return
-        _raise_bad(_land_all(fleet, manifest, [hop.dst], pre, {hop.dst: set(to_peer[0].files)}))
-        onward = [Hop(src=hop.dst, dst=q, dst_address=addresses[(hop.dst, q)],
-                      files=tuple(f for f in hop.files if f in lack[q])) for q in peers if q != hop.dst]
-        bad = _run_hops(fleet, onward, finals, stagings, agent)
-        failed.update(bad)
-        got = {h.dst: set(h.files) for h in onward if (h.src, h.dst) not in bad}
-        _raise_bad(_land_all(fleet, manifest, list(got), pre, got))
-        size = sum(f.size for f in manifest.files if f.path in hop.files)
-        say(f"chunk for {hop.dst} ({size / 1e6:.1f} MB) spread over the mesh in {time.monotonic() - t:.1f} s")
+    def send(k: int, files: tuple[str, ...]) -> list[str]:
+        mine = sorted(f for f in files if f in lack.get(seed, set()))
+        if mine:
+            t = time.monotonic()
+            transfer.rsync_from_controller(seed_args, source, pre[seed]["staging"], mine)
+            say(f"{seed}: chunk {k + 1}/{len(chunks)} ({sum(sizes[f] for f in mine) / 1e6:.1f} MB) from the "
+                f"controller in {time.monotonic() - t:.1f} s (t+{time.monotonic() - t0:.1f} s)")
+        return mine
+
+    def spread(fan: _Fanout, ready: Future, k: int, mine: list[str]) -> None:
+        ready.result()
+        peer, files = chunks[k]
+        how = fan.spread(files, peer, mine, direct=k >= len(chunks) - TAIL_CHUNKS)
+        say(f"chunk {k + 1}/{len(chunks)} ({sum(sizes[f] for f in files) / 1e6:.1f} MB) spread {how} "
+            f"(t+{time.monotonic() - t0:.1f} s)")
 
     with transfer.transfer_agent(fleet, fleet.node(seed)) as agent, \
-            ThreadPoolExecutor(max_workers=max(1, len(peers)), thread_name_prefix="chunk") as pool:
-        futures = []
-        for hop in first:
-            t = time.monotonic()
-            files = sorted(f for f in hop.files if f in lack.get(seed, set()))
-            if files:
-                transfer.rsync_from_controller(transfer.SshArgs.for_node(fleet, fleet.node(seed)), source,
-                                               pre[seed]["staging"], files)
-                size = sum(f.size for f in manifest.files if f.path in files)
-                say(f"{seed}: chunk for {hop.dst} ({size / 1e6:.1f} MB) from the controller in "
-                    f"{time.monotonic() - t:.1f} s")
-            futures.append(pool.submit(spread, hop, agent, files))
-        for f in futures:
+            transfer.node_sessions(fleet, everyone, agent) as sessions, \
+            ThreadPoolExecutor(max_workers=1 + len(chunks), thread_name_prefix="chunk") as pool, \
+            ThreadPoolExecutor(max_workers=CONTROLLER_STREAMS, thread_name_prefix="send") as sends:
+        fan = _Fanout(fleet, manifest, seed, peers, lack, pre, addresses, sessions)
+        ready = pool.submit(lambda: transfer.install_mesh_known_hosts(fleet, everyone, transfer.mesh_known_hosts(
+            fleet, {k: v for k, v in addresses.items() if k[0] in everyone and k[1] in everyone})))
+        pending = {sends.submit(send, k, files): k for k, (_, files) in enumerate(chunks)}
+        try:
+            spreads = [pool.submit(spread, fan, ready, pending[f], f.result()) for f in as_completed(pending)]
+        finally:
+            sends.shutdown(wait=True, cancel_futures=True)  # a failed send stops the ones not begun
+        for f in spreads:
             f.result()
-    return failed
+    say(f"sessions closed (t+{time.monotonic() - t0:.1f} s)")
+    return fan
 
 
 def _raise_bad(bad: dict[str, dict[str, str]]) -> None:

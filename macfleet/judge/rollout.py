@@ -112,21 +112,24 @@ def missing_files(manifest: Manifest, have: Mapping[str, tuple[int, str | None]]
 
 
 # A chunk is what one peer receives from the seed and passes on; each node verifies a chunk as soon as it has
-# it, so the last chunk's chain (seed → peer → the others, each verifying) is what the push waits for after the
-# management link is done. Big models are cut finer, so that tail stays short (1 GiB verifies in about a second
-# on Apple silicon); small ones go in one chunk per peer, each chunk costing a few SSH round trips.
+# it, so the last chunks' spread is what the push waits for after the management link is done. Big models are
+# cut finer, so that tail stays short (1 GiB verifies in about a second on Apple silicon); small ones go in one
+# chunk per peer (each chunk costs every peer an rsync over SSH), the smallest last. The last TAIL_CHUNKS go from
+# the seed to every peer itself (one hop instead of two).
 CHUNK_BYTES = 1 << 30
+TAIL_CHUNKS = 2
 
 
-def plan_chunks(manifest: Manifest, peers: list[str], *, chunk_bytes: int = CHUNK_BYTES,
+def plan_chunks(manifest: Manifest, peers: list[str], *, chunk_bytes: int = CHUNK_BYTES, extra: int = 0,
                 ) -> list[tuple[str, tuple[str, ...]]]:
-    """The files cut into chunks of about the same bytes, at least one per peer and none much over
-    `chunk_bytes` unless one file is bigger; chunk i goes to peer i mod len(peers). Largest files first,
-    each to the lightest chunk."""
+    """The files cut into chunks of about the same bytes: at least one per peer (plus `extra`), none much
+    over `chunk_bytes` unless one file is bigger, never more than the files. Largest files first, each to the
+    lightest chunk; the chunks largest first (the smallest last: the tail is short); chunk i goes to peer
+    i mod len(peers)."""
     if not peers or not manifest.files:
         return []
     total = manifest.total_bytes
-    count = max(len(peers), -(-total // max(1, chunk_bytes)))
+    count = max(len(peers) + extra, -(-total // max(1, chunk_bytes)))
     count = min(count, len(manifest.files))
     chunks: list[list[str]] = [[] for _ in range(count)]
     load = [0] * count
@@ -134,7 +137,8 @@ def plan_chunks(manifest: Manifest, peers: list[str], *, chunk_bytes: int = CHUN
         i = min(range(count), key=lambda i: (load[i], i))
         chunks[i].append(f.path)
         load[i] += f.size
-    return [(peers[i % len(peers)], tuple(sorted(c))) for i, c in enumerate(chunks)]
+    order = sorted(range(count), key=lambda i: (-load[i], i))
+    return [(peers[k % len(peers)], tuple(sorted(chunks[i]))) for k, i in enumerate(order)]
 
 
 class Hop(_Model):

@@ -56,12 +56,22 @@ def test_missing_files_resume_rules() -> None:
 
 
 def test_chunks_balance_bytes_cover_everything_and_go_to_every_peer() -> None:
-    m = _m(("w1", 400), ("w2", 300), ("w3", 300), ("w4", 100), ("cfg", 1))
+    m = _m(("w1", 400), ("w2", 300), ("w3", 300), ("w4", 100), ("w5", 100), ("w6", 100), ("cfg", 1))
     chunks = plan_chunks(m, ["p1", "p2", "p3"])
     assert [p for p, _ in chunks] == ["p1", "p2", "p3"]
     assert sorted(f for _, fs in chunks for f in fs) == sorted(f.path for f in m.files)
     sizes = [sum(f.size for f in m.files if f.path in fs) for _, fs in chunks]
     assert max(sizes) - min(sizes) <= 100
+
+
+def test_a_small_model_ends_with_small_chunks_so_the_tail_is_short() -> None:
+    m = _m(*[(f"w{i}", 75) for i in range(8)], ("cfg", 1))  # the benchmark's shape: 8 shards and a config
+    chunks = plan_chunks(m, ["a", "b", "c"], extra=2)  # one per peer, and two more
+    sizes = [sum(f.size for f in m.files if f.path in fs) for _, fs in chunks]
+    assert len(chunks) == 5 and sizes == sorted(sizes, reverse=True) and sizes[-1] == 75
+    assert [len(fs) for _, fs in plan_chunks(m, ["a", "b", "c"])] == [3, 3, 3]
+    assert [p for p, _ in chunks[:3]] == ["a", "b", "c"]
+    assert sorted(f for _, fs in chunks for f in fs) == sorted(f.path for f in m.files)
 
 
 def test_a_big_model_is_cut_finer_so_the_last_chunk_is_short() -> None:

@@ -1,0 +1,70 @@
+"""Landing files on a node (over a real local sshd): only a file whose digest matches reaches its final name."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from macfleet.act import transfer
+from macfleet.errors import RemoteCommandError, UnreachableError
+from macfleet.inventory.load import load_inventory
+from tests import sshd
+
+pytestmark = pytest.mark.skipif(not sshd.available(), reason="needs root and OpenSSH's sshd")
+
+
+def test_land_moves_matching_files_drops_complete_wrong_ones_and_keeps_partial_ones(server, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("good", "wrong", "partial"):
+        (src / name).write_bytes(name.encode() * 1000)
+    manifest = transfer.local_manifest(src)
+    staging, final = tmp_path / "staging", tmp_path / "final"
+    staging.mkdir()
+    (staging / "good").write_bytes((src / "good").read_bytes())
+    (staging / "wrong").write_bytes(b"x" * (src / "wrong").stat().st_size)  # full size, other bytes
+    (staging / "partial").write_bytes((src / "partial").read_bytes()[:100])
+    fleet = load_inventory(server.inventory)
+    args = transfer.SshArgs.for_node(fleet, fleet.node("node-1"))
+
+    res = transfer.land(args, manifest, str(staging), str(final))
+
+    assert res.ok == ["good"] and (final / "good").read_bytes() == (src / "good").read_bytes()
+    assert res.bad == {"wrong": "digest differs", "partial": "size 100, expected 7000"}
+    assert sorted(os.listdir(final)) == ["good"]  # nothing unverified under a final name
+    # the wrong copy is gone, so the next push sends it afresh (rsync would take a full-size file as done);
+    # the partial one stays for rsync to continue
+    assert sorted(os.listdir(staging)) == ["partial"]
+
+
+def test_one_session_lands_several_requests_at_once_and_an_ended_one_says_so(server, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(4):
+        (src / f"w{i}").write_bytes(bytes([i]) * 5000)
+    manifest = transfer.local_manifest(src)
+    staging, final = tmp_path / "staging", tmp_path / "final"
+    staging.mkdir()
+    for i in range(4):
+        (staging / f"w{i}").write_bytes((src / f"w{i}").read_bytes())
+    fleet = load_inventory(server.inventory)
+    args = transfer.SshArgs.for_node(fleet, fleet.node("node-1"))
+    session = transfer.NodeSession(args, {})
+    try:
+        parts = [transfer.Manifest(files=(f,)) for f in manifest.files]
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(lambda m: session.land(m, str(staging), str(final)), parts))
+        assert [r.ok for r in results] == [[f"w{i}"] for i in range(4)] and all(not r.bad for r in results)
+        assert sorted(os.listdir(final)) == ["w0", "w1", "w2", "w3"] and os.listdir(staging) == []
+    finally:
+        session.close()
+    with pytest.raises(RemoteCommandError, match="push session"):
+        session.land(manifest, str(staging), str(final))
+
+    gone = transfer.SshArgs(node="node-1", destination="root@127.0.0.1",
+                            options=(*args.options[:-4], "-p", "1", *args.options[-2:]))
+    with pytest.raises(UnreachableError):
+        transfer.NodeSession(gone, {}).land(manifest, str(staging), str(final), timeout_s=60)
