@@ -31,6 +31,7 @@ class Phase:
     took_s: float
     ok: bool
     detail: str = ""
+    at: str = ""  # when it started (ISO 8601, UTC)
 
 
 @dataclass
@@ -119,6 +120,7 @@ def reboot_mesh(fleet: Fleet, mesh: Mesh, nodes: list[str], reason: str, *, dry_
     """The whole coordinated reboot. Never raises for a node's sake: the result says what happened."""
     progress = progress or (lambda n, s, d: None)
     say = say or (lambda line: None)
+    started = datetime.now(UTC).isoformat()
     verdict, before = plan_reboot(fleet, mesh, nodes, reason, respect_windows=respect_windows)
     if isinstance(verdict, Refusal):
         return RebootResult(mesh=mesh.name, result="refused", reason=reason, refusal=verdict.reason)
@@ -137,19 +139,20 @@ def reboot_mesh(fleet: Fleet, mesh: Mesh, nodes: list[str], reason: str, *, dry_
         note = f"released ({result.result}: {result.phases[-1].detail if result.phases else reason})"
         result.lock = f"{result.lock}; {note}" if result.lock else note
         _record(held.path, {"time": datetime.now(UTC).isoformat(), "owner": "reboot", "mesh": mesh.name,
-                            "reason": reason, "result": result.result,
+                            "started": started, "reason": reason, "result": result.result,
                             "phases": [asdict(p) for p in result.phases]})
     return result
 
 
 def _timed(result: RebootResult, name: str, say: Callable[[str], None], fn: Callable[[], tuple[bool, str]]) -> bool:
     t0 = time.monotonic()
+    at = datetime.now(UTC).isoformat()
     say(f"{name}…")
     try:
         ok, detail = fn()
     except MacfleetError as exc:
         ok, detail = False, exc.message
-    result.phases.append(Phase(name=name, took_s=round(time.monotonic() - t0, 1), ok=ok, detail=detail))
+    result.phases.append(Phase(name=name, took_s=round(time.monotonic() - t0, 1), ok=ok, detail=detail, at=at))
     say(f"{name}: {'done' if ok else 'FAILED'} in {result.phases[-1].took_s:g} s{': ' + detail if detail else ''}")
     return ok
 
