@@ -2,7 +2,8 @@
 
 A wedge is injected on one node while `watch --interval I` runs (debounce K, RDMA checks only, commands capped
 at T seconds so a hung `ibv_devinfo` costs T per probe). MTTR is the time from the moment the wedge went on
-(the lab's record of it) to the time of the audit log's first "healthy (recovered …)" decision. The floor is what any healer with the same policy must pay:
+(the lab's record of it) to the time of the audit log's first "healthy (recovered …)" decision. The floor is
+what any healer with the same policy must pay:
 K probes that each wait out the hung command (K × (I + T)) plus one simulated boot (the lab's boot time).
 The last line printed is one JSON object: {"mttr_s", "floor_s", "vs_floor", ...} (target vs_floor ≤ 1.3).
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -51,8 +53,16 @@ def timeline(state: Path, t0_wall: float) -> list[str]:
              for e in _audit(state) if _at(e["time"]) >= t0_wall]
     for f in state.glob("macfleet/locks/*.history.jsonl"):
         for entry in map(json.loads, f.read_text().splitlines()):
-            lines += [f"{_at(p['at']) - t0_wall:7.2f}  reboot: {p['name']} ({p['took_s']:g} s)"
+            lines += [f"{_at(p['at']) - t0_wall:7.2f}  reboot: {p['name']} ({p['took_s']:g} s: {p['detail'][:60]})"
                       for p in entry["phases"] if p.get("at")]
+            wait = next((p for p in entry["phases"] if p["name"] == "wait for nodes" and p.get("at")), None)
+            for node, w in (entry.get("nodes") or {}).items():
+                if wait is not None and w.get("took_s") is not None:
+                    lines.append(f"{_at(wait['at']) + w['took_s'] - t0_wall:7.2f}  reboot: {node} seen back")
+                booted = re.search(r"sec = (\d+), usec = (\d+)", w.get("last_seen", ""))
+                if booted:
+                    at = int(booted[1]) + int(booted[2]) / 1e6
+                    lines.append(f"{at - t0_wall:7.2f}  lab: {node} booted (its kern.boottime)")
             if entry.get("started"):
                 lines.append(f"{_at(entry['started']) - t0_wall:7.2f}  reboot: started (lock taken)")
     return sorted(lines, key=lambda line: float(line.split()[0]))

@@ -18,7 +18,7 @@ from macfleet.act import reboot as act_reboot
 from macfleet.collect.commands import DOCTOR_SPECS, exo_specs
 from macfleet.errors import MacfleetError, UsageError
 from macfleet.flow.doctor import node_facts
-from macfleet.flow.reboot import reboot_mesh
+from macfleet.flow.reboot import RebootResult, reboot_mesh
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.health import CHECK_CODES, HealthReport, judge_health
 from macfleet.judge.remediation import Observation, State, Step, describe_policy, step
@@ -127,36 +127,50 @@ class Watcher:
             t0 = time.monotonic()
             report = self.probe(mesh, datetime.now(UTC))
             policy = mesh.settings.remediation
-            paused = bool(self.fleet.path(policy.pause_file) and self.fleet.path(policy.pause_file).exists())
-            problems: dict[str, list[str]] = {}
-            for f in report.findings:
-                problems.setdefault(f.check, []).append(f"{f.node}: {f.message}")
+            problems = _problems(report)
             now = datetime.now(UTC)
-            s = step(policy, states.get(mesh.name, State()), Observation(problems=problems, paused=paused), now)
-            result = self.act(mesh, s)
+            s = step(policy, states.get(mesh.name, State()), Observation(problems=problems,
+                                                                         paused=self.paused(mesh)), now)
+            result, seen = self.act(mesh, s)
             states[mesh.name] = s.state
             save_states(self.state_path, states)
             self.record(mesh, report, s, result, problems, now, time.monotonic() - t0)
+            if seen is not None:
+                # the reboot verified the mesh over the same sessions a probe would use: that is this
+                # probe, judged as one (no second look at a mesh just read clean)
+                problems, now = _problems(seen), datetime.now(UTC)
+                s = step(policy, s.state, Observation(problems=problems, paused=self.paused(mesh)), now)
+                states[mesh.name] = s.state
+                save_states(self.state_path, states)
+                self.record(mesh, seen, s, "read by the reboot's verification", problems, now, 0.0)
             steps.append(s)
         return steps
 
-    def act(self, mesh: Mesh, s: Step) -> str:
+    def paused(self, mesh: Mesh) -> bool:
+        pause = self.fleet.path(mesh.settings.remediation.pause_file)
+        return bool(pause and pause.exists())
+
+    def act(self, mesh: Mesh, s: Step) -> tuple[str, HealthReport | None]:
+        """Carry out the step's action: (what happened, the verification a reboot ended on when it covers
+        every check of the policy, else None)."""
         nodes = list(mesh.node_names)
+        sessions = self.probers[mesh.name]
         try:
             if s.action == "restart-exo":
-                act_reboot.stop_exo_on(self.fleet, nodes)
-                act_reboot.start_exo_on(self.fleet, nodes)
-                return "exo restarted on every node"
+                act_reboot.stop_exo_on(sessions, nodes)
+                act_reboot.start_exo_on(sessions, nodes)
+                return "exo restarted on every node", None
             if s.action == "reboot":
                 self.metrics.reboots.labels(mesh.name).inc()
-                r = reboot_mesh(self.fleet, mesh, nodes, f"watch: {s.reason}", respect_windows=True, say=self.say)
-                self.probers[mesh.name].retry_now()
+                r = reboot_mesh(self.fleet, mesh, nodes, f"watch: {s.reason}", respect_windows=True, say=self.say,
+                                sessions=sessions)
+                sessions.retry_now()
                 last = r.phases[-1].detail if r.phases else (r.refusal or "")
                 return f"reboot {r.result}: {last}" + "".join(
-                    f"; {p.name} {p.took_s:g} s" for p in r.phases)
+                    f"; {p.name} {p.took_s:g} s" for p in r.phases), _covering(r, mesh.settings.remediation.checks)
         except MacfleetError as exc:
-            return f"failed: {exc.message}"
-        return "paged" if s.action == "page" else "nothing done"
+            return f"failed: {exc.message}", None
+        return ("paged" if s.action == "page" else "nothing done"), None
 
     def record(self, mesh: Mesh, report: HealthReport, s: Step, result: str, problems: dict, now: datetime,
                took_s: float) -> None:
@@ -201,6 +215,24 @@ class Watcher:
             acted = any(s.action in ("restart-exo", "reboot") for s in self.tick())
             # after an action, look again at once: the audit log should say as soon as possible whether it helped
             delay = 0.0 if acted else self.interval_s * self.rng.uniform(0.9, 1.1)
+
+
+def _problems(report: HealthReport) -> dict[str, list[str]]:
+    problems: dict[str, list[str]] = {}
+    for f in report.findings:
+        problems.setdefault(f.check, []).append(f"{f.node}: {f.message}")
+    return problems
+
+
+def _covering(r: RebootResult, checks: list[str]) -> HealthReport | None:
+    """The reboot's clean verification as one report, when it read every check the policy probes."""
+    if r.result != "ok" or not r.verification:
+        return None
+    seen = [c for rep in r.verification for c in rep.checks if c.check in checks]
+    if not set(checks) <= {c.check for c in seen}:
+        return None
+    findings = [f for rep in r.verification for f in rep.findings if f.check in checks]
+    return r.verification[-1].model_copy(update={"checks": seen, "findings": findings})
 
 
 def reset(fleet: Fleet, meshes: list[Mesh], say: Callable[[str], None]) -> None:
