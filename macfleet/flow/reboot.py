@@ -253,8 +253,7 @@ def _resume(fleet, mesh, nodes, reason, prior: LockRecord, lock, dry_run, progre
     held = lock.acquire("reboot", f"resuming: {prior.reason}", ttl_s=mesh.settings.reboot.lock_ttl_s,
                         phase=prior.phase)
     held.critical = True
-    result = RebootResult(mesh=mesh.name, result="failed", reason=reason, steps=steps, lock=held.explain(),
-                          resumed=resumed)
+    result = RebootResult(mesh=mesh.name, result="failed", reason=reason, lock=held.explain(), resumed=resumed)
     say(resumed)
     run = Run(fleet, mesh, nodes, lock, held, result, progress, say, sessions,
               {str(k): str(v) for k, v in dict(prior.phase.get("boottime") or {}).items()})

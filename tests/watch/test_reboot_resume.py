@@ -1,0 +1,77 @@
+"""What a rerun of `macfleet reboot` makes of a lock left behind, and when watch may take a reboot's own
+verification as its next probe: plain data, a lock file in a temporary directory, no node."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from dataclasses import asdict
+from datetime import UTC, datetime
+
+import pytest
+
+from macfleet.act.lock import ClusterLock, LockRecord
+from macfleet.flow.reboot import RebootResult, interrupted_reboot
+from macfleet.judge.health import CheckResult, HealthFinding, HealthReport, HealthSummary
+from macfleet.watch.loop import _covering
+
+from ..judge.builders import mesh
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def _lock(tmp_path, *, pid: int, owner: str = "reboot", phase: str = "waiting for nodes", mesh_name: str = "mesh1"):
+    path = tmp_path / "c.lock.json"
+    rec = LockRecord(owner=owner, pid=pid, host=socket.gethostname(), created=datetime.now(UTC).isoformat(),
+                     ttl_s=3600, reason="r", phase={"phase": phase, "mesh": mesh_name, "exo_running": ["a"],
+                                                    "boottime": {"a": "{ sec = 1, usec = 0 }"}})
+    path.write_text(json.dumps(asdict(rec)))
+    return ClusterLock(path)
+
+
+@pytest.mark.parametrize("phase", ["waiting for nodes", "verifying", "starting exo", "verifying exo"])
+def test_a_dead_reboot_past_issuing_its_reboots_is_resumed(tmp_path, phase) -> None:
+    got = interrupted_reboot(_lock(tmp_path, pid=_dead_pid(), phase=phase), mesh("a", "b"), datetime.now(UTC))
+    assert got is not None and got.phase["phase"] == phase and got.phase["exo_running"] == ["a"]
+
+
+@pytest.mark.parametrize(("kw", "why"), [
+    ({"phase": "stopping exo"}, "no reboot was issued yet: a full reboot is still to do"),
+    ({"phase": "rebooting"}, "perhaps not every node got its reboot"),
+    ({"owner": "rollout exo"}, "not a reboot"),
+    ({"mesh_name": "mesh2"}, "another mesh"),
+])
+def test_anything_else_is_not_resumed(tmp_path, kw, why) -> None:
+    assert interrupted_reboot(_lock(tmp_path, pid=_dead_pid(), **kw), mesh("a", "b"), datetime.now(UTC)) is None, why
+
+
+def test_a_live_reboot_is_not_resumed(tmp_path) -> None:
+    import os
+
+    assert interrupted_reboot(_lock(tmp_path, pid=os.getpid()), mesh("a", "b"), datetime.now(UTC)) is None
+
+
+def _report(checks: dict[str, str], findings: list[tuple[str, str]] = ()) -> HealthReport:
+    return HealthReport(
+        findings=[HealthFinding(node=n, check=c, severity="error", message="m", fix="f") for n, c in findings],
+        checks=[CheckResult(check=c, node="a", result=r) for c, r in checks.items()],
+        summary=HealthSummary(nodes=1, checks=len(checks), ok=len(checks), findings=0, unknown=0, errors=0,
+                              warnings=0, unreachable=[], healthy=True, checked_at="t"))
+
+
+def test_watch_takes_a_verification_as_its_probe_only_when_it_covers_every_check() -> None:
+    network = _report({"reachable": "ok", "cabling": "ok", "rdma": "ok"})
+    exo = _report({"reachable": "ok", "exo-running": "ok"})
+    ok = RebootResult(mesh="mesh1", result="ok", reason="r", verification=[network, exo])
+    seen = _covering(ok, ["reachable", "rdma", "exo-running"])
+    assert seen is not None and {c.check for c in seen.checks} == {"reachable", "rdma", "exo-running"}
+    assert _covering(ok, ["reachable", "rdma", "exo-runners"]) is None  # not read by the reboot: probe again
+    failed = RebootResult(mesh="mesh1", result="failed", reason="r", verification=[network])
+    assert _covering(failed, ["reachable", "rdma"]) is None
+    assert "verification" not in ok.payload()  # the reports stay out of --json
