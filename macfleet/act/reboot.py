@@ -25,6 +25,7 @@ import paramiko
 
 from macfleet.act.release import LABEL, START_EXO_LINE, STOP_EXO_LINE
 from macfleet.collect.commands import CommandSpec, spec_for
+from macfleet.collect.gather import Gathered
 from macfleet.collect.kept import KeptSession, NodeSessions
 from macfleet.collect.ssh import CommandTimeout, Raw, Unreachable
 from macfleet.errors import FactsParseError, RemoteCommandError, UnreachableError
@@ -37,6 +38,7 @@ logging.getLogger("paramiko.transport").setLevel(logging.CRITICAL)
 BOOTTIME = CommandSpec("boottime", ("sysctl", "-n", "kern.boottime"), timeout_s=10)
 # exo's LaunchDaemon as launchd sees it: "state = running" in its description while the process runs
 EXO_JOB = CommandSpec("exo-job", ("launchctl", "print", f"system/{LABEL}"), timeout_s=30)
+PREFLIGHT_SPECS = (spec_for("fdesetup"), BOOTTIME, EXO_JOB)  # what a reboot reads before anything changes
 Progress = Callable[[str, str, str], None]  # (node, status, detail)
 
 
@@ -81,8 +83,12 @@ class BeforeReboot:
 
 def read_before(sessions: NodeSessions, nodes: list[str]) -> BeforeReboot:
     """FileVault, boot time and exo's job on every node, in one pass; what could not be read says why."""
-    fde = spec_for("fdesetup")
-    got = sessions.gather((fde, BOOTTIME, EXO_JOB), deadline_s=30, nodes=nodes)
+    return before_from(sessions.gather(PREFLIGHT_SPECS, deadline_s=30, nodes=nodes), nodes)
+
+
+def before_from(got: Gathered, nodes: list[str]) -> BeforeReboot:
+    """The same from a pass that read PREFLIGHT_SPECS among others (watch's probe just before it reboots)."""
+    fde = PREFLIGHT_SPECS[0]
     out = BeforeReboot()
     for n in nodes:
         if n in got.unreachable:

@@ -109,11 +109,12 @@ def _record(path: Path, entry: dict) -> None:
 
 
 def plan_reboot(fleet: Fleet, mesh: Mesh, nodes: list[str], reason: str, sessions: NodeSessions, *,
-                respect_windows: bool = False, now: datetime | None = None
+                respect_windows: bool = False, now: datetime | None = None, before: act.BeforeReboot | None = None,
                 ) -> tuple[RebootPlan | Refusal, act.BeforeReboot]:
-    """Read every node (FileVault, boot time, exo) and the lock, and judge whether the reboot may go ahead."""
+    """Read every node (FileVault, boot time, exo), unless `before` was read just now, and the lock, and judge
+    whether the reboot may go ahead."""
     now = now or datetime.now(UTC)
-    before = act.read_before(sessions, nodes)
+    before = before if before is not None else act.read_before(sessions, nodes)
     cred = fleet.path(mesh.settings.reboot.filevault_credential_file)
     verdict = preflight(mesh, nodes, before.filevault, credential=act.credential_problem(cred),
                         lock_holder=_lock_holder(ClusterLock(lock_path(fleet.root)), now), now=now,
@@ -202,26 +203,29 @@ class Verifier:
 
 def reboot_mesh(fleet: Fleet, mesh: Mesh, nodes: list[str], reason: str, *, dry_run: bool = False,
                 respect_windows: bool = False, progress: act.Progress | None = None,
-                say: Callable[[str], None] | None = None, sessions: NodeSessions | None = None) -> RebootResult:
+                say: Callable[[str], None] | None = None, sessions: NodeSessions | None = None,
+                before: act.BeforeReboot | None = None) -> RebootResult:
     """The whole coordinated reboot. Never raises for a node's sake: the result says what happened.
-    `sessions`: the nodes' kept sessions to use (watch's); without it, its own, closed at the end."""
+    `sessions`: the nodes' kept sessions to use (watch's); without it, its own, closed at the end. `before`:
+    the preflight's reads, when the caller has just made them (watch's last probe)."""
     own = sessions is None
     sessions = sessions if sessions is not None else NodeSessions(fleet, nodes)
     try:
         return _reboot(fleet, mesh, nodes, reason, dry_run, respect_windows, progress or (lambda n, s, d: None),
-                       say or (lambda line: None), sessions)
+                       say or (lambda line: None), sessions, before)
     finally:
         if own:
             sessions.close()
 
 
-def _reboot(fleet, mesh, nodes, reason, dry_run, respect_windows, progress, say, sessions) -> RebootResult:
+def _reboot(fleet, mesh, nodes, reason, dry_run, respect_windows, progress, say, sessions, before) -> RebootResult:
     started = datetime.now(UTC).isoformat()
     lock = ClusterLock(lock_path(fleet.root))
     prior = interrupted_reboot(lock, mesh, datetime.now(UTC))
     if prior is not None:
         return _resume(fleet, mesh, nodes, reason, prior, lock, dry_run, progress, say, sessions, started)
-    verdict, before = plan_reboot(fleet, mesh, nodes, reason, sessions, respect_windows=respect_windows)
+    verdict, before = plan_reboot(fleet, mesh, nodes, reason, sessions, respect_windows=respect_windows,
+                                  before=before)
     if isinstance(verdict, Refusal):
         return RebootResult(mesh=mesh.name, result="refused", reason=reason, refusal=verdict.reason)
     plan = [{"node": n.node, "method": n.method, "why": n.why} for n in verdict.nodes]
@@ -322,9 +326,10 @@ class Run:
                      "it will be started there again")
 
         def stop() -> tuple[bool, str]:
-            unread = [n for n in self.nodes if n not in self.running]
+            unread = [n for n in self.nodes if n not in self.running or n not in self.boottime]
             if unread:
-                return False, f"could not tell whether exo runs on {', '.join(unread)}: nothing was changed"
+                return False, (f"could not read whether exo runs, or the boot time, on {', '.join(unread)}: "
+                               "nothing was changed")
             self.phase("stopping exo")
             act.stop_exo_on(self.sessions, [n for n, r in self.running.items() if r])
             return True, f"exo was running on {sum(self.running.values())} of {len(self.nodes)} node(s)"

@@ -16,10 +16,11 @@ from pathlib import Path
 
 from macfleet.act import reboot as act_reboot
 from macfleet.collect.commands import DOCTOR_SPECS, exo_specs
+from macfleet.collect.gather import Gathered
 from macfleet.errors import MacfleetError, UsageError
 from macfleet.flow.doctor import node_facts
 from macfleet.flow.reboot import RebootResult, reboot_mesh
-from macfleet.inventory.model import Fleet, Mesh
+from macfleet.inventory.model import Fleet, Mesh, RemediationSettings
 from macfleet.judge.health import CHECK_CODES, HealthReport, judge_health
 from macfleet.judge.remediation import Observation, State, Step, describe_policy, step
 from macfleet.paths import state_dir
@@ -105,14 +106,17 @@ class Watcher:
 
     # ------------------------------------------------------------------------------------------ a tick
 
-    def probe(self, mesh: Mesh, now: datetime) -> HealthReport:
+    def probe(self, mesh: Mesh, now: datetime, *, preflight: bool = False) -> tuple[HealthReport, Gathered]:
+        """One probe; with `preflight`, it also reads what a reboot must read first (this probe may decide one)."""
         checks = mesh.settings.remediation.checks
         specs = DOCTOR_SPECS + (exo_specs(mesh.settings.exo.port) if any(c.startswith("exo") for c in checks) else ())
+        if preflight:
+            specs += tuple(s for s in act_reboot.PREFLIGHT_SPECS if s not in specs)
         probes = mesh.settings.probes
         gathered = self.probers[mesh.name].probe(specs, probes.gather_deadline_s, probes.command_timeout_s)
         facts = {n: node_facts(gathered, n) for n in mesh.node_names}
         self._links(mesh, facts)
-        return judge_health(self.fleet, [mesh], facts, now, only=checks)
+        return judge_health(self.fleet, [mesh], facts, now, only=checks), gathered
 
     def _links(self, mesh: Mesh, facts: dict) -> None:
         for n, f in facts.items():
@@ -125,13 +129,13 @@ class Watcher:
         steps = []
         for mesh in self.meshes:
             t0 = time.monotonic()
-            report = self.probe(mesh, datetime.now(UTC))
             policy = mesh.settings.remediation
+            was = states.get(mesh.name, State())
+            report, gathered = self.probe(mesh, datetime.now(UTC), preflight=reboot_may_follow(policy, was))
             problems = _problems(report)
             now = datetime.now(UTC)
-            s = step(policy, states.get(mesh.name, State()), Observation(problems=problems,
-                                                                         paused=self.paused(mesh)), now)
-            result, seen = self.act(mesh, s)
+            s = step(policy, was, Observation(problems=problems, paused=self.paused(mesh)), now)
+            result, seen = self.act(mesh, s, gathered)
             states[mesh.name] = s.state
             save_states(self.state_path, states)
             self.record(mesh, report, s, result, problems, now, time.monotonic() - t0)
@@ -150,9 +154,10 @@ class Watcher:
         pause = self.fleet.path(mesh.settings.remediation.pause_file)
         return bool(pause and pause.exists())
 
-    def act(self, mesh: Mesh, s: Step) -> tuple[str, HealthReport | None]:
+    def act(self, mesh: Mesh, s: Step, gathered: Gathered | None = None) -> tuple[str, HealthReport | None]:
         """Carry out the step's action: (what happened, the verification a reboot ended on when it covers
-        every check of the policy, else None)."""
+        every check of the policy, else None). A reboot takes its preflight reads from the probe that decided
+        it when that probe made them (`reboot_may_follow`), else reads them itself."""
         nodes = list(mesh.node_names)
         sessions = self.probers[mesh.name]
         try:
@@ -163,7 +168,7 @@ class Watcher:
             if s.action == "reboot":
                 self.metrics.reboots.labels(mesh.name).inc()
                 r = reboot_mesh(self.fleet, mesh, nodes, f"watch: {s.reason}", respect_windows=True, say=self.say,
-                                sessions=sessions)
+                                sessions=sessions, before=_preflight_read(gathered, nodes))
                 sessions.retry_now()
                 last = r.phases[-1].detail if r.phases else (r.refusal or "")
                 return f"reboot {r.result}: {last}" + "".join(
@@ -215,6 +220,22 @@ class Watcher:
             acted = any(s.action in ("restart-exo", "reboot") for s in self.tick())
             # after an action, look again at once: the audit log should say as soon as possible whether it helped
             delay = 0.0 if acted else self.interval_s * self.rng.uniform(0.9, 1.1)
+
+
+def reboot_may_follow(policy: RemediationSettings, state: State) -> bool:
+    """Whether this probe may decide a reboot: a laddered check one bad probe short of its debounce, whose next
+    rung is the reboot. Only then does the probe also read the reboot's preflight (FileVault, boot time, exo)."""
+    return state.breaker_open_since is None and any(
+        state.rung.get(c, 0) < len(rungs) and rungs[state.rung.get(c, 0)] == "reboot"
+        and state.streak.get(c, 0) >= policy.debounce - 1 for c, rungs in policy.ladder.items())
+
+
+def _preflight_read(gathered: Gathered | None, nodes: list[str]) -> act_reboot.BeforeReboot | None:
+    """The probe's preflight reads, when it made them on every node; else None (the reboot reads them)."""
+    keys = {s.key for s in act_reboot.PREFLIGHT_SPECS}
+    if gathered is None or any(not keys <= set(gathered.outputs.get(n, {})) for n in nodes):
+        return None
+    return act_reboot.before_from(gathered, nodes)
 
 
 def _problems(report: HealthReport) -> dict[str, list[str]]:

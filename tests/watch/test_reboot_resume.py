@@ -75,3 +75,37 @@ def test_watch_takes_a_verification_as_its_probe_only_when_it_covers_every_check
     failed = RebootResult(mesh="mesh1", result="failed", reason="r", verification=[network])
     assert _covering(failed, ["reachable", "rdma"]) is None
     assert "verification" not in ok.payload()  # the reports stay out of --json
+
+
+def test_the_probe_reads_the_preflight_only_when_it_may_decide_a_reboot() -> None:
+    from macfleet.inventory.model import RemediationSettings
+    from macfleet.judge.remediation import State
+    from macfleet.watch.loop import reboot_may_follow
+
+    policy = RemediationSettings(checks=["reachable", "rdma", "exo-running"], debounce=3,
+                                 ladder={"rdma": ["restart-exo", "reboot"], "exo-running": ["restart-exo"]})
+    assert not reboot_may_follow(policy, State())
+    assert not reboot_may_follow(policy, State(streak={"rdma": 2}))  # its next rung restarts exo
+    assert reboot_may_follow(policy, State(streak={"rdma": 2}, rung={"rdma": 1}))
+    assert not reboot_may_follow(policy, State(streak={"rdma": 1}, rung={"rdma": 1}))  # two probes short
+    assert not reboot_may_follow(policy, State(streak={"exo-running": 5}))
+    assert not reboot_may_follow(policy, State(streak={"rdma": 2}, rung={"rdma": 1}, breaker_open_since="t"))
+
+
+def test_a_reboot_uses_the_probe_s_preflight_reads_only_when_every_node_gave_them() -> None:
+    from macfleet.act.reboot import BOOTTIME, EXO_JOB
+    from macfleet.collect.gather import Gathered
+    from macfleet.collect.ssh import Raw
+    from macfleet.watch.loop import _preflight_read
+
+    def raw(out: str, rc: int = 0) -> Raw:
+        return Raw(stdout=out, stderr="", rc=rc, took_s=0.1)
+
+    fde = raw("FileVault is Off.\n")
+    full = {"fdesetup": fde, BOOTTIME.key: raw("{ sec = 5, usec = 0 }\n"), EXO_JOB.key: raw("", 113)}
+    got = Gathered(outputs={"a": dict(full), "b": {**full, EXO_JOB.key: raw("\tstate = running\n")}})
+    before = _preflight_read(got, ["a", "b"])
+    assert before is not None and before.exo_running == {"a": False, "b": True}
+    assert before.boottime == {"a": "{ sec = 5, usec = 0 }", "b": "{ sec = 5, usec = 0 }"}
+    del got.outputs["b"][BOOTTIME.key]  # timed out on b: the reboot reads everything again itself
+    assert _preflight_read(got, ["a", "b"]) is None and _preflight_read(None, ["a"]) is None
