@@ -15,11 +15,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from macfleet.act import reboot as act_reboot
+from macfleet.act.lock import ClusterLock, lock_path
 from macfleet.collect.commands import DOCTOR_SPECS, exo_specs
 from macfleet.collect.gather import Gathered
 from macfleet.errors import MacfleetError, UsageError
 from macfleet.flow.doctor import node_facts
-from macfleet.flow.reboot import RebootResult, reboot_mesh
+from macfleet.flow.reboot import RebootResult, interrupted_reboot, reboot_mesh
 from macfleet.inventory.model import Fleet, Mesh, RemediationSettings
 from macfleet.judge.health import CHECK_CODES, HealthReport, judge_health
 from macfleet.judge.remediation import Observation, State, Step, describe_policy, step
@@ -208,9 +209,28 @@ class Watcher:
 
     # ------------------------------------------------------------------------------------------- the loop
 
+    def resume_interrupted(self) -> None:
+        """A mesh reboot (watch's own or an operator's) that died once its reboots were issued is finished
+        before the first probe: wait for every node, verify the mesh, start exo where it ran (the lock it left
+        says where). Audited and paged like any action."""
+        lock = ClusterLock(lock_path(self.fleet.root))
+        for mesh in self.meshes:
+            if interrupted_reboot(lock, mesh, datetime.now(UTC)) is None:
+                continue
+            r = reboot_mesh(self.fleet, mesh, list(mesh.node_names), "watch: finishing an interrupted reboot",
+                            say=self.say, sessions=self.probers[mesh.name])
+            last = r.phases[-1].detail if r.phases else (r.refusal or "")
+            entry = {"time": datetime.now(UTC).isoformat(), "mesh": mesh.name, "node": None, "finding": None,
+                     "decision": r.resumed or "an interrupted reboot was found", "action": "resume",
+                     "result": f"reboot {r.result}: {last}"}
+            self.audit.append(entry)
+            self.say(f"{mesh.name}: resume: {entry['decision']} → {entry['result']}")
+            self.notifier.notify({**entry, "page": r.result != "ok", "breaker_open": False})
+
     def run(self, *, once: bool, stop: threading.Event) -> None:
         for line in self.policy_lines():
             self.say(line)
+        self.resume_interrupted()
         if once:
             self.tick()
             return

@@ -109,3 +109,33 @@ def test_a_reboot_uses_the_probe_s_preflight_reads_only_when_every_node_gave_the
     assert before.boottime == {"a": "{ sec = 5, usec = 0 }", "b": "{ sec = 5, usec = 0 }"}
     del got.outputs["b"][BOOTTIME.key]  # timed out on b: the reboot reads everything again itself
     assert _preflight_read(got, ["a", "b"]) is None and _preflight_read(None, ["a"]) is None
+
+
+def test_watch_finishes_an_interrupted_reboot_before_its_first_probe(example_inventory, tmp_path, monkeypatch):
+    from macfleet.act.lock import lock_path
+    from macfleet.inventory.load import load_inventory
+    from macfleet.watch import loop
+
+    monkeypatch.setenv("MACFLEET_STATE_DIR", str(tmp_path / "state"))
+    fleet = load_inventory(example_inventory)
+    calls = []
+
+    def recorder(fleet, mesh, nodes, reason, **kw):
+        calls.append((mesh.name, reason))
+        return RebootResult(mesh=mesh.name, result="ok", reason=reason, resumed="resuming the reboot of …")
+
+    monkeypatch.setattr(loop, "reboot_mesh", recorder)
+    watcher = loop.Watcher(fleet=fleet, meshes=list(fleet.meshes), interval_s=1, say=lambda line: None)
+    try:
+        watcher.resume_interrupted()
+        assert calls == []  # no lock: nothing to finish, and above all no reboot
+        mesh = fleet.meshes[0]
+        path = lock_path(fleet.root)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(_lock(tmp_path, pid=_dead_pid(), mesh_name=mesh.name).path.read_text())
+        watcher.resume_interrupted()
+        assert calls == [(mesh.name, "watch: finishing an interrupted reboot")]
+        entry = json.loads(watcher.audit.path.read_text().splitlines()[-1])
+        assert entry["action"] == "resume" and entry["result"].startswith("reboot ok")
+    finally:
+        watcher.close()
