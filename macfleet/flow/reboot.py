@@ -93,8 +93,6 @@ def select(fleet: Fleet, mesh: str | None, nodes: list[str]) -> tuple[Mesh, list
 
 
 def _lock_holder(lock: ClusterLock, now: datetime) -> str | None:
-    import socket
-
     record = lock.read()
     if record is None or stale_reason(record, now, this_host=socket.gethostname()) is not None:
         return None
