@@ -34,6 +34,10 @@ from macfleet.judge.model import Refusal
 from macfleet.judge.reboot import RebootPlan, preflight
 
 VERIFY_NETWORK = ["reachable", "cabling", "bridge", "ip-plan", "rdma"]
+# What those checks read (a fact they need and nobody read makes them say "could not tell", never pass):
+# reading only these keeps the verification of a node that just booted to one round of commands.
+NETWORK_KINDS = frozenset({"thunderbolt", "hardware-ports", "service-order", "ifconfig", "ibv-devices",
+                           "ibv-devinfo", "rdma-ctl", "netstat-routes"})
 VERIFY_EXO = ["reachable", "exo-running", "exo-version", "exo-peers", "exo-rdma"]
 VERIFY_DEADLINE_S = 120.0
 READ_DEADLINE_S = 30.0  # one read of one node's facts
@@ -138,10 +142,12 @@ class Verifier:
     starts reading a node's facts at once (as it comes back); `verify` reads what is missing, judges, and
     reads again only what may have changed."""
 
-    def __init__(self, fleet: Fleet, mesh: Mesh, sessions: NodeSessions, checks: list[str]):
+    def __init__(self, fleet: Fleet, mesh: Mesh, sessions: NodeSessions, checks: list[str],
+                 kinds: frozenset[str] | None = None):
         self.fleet, self.mesh, self.sessions, self.checks = fleet, mesh, sessions, checks
         skip = {k for check, keys in PROBE_OF_CHECK.items() if check not in checks for k in keys}
-        base = tuple(spec for spec in doctor_specs([mesh]) if spec.key not in skip)
+        base = tuple(spec for spec in doctor_specs([mesh]) if spec.key not in skip
+                     and (kinds is None or spec.kind in kinds))
         pings = ping_specs(fleet, [mesh]) if "tb-ping" in checks else {}
         self.specs: dict[str, tuple[CommandSpec, ...]] = {n: base + pings.get(n, ()) for n in mesh.node_names}
         self.facts: dict[str, NodeFacts] = {}
@@ -349,7 +355,7 @@ class Run:
 
     def after_issue(self, timeout_s: float) -> None:
         """Wait (reading each node's facts as it returns), verify, start exo, verify /state."""
-        network = Verifier(self.fleet, self.mesh, self.sessions, VERIFY_NETWORK)
+        network = Verifier(self.fleet, self.mesh, self.sessions, VERIFY_NETWORK, NETWORK_KINDS)
         back_at: list[float] = []
         lock = threading.Lock()
 
