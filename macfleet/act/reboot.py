@@ -1,6 +1,8 @@
 """The phases of a coordinated mesh reboot, each one I/O step: read, stop exo, reboot, wait, start exo.
 
-`flow/reboot.py` orders them, times them and verifies between them; nothing here decides. The FileVault
+`flow/reboot.py` orders them, times them and verifies between them; nothing here decides. Every command goes
+over the nodes' kept-open sessions (`collect.kept`; watch's own when watch reboots), in parallel: a step
+costs one round trip, not one SSH handshake per node. The FileVault
 credential is read from a file only its owner may read and reaches `fdesetup authrestart` on stdin as a
 property list: never in argv, never in a log, never in an error message.
 """
@@ -9,33 +11,34 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import stat
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from xml.sax.saxutils import escape
 
 import paramiko
 
-from macfleet.act.release import LABEL, start_exo, stop_exo
-from macfleet.act.transfer import SshArgs, on_nodes, run_remote
+from macfleet.act.release import LABEL, START_EXO_LINE, STOP_EXO_LINE
 from macfleet.collect.commands import CommandSpec, spec_for
-from macfleet.collect.gather import gather
-from macfleet.collect.ssh import CommandTimeout, SshSession, SshTarget, Unreachable
-from macfleet.errors import FactsParseError, MacfleetError, UnreachableError
+from macfleet.collect.gather import Gathered
+from macfleet.collect.kept import KeptSession, NodeSessions
+from macfleet.collect.ssh import CommandTimeout, Raw, Unreachable
+from macfleet.errors import FactsParseError, RemoteCommandError, UnreachableError
 from macfleet.facts.registry import parse
 from macfleet.facts.system import FdesetupFacts
-from macfleet.inventory.model import Fleet, Mesh
 
 MAX_CREDENTIAL_BYTES = 4096
 # paramiko's transport thread logs every refused handshake of a booting node; the wait reports them itself.
 logging.getLogger("paramiko.transport").setLevel(logging.CRITICAL)
 BOOTTIME = CommandSpec("boottime", ("sysctl", "-n", "kern.boottime"), timeout_s=10)
-EXO_RUNNING = (f"launchctl print system/{LABEL} 2>/dev/null | grep -q 'state = running' "
-               "&& echo running || echo stopped")
+# exo's LaunchDaemon as launchd sees it: "state = running" in its description while the process runs
+EXO_JOB = CommandSpec("exo-job", ("launchctl", "print", f"system/{LABEL}"), timeout_s=30)
+PREFLIGHT_SPECS = (spec_for("fdesetup"), BOOTTIME, EXO_JOB)  # what a reboot reads before anything changes
 Progress = Callable[[str, str, str], None]  # (node, status, detail)
 
 
@@ -75,12 +78,17 @@ def authrestart_input(path: Path) -> str:
 class BeforeReboot:
     filevault: dict[str, FdesetupFacts | str] = field(default_factory=dict)  # node -> facts or why unread
     boottime: dict[str, str] = field(default_factory=dict)
+    exo_running: dict[str, bool] = field(default_factory=dict)  # only the nodes where it could be read
 
 
-def read_before(fleet: Fleet, mesh: Mesh, nodes: list[str]) -> BeforeReboot:
-    """FileVault and boot time of every node, in one pass; what could not be read says why."""
-    fde = spec_for("fdesetup")
-    got = gather(fleet, [fleet.node(n) for n in nodes], (fde, BOOTTIME), deadline_s=30)
+def read_before(sessions: NodeSessions, nodes: list[str]) -> BeforeReboot:
+    """FileVault, boot time and exo's job on every node, in one pass; what could not be read says why."""
+    return before_from(sessions.gather(PREFLIGHT_SPECS, deadline_s=30, nodes=nodes), nodes)
+
+
+def before_from(got: Gathered, nodes: list[str]) -> BeforeReboot:
+    """The same from a pass that read PREFLIGHT_SPECS among others (watch's probe just before it reboots)."""
+    fde = PREFLIGHT_SPECS[0]
     out = BeforeReboot()
     for n in nodes:
         if n in got.unreachable:
@@ -97,46 +105,87 @@ def read_before(fleet: Fleet, mesh: Mesh, nodes: list[str]) -> BeforeReboot:
         boot = got.outputs.get(n, {}).get(BOOTTIME.key)
         if boot is not None and boot.rc == 0:
             out.boottime[n] = boot.stdout.strip()
+        job = got.outputs.get(n, {}).get(EXO_JOB.key)
+        if job is not None:  # a job launchd does not know exits non-zero: not running
+            out.exo_running[n] = job.rc == 0 and "state = running" in job.stdout
     return out
 
 
-def exo_running(fleet: Fleet, nodes: list[str]) -> dict[str, bool]:
-    return {n: out.strip().endswith("running")
-            for n, out in on_nodes(fleet, nodes, lambda a: run_remote(a, EXO_RUNNING, timeout_s=30)).items()}
+def on_sessions(sessions: NodeSessions, nodes: list[str], line: str, timeout_s: float = 60) -> dict[str, Raw]:
+    """One command line on every node at once over its kept session; RemoteCommandError for a non-zero exit,
+    the unreachable nodes gathered into one UnreachableError (raised after every node answered)."""
+    spec = CommandSpec("reboot-step", ("sh", "-c", line), timeout_s=timeout_s)
+    results: dict[str, Raw] = {}
+    lost: dict[str, str] = {}
+
+    def one(node: str) -> None:
+        try:
+            results[node] = sessions.get(node).run_line(line, timeout_s=timeout_s, spec=spec)
+        except Unreachable as exc:
+            lost[node] = str(exc)
+        except CommandTimeout:
+            results[node] = Raw(stdout="", stderr=f"no answer within {timeout_s:g} s", rc=-1, took_s=timeout_s)
+
+    with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
+        list(pool.map(one, nodes))
+    if lost:
+        raise UnreachableError(lost)
+    bad = next(((n, r) for n, r in results.items() if r.rc != 0), None)
+    if bad is not None:
+        raise RemoteCommandError(bad[0], line[:200], bad[1].rc, bad[1].stderr)
+    return results
 
 
-def stop_exo_on(fleet: Fleet, nodes: list[str]) -> None:
+def stop_exo_on(sessions: NodeSessions, nodes: list[str]) -> None:
     if nodes:
-        stop_exo(fleet, nodes)
+        on_sessions(sessions, nodes, STOP_EXO_LINE)
 
 
-def start_exo_on(fleet: Fleet, nodes: list[str]) -> None:
+def start_exo_on(sessions: NodeSessions, nodes: list[str]) -> None:
     if nodes:
-        start_exo(fleet, nodes)
+        on_sessions(sessions, nodes, START_EXO_LINE)
 
 
 # ----------------------------------------------------------------------------------------------- reboot
 
 
-def issue_reboots(fleet: Fleet, methods: dict[str, str], credential_file: Path | None) -> dict[str, str | None]:
+def _send_reboot(kept: KeptSession, command: str, stdin: str | None) -> str | None:
+    """Run the reboot command over the node's session; None once issued (its exit 0, or the connection
+    dropping under it: the node is going down), else why not. The secret only ever goes to the channel."""
+    try:
+        transport = kept.get().client.get_transport()
+        if transport is None:
+            raise Unreachable("no connection")
+        channel = transport.open_session(timeout=10)
+    except (Unreachable, paramiko.SSHException, OSError, EOFError) as exc:
+        return f"could not reach it to reboot it: {exc}"
+    try:
+        channel.exec_command(command)
+        if stdin is not None:
+            channel.sendall(stdin.encode())
+        channel.shutdown_write()
+        if not channel.status_event.wait(60):
+            return f"`{command}` gave no answer within 60 s"
+        rc = channel.recv_exit_status()
+        err = channel.recv_stderr(4096).decode("utf-8", errors="replace") if channel.recv_stderr_ready() else ""
+    except (paramiko.SSHException, OSError, EOFError):
+        return None  # the connection dropped under the command: the node is going down
+    finally:
+        channel.close()
+    if rc == -1:  # the session closed without an exit status: the node went down under it
+        return None
+    return None if rc == 0 else f"`{command}` exited {rc}: {err.strip()[-300:]}"
+
+
+def issue_reboots(sessions: NodeSessions, methods: dict[str, str], credential_file: Path | None
+                  ) -> dict[str, str | None]:
     """Send every node its reboot command at once. node -> None when issued, else why not."""
     secret = authrestart_input(credential_file) if credential_file and "authrestart" in methods.values() else None
 
     def one(node: str) -> str | None:
-        args = SshArgs.for_node(fleet, fleet.node(node))
-        try:
-            if methods[node] == "authrestart":
-                run_remote(args, "sudo -n fdesetup authrestart -inputplist", stdin=secret, timeout_s=60)
-            else:
-                run_remote(args, "sudo -n shutdown -r now", timeout_s=60)
-        except UnreachableError:
-            # the connection dropped under the command: the node is going down (it answered the preflight
-            # seconds ago); the wait phase tells from its boot time whether it really rebooted
-            return None
-        except MacfleetError as exc:
-            # the secret never reaches the message: only the command line and stderr are in it
-            return exc.message
-        return None
+        if methods[node] == "authrestart":
+            return _send_reboot(sessions.sessions[node], "sudo -n fdesetup authrestart -inputplist", secret)
+        return _send_reboot(sessions.sessions[node], "sudo -n shutdown -r now", None)
 
     with ThreadPoolExecutor(max_workers=max(1, len(methods))) as pool:
         return dict(zip(methods, pool.map(one, methods), strict=True))
@@ -149,20 +198,42 @@ class NodeWait:
     last_seen: str = "not looked at yet"
 
 
-def _look(target: SshTarget, before: str | None) -> tuple[bool, str]:
-    """(back from its reboot, what the node looks like now)."""
-    session = SshSession(target)
+# A look at a node coming back: its SSH port first (a refused or unanswered connect costs nothing), then the
+# full login and its boot time. Looks start close together and spread out to POLL_MAX_S.
+POLL_FIRST_S = 0.05
+POLL_MAX_S = 0.25
+PORT_TIMEOUT_S = 0.5
+LOOK_TIMEOUT_S = 5.0
+
+
+def _port_answers(host: str, port: int) -> str | None:
+    """None when an SSH server greets on host:port, else what happened."""
     try:
-        session.connect()
-        raw = session.run(BOOTTIME, timeout_s=10)
+        with socket.create_connection((host, port), timeout=PORT_TIMEOUT_S) as s:
+            s.settimeout(2.0)
+            return None if s.recv(64).startswith(b"SSH-") else "the SSH port answers but not with SSH"
+    except OSError as exc:
+        return exc.strerror or str(exc) or type(exc).__name__
+
+
+def _look(kept: KeptSession, before: str | None) -> tuple[bool, str]:
+    """(back from its reboot, what the node looks like now). The session that sees it back stays open."""
+    t = kept.target
+    if not kept.alive() and not t.jumps and not t.proxy_command:
+        why = _port_answers(t.host, t.port)
+        if why is not None:
+            return False, f"down: {why}"
+    try:
+        raw = kept.get(now=True).run(BOOTTIME, timeout_s=LOOK_TIMEOUT_S)
     except Unreachable as exc:
+        kept.drop()
         return False, f"down: {exc}"
     except CommandTimeout as exc:
+        kept.drop()
         return False, f"answers SSH but not commands: {exc}"
     except (EOFError, OSError, paramiko.SSHException) as exc:  # a node going down or coming up mid-handshake
+        kept.drop()
         return False, f"down: {type(exc).__name__}: {exc}"
-    finally:
-        session.close()
     now = raw.stdout.strip()
     if raw.rc != 0 or not now:
         return False, f"up, but `sysctl -n kern.boottime` failed: {raw.stderr.strip()[-200:]}"
@@ -171,25 +242,29 @@ def _look(target: SshTarget, before: str | None) -> tuple[bool, str]:
     return True, f"back (booted {now})"
 
 
-def wait_for_nodes(fleet: Fleet, nodes: list[str], boottime: dict[str, str], timeout_s: float,
-                   progress: Progress, cancel: threading.Event | None = None) -> dict[str, NodeWait]:
-    """Poll every node until each one answers with a new boot time, or the timeout."""
+def wait_for_nodes(sessions: NodeSessions, nodes: list[str], boottime: dict[str, str], timeout_s: float,
+                   progress: Progress, cancel: threading.Event | None = None,
+                   on_back: Callable[[str], None] | None = None) -> dict[str, NodeWait]:
+    """Poll every node until each one answers with a new boot time, or the timeout. `on_back(node)` runs as
+    soon as that node is back (the next step may start on it while the others still boot)."""
     started = time.monotonic()
     state = {n: NodeWait() for n in nodes}
-    targets = {n: SshTarget.for_node(fleet, fleet.node(n)) for n in nodes}
-    targets = {n: replace(t, connect_timeout_s=min(t.connect_timeout_s, 5.0)) for n, t in targets.items()}
 
     def poll(node: str) -> None:
+        pause = POLL_FIRST_S
         while time.monotonic() - started < timeout_s and not (cancel and cancel.is_set()):
-            back, seen = _look(targets[node], boottime.get(node))
+            back, seen = _look(sessions.sessions[node], boottime.get(node))
             if seen != state[node].last_seen:
                 progress(node, "back" if back else "waiting", seen)
             state[node].last_seen = seen
             if back:
                 state[node].back = True
                 state[node].took_s = round(time.monotonic() - started, 1)
+                if on_back is not None:
+                    on_back(node)
                 return
-            time.sleep(0.5)  # two looks a second per node: each is one TCP connect while the node is down
+            time.sleep(pause)
+            pause = min(POLL_MAX_S, pause * 1.5)
 
     with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
         list(pool.map(poll, nodes))

@@ -81,20 +81,20 @@ def _agent_target() -> str:
     return f"system/{LABEL}"
 
 
+# launchctl bootout: launchd ends the process and forgets the job (KeepAlive cannot restart it).
+STOP_EXO_LINE = (f"sudo -n launchctl bootout {_agent_target()} 2>/dev/null; launchctl print {_agent_target()} "
+                 ">/dev/null 2>&1 && { echo still loaded >&2; exit 1; }; exit 0")
+START_EXO_LINE = (f"if launchctl print {_agent_target()} >/dev/null 2>&1; then sudo -n launchctl kickstart "
+                  f"{_agent_target()}; else sudo -n launchctl bootstrap system "
+                  f"/Library/LaunchDaemons/{LABEL}.plist; fi")
+
+
 def stop_exo(fleet: Fleet, nodes: list[str]) -> None:
-    """launchctl bootout: launchd ends the process and forgets the job (KeepAlive cannot restart it)."""
-    job = _agent_target()
-    cmd = f"sudo -n launchctl bootout {job} 2>/dev/null; launchctl print {job} >/dev/null 2>&1 " \
-          "&& { echo still loaded >&2; exit 1; }; exit 0"
-    on_nodes(fleet, nodes, lambda a: run_remote(a, cmd, timeout_s=60))
+    on_nodes(fleet, nodes, lambda a: run_remote(a, STOP_EXO_LINE, timeout_s=60))
 
 
 def start_exo(fleet: Fleet, nodes: list[str]) -> None:
-    plist = f"/Library/LaunchDaemons/{LABEL}.plist"
-    job = _agent_target()
-    cmd = (f"if launchctl print {job} >/dev/null 2>&1; then sudo -n launchctl kickstart {job}; "
-           f"else sudo -n launchctl bootstrap system {plist}; fi")
-    on_nodes(fleet, nodes, lambda a: run_remote(a, cmd, timeout_s=60))
+    on_nodes(fleet, nodes, lambda a: run_remote(a, START_EXO_LINE, timeout_s=60))
 
 
 def flip_current(fleet: Fleet, nodes: list[str], root: str, name: str) -> None:

@@ -23,6 +23,8 @@ def render_reboot(payload: dict) -> Group:
     parts.append(text(f"reason: {payload['reason']}"))
     if payload.get("refusal"):
         parts.append(text(f"refused: {payload['refusal']}", style="red"))
+    if payload.get("resumed"):
+        parts.append(text(payload["resumed"], style="yellow"))
     if payload.get("plan"):
         t = Table(title="plan", title_justify="left")
         for col in ("node", "method", "why"):

@@ -15,11 +15,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from macfleet.act import reboot as act_reboot
+from macfleet.act.lock import ClusterLock, lock_path
 from macfleet.collect.commands import DOCTOR_SPECS, exo_specs
+from macfleet.collect.gather import Gathered
 from macfleet.errors import MacfleetError, UsageError
 from macfleet.flow.doctor import node_facts
-from macfleet.flow.reboot import reboot_mesh
-from macfleet.inventory.model import Fleet, Mesh
+from macfleet.flow.reboot import RebootResult, interrupted_reboot, reboot_mesh
+from macfleet.inventory.model import Fleet, Mesh, RemediationSettings
 from macfleet.judge.health import CHECK_CODES, HealthReport, judge_health
 from macfleet.judge.remediation import Observation, State, Step, describe_policy, step
 from macfleet.paths import state_dir
@@ -105,14 +107,17 @@ class Watcher:
 
     # ------------------------------------------------------------------------------------------ a tick
 
-    def probe(self, mesh: Mesh, now: datetime) -> HealthReport:
+    def probe(self, mesh: Mesh, now: datetime, *, preflight: bool = False) -> tuple[HealthReport, Gathered]:
+        """One probe; with `preflight`, it also reads what a reboot must read first (this probe may decide one)."""
         checks = mesh.settings.remediation.checks
         specs = DOCTOR_SPECS + (exo_specs(mesh.settings.exo.port) if any(c.startswith("exo") for c in checks) else ())
+        if preflight:
+            specs += tuple(s for s in act_reboot.PREFLIGHT_SPECS if s not in specs)
         probes = mesh.settings.probes
         gathered = self.probers[mesh.name].probe(specs, probes.gather_deadline_s, probes.command_timeout_s)
         facts = {n: node_facts(gathered, n) for n in mesh.node_names}
         self._links(mesh, facts)
-        return judge_health(self.fleet, [mesh], facts, now, only=checks)
+        return judge_health(self.fleet, [mesh], facts, now, only=checks), gathered
 
     def _links(self, mesh: Mesh, facts: dict) -> None:
         for n, f in facts.items():
@@ -125,38 +130,53 @@ class Watcher:
         steps = []
         for mesh in self.meshes:
             t0 = time.monotonic()
-            report = self.probe(mesh, datetime.now(UTC))
             policy = mesh.settings.remediation
-            paused = bool(self.fleet.path(policy.pause_file) and self.fleet.path(policy.pause_file).exists())
-            problems: dict[str, list[str]] = {}
-            for f in report.findings:
-                problems.setdefault(f.check, []).append(f"{f.node}: {f.message}")
+            was = states.get(mesh.name, State())
+            report, gathered = self.probe(mesh, datetime.now(UTC), preflight=reboot_may_follow(policy, was))
+            problems = _problems(report)
             now = datetime.now(UTC)
-            s = step(policy, states.get(mesh.name, State()), Observation(problems=problems, paused=paused), now)
-            result = self.act(mesh, s)
+            s = step(policy, was, Observation(problems=problems, paused=self.paused(mesh)), now)
+            result, seen = self.act(mesh, s, gathered)
             states[mesh.name] = s.state
             save_states(self.state_path, states)
             self.record(mesh, report, s, result, problems, now, time.monotonic() - t0)
+            if seen is not None:
+                # the reboot verified the mesh over the same sessions a probe would use: that is this
+                # probe, judged as one (no second look at a mesh just read clean)
+                problems, now = _problems(seen), datetime.now(UTC)
+                s = step(policy, s.state, Observation(problems=problems, paused=self.paused(mesh)), now)
+                states[mesh.name] = s.state
+                save_states(self.state_path, states)
+                self.record(mesh, seen, s, "read by the reboot's verification", problems, now, 0.0)
             steps.append(s)
         return steps
 
-    def act(self, mesh: Mesh, s: Step) -> str:
+    def paused(self, mesh: Mesh) -> bool:
+        pause = self.fleet.path(mesh.settings.remediation.pause_file)
+        return bool(pause and pause.exists())
+
+    def act(self, mesh: Mesh, s: Step, gathered: Gathered | None = None) -> tuple[str, HealthReport | None]:
+        """Carry out the step's action: (what happened, the verification a reboot ended on when it covers
+        every check of the policy, else None). A reboot takes its preflight reads from the probe that decided
+        it when that probe made them (`reboot_may_follow`), else reads them itself."""
         nodes = list(mesh.node_names)
+        sessions = self.probers[mesh.name]
         try:
             if s.action == "restart-exo":
-                act_reboot.stop_exo_on(self.fleet, nodes)
-                act_reboot.start_exo_on(self.fleet, nodes)
-                return "exo restarted on every node"
+                act_reboot.stop_exo_on(sessions, nodes)
+                act_reboot.start_exo_on(sessions, nodes)
+                return "exo restarted on every node", None
             if s.action == "reboot":
                 self.metrics.reboots.labels(mesh.name).inc()
-                r = reboot_mesh(self.fleet, mesh, nodes, f"watch: {s.reason}", respect_windows=True, say=self.say)
-                self.probers[mesh.name].retry_now()
+                r = reboot_mesh(self.fleet, mesh, nodes, f"watch: {s.reason}", respect_windows=True, say=self.say,
+                                sessions=sessions, before=_preflight_read(gathered, nodes))
+                sessions.retry_now()
                 last = r.phases[-1].detail if r.phases else (r.refusal or "")
                 return f"reboot {r.result}: {last}" + "".join(
-                    f"; {p.name} {p.took_s:g} s" for p in r.phases)
+                    f"; {p.name} {p.took_s:g} s" for p in r.phases), _covering(r, mesh.settings.remediation.checks)
         except MacfleetError as exc:
-            return f"failed: {exc.message}"
-        return "paged" if s.action == "page" else "nothing done"
+            return f"failed: {exc.message}", None
+        return ("paged" if s.action == "page" else "nothing done"), None
 
     def record(self, mesh: Mesh, report: HealthReport, s: Step, result: str, problems: dict, now: datetime,
                took_s: float) -> None:
@@ -189,9 +209,28 @@ class Watcher:
 
     # ------------------------------------------------------------------------------------------- the loop
 
+    def resume_interrupted(self) -> None:
+        """A mesh reboot (watch's own or an operator's) that died once its reboots were issued is finished
+        before the first probe: wait for every node, verify the mesh, start exo where it ran (the lock it left
+        says where). Audited and paged like any action."""
+        lock = ClusterLock(lock_path(self.fleet.root))
+        for mesh in self.meshes:
+            if interrupted_reboot(lock, mesh, datetime.now(UTC)) is None:
+                continue
+            r = reboot_mesh(self.fleet, mesh, list(mesh.node_names), "watch: finishing an interrupted reboot",
+                            say=self.say, sessions=self.probers[mesh.name])
+            last = r.phases[-1].detail if r.phases else (r.refusal or "")
+            entry = {"time": datetime.now(UTC).isoformat(), "mesh": mesh.name, "node": None, "finding": None,
+                     "decision": r.resumed or "an interrupted reboot was found", "action": "resume",
+                     "result": f"reboot {r.result}: {last}"}
+            self.audit.append(entry)
+            self.say(f"{mesh.name}: resume: {entry['decision']} → {entry['result']}")
+            self.notifier.notify({**entry, "page": r.result != "ok", "breaker_open": False})
+
     def run(self, *, once: bool, stop: threading.Event) -> None:
         for line in self.policy_lines():
             self.say(line)
+        self.resume_interrupted()
         if once:
             self.tick()
             return
@@ -201,6 +240,40 @@ class Watcher:
             acted = any(s.action in ("restart-exo", "reboot") for s in self.tick())
             # after an action, look again at once: the audit log should say as soon as possible whether it helped
             delay = 0.0 if acted else self.interval_s * self.rng.uniform(0.9, 1.1)
+
+
+def reboot_may_follow(policy: RemediationSettings, state: State) -> bool:
+    """Whether this probe may decide a reboot: a laddered check one bad probe short of its debounce, whose next
+    rung is the reboot. Only then does the probe also read the reboot's preflight (FileVault, boot time, exo)."""
+    return state.breaker_open_since is None and any(
+        state.rung.get(c, 0) < len(rungs) and rungs[state.rung.get(c, 0)] == "reboot"
+        and state.streak.get(c, 0) >= policy.debounce - 1 for c, rungs in policy.ladder.items())
+
+
+def _preflight_read(gathered: Gathered | None, nodes: list[str]) -> act_reboot.BeforeReboot | None:
+    """The probe's preflight reads, when it made them on every node; else None (the reboot reads them)."""
+    keys = {s.key for s in act_reboot.PREFLIGHT_SPECS}
+    if gathered is None or any(not keys <= set(gathered.outputs.get(n, {})) for n in nodes):
+        return None
+    return act_reboot.before_from(gathered, nodes)
+
+
+def _problems(report: HealthReport) -> dict[str, list[str]]:
+    problems: dict[str, list[str]] = {}
+    for f in report.findings:
+        problems.setdefault(f.check, []).append(f"{f.node}: {f.message}")
+    return problems
+
+
+def _covering(r: RebootResult, checks: list[str]) -> HealthReport | None:
+    """The reboot's clean verification as one report, when it read every check the policy probes."""
+    if r.result != "ok" or not r.verification:
+        return None
+    seen = [c for rep in r.verification for c in rep.checks if c.check in checks]
+    if not set(checks) <= {c.check for c in seen}:
+        return None
+    findings = [f for rep in r.verification for f in rep.findings if f.check in checks]
+    return r.verification[-1].model_copy(update={"checks": seen, "findings": findings})
 
 
 def reset(fleet: Fleet, meshes: list[Mesh], say: Callable[[str], None]) -> None:

@@ -274,3 +274,47 @@ def _render_in_chromium(port: int, expect: str) -> None:
         p = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
                             "--dump-dom", f"http://127.0.0.1:{port}/"], capture_output=True, text=True, timeout=90)
     assert expect in p.stdout, p.stderr[-2000:]
+
+
+def test_a_reboot_killed_after_issuing_its_reboots_is_resumed_and_the_mesh_verified(lab4, tmp_path):
+    """kill -9 once the reboots are issued (the lock says so), then run `macfleet reboot` again: it does not
+    reboot the mesh a second time; it waits for every node, verifies RDMA, the IP plan and the cabling, starts
+    exo where it ran and verifies exo's /state, then exits 0. On the shared 4-node lab, where exo runs."""
+    lab = lab4
+    env = {**os.environ, "MACFLEET_STATE_DIR": str(tmp_path / "state")}
+    before = boottimes(lab)
+    first = subprocess.Popen([sys.executable, "-m", "macfleet", "reboot", "-i", str(lab.inventory), "--json",
+                              "--reason", "to be killed"], cwd=lab.workdir, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        def phase() -> str | None:
+            for f in Path(env["MACFLEET_STATE_DIR"]).glob("**/locks/*.lock.json"):
+                try:
+                    return json.loads(f.read_text())["phase"].get("phase")
+                except (OSError, ValueError, KeyError):
+                    return None
+            return None
+
+        lab.wait(lambda: phase() == "waiting for nodes" or first.poll() is not None, 120, "the reboots issued")
+        assert first.poll() is None, first.communicate()
+        first.send_signal(signal.SIGKILL)
+        first.communicate(timeout=30)
+        p = mf(lab, env, "reboot", "-i", str(lab.inventory), "--json", timeout=400)
+        assert p.returncode == 0, p.stdout + p.stderr[-3000:]
+        out = json.loads(p.stdout)
+        assert out["result"] == "ok" and out["resumed"].startswith(f"resuming the reboot of reboot (pid {first.pid}")
+        assert [ph["name"] for ph in out["phases"]] == ["wait for nodes", "verify RDMA, IP plan, cabling",
+                                                         "start exo", "verify exo /state"]
+        assert out["phases"][2]["detail"] == f"started on {len(lab.nodes)} node(s)"  # exo ran everywhere before
+        assert "took over a stale cluster lock held by reboot" in out["lock"] and "released (ok: clean" in out["lock"]
+        after = boottimes(lab)
+        for n in lab.nodes:  # rebooted once, by the killed run: the same boot the resumed run saw come back
+            assert after[n] != before[n] and out["nodes"][n]["last_seen"] == f"back (booted {after[n].strip()})"
+        assert not list(Path(env["MACFLEET_STATE_DIR"]).glob("**/locks/*.lock.json"))  # released
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
+        for n in lab.nodes:
+            lab.wait_state(n, {"up"}, timeout=120)
+            lab.wait_ssh(n)
