@@ -80,7 +80,8 @@ with open(log, "wb") as out:
                          stderr=subprocess.STDOUT, start_new_session=True)
     cancelled = []
     def watch():
-        sys.stdin.buffer.read()
+        while os.read(0, 65536):
+            pass
         cancelled.append(True)
         try:
             os.killpg(p.pid, signal.SIGKILL)
@@ -99,6 +100,8 @@ with open(log, "rb") as f:
     tail = f.read().decode("utf-8", "replace")
 print(json.dumps({"rc": rc, "timed_out": timed_out, "cancelled": bool(cancelled),
                   "took_s": round(time.monotonic() - t0, 2), "tail": tail}))
+sys.stdout.flush()
+os._exit(0)  # the watcher thread still waits on stdin: leave without waiting for it
 """.replace("TAIL", str(TAIL_BYTES))
 
 # argv: RELEASE_DIR MAX_FILES. Prints {"files": [...], "links": [...], "venv_homes": {pyvenv.cfg path: home}}

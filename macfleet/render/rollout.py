@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shlex
 from collections.abc import Callable, Iterator
 
 from rich.console import Group, RenderableType
@@ -56,7 +57,7 @@ def render_plan(plan: RolloutPlan) -> RenderableType:
     elif plan.build is not None:
         b = plan.build
         lines.append(Text(f"build on {b.node} in {b.directory} (timeout {b.timeout_s:g} s):"))
-        lines.append(Text(f"  sh -c {plan.build.command}", style="dim"))
+        lines.append(Text(f"  sh -c {shlex.quote(b.command)}", style="dim"))
     elif plan.reuse_from:
         lines.append(Text(f"already built on {plan.reuse_from}: reuse it as the seed"))
     if not plan.already:
