@@ -66,12 +66,20 @@ def snapshot_source(src: Path, into: Path) -> Path:
 # Programs run on the builder under /usr/bin/python3
 # ------------------------------------------------------------------------------------------------------
 
-# argv: RELEASE_DIR LOG TIMEOUT_S COMMAND PATH. Runs COMMAND with `sh -c` in RELEASE_DIR, its output in LOG, in
-# a process group of its own, killed at the timeout or when stdin closes (the controller is gone). Prints
-# {"rc", "timed_out", "cancelled", "took_s", "tail"}.
+# argv: RELEASE_DIR LOG TIMEOUT_S PATH; stdin: one JSON line {"command": …} (kept out of every argv), then
+# nothing until the controller is gone. Runs the command with `sh -c` in RELEASE_DIR, its output in LOG, in a
+# process group of its own, killed at the timeout or when stdin closes. Prints {"rc", "timed_out", "cancelled",
+# "took_s", "tail"}.
 _BUILD_PROGRAM = r"""
 import json, os, signal, subprocess, sys, threading, time
-release, log, timeout, command, path = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], sys.argv[5]
+release, log, timeout, path = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+line = b""
+while not line.endswith(b"\n"):
+    chunk = os.read(0, 65536)
+    if not chunk:
+        sys.exit("no build command on stdin")
+    line += chunk
+command = json.loads(line)["command"]
 env = dict(os.environ, PWD=release, MACFLEET_RELEASE_DIR=release, MACFLEET_RELEASE=os.path.basename(release))
 env["PATH"] = path.replace("$HOME", os.path.expanduser("~"))
 t0 = time.monotonic()
@@ -214,11 +222,13 @@ class BuildResult:
 def run_build(args: SshArgs, root: str, name: str, command: str, timeout_s: float) -> BuildResult:
     """Run the build command in releases/NAME on the builder (the source is already there)."""
     final, _, log = _paths(root, name)
-    remote = shlex.join([REMOTE_PYTHON, "-c", _BUILD_PROGRAM, final, log, f"{timeout_s:g}", command, BUILD_PATH])
+    remote = shlex.join([REMOTE_PYTHON, "-c", _BUILD_PROGRAM, final, log, f"{timeout_s:g}", BUILD_PATH])
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         # stdin stays open while we wait: when this process dies, ssh's stdin closes and the build is killed.
         p = subprocess.Popen(args.argv(remote), stdin=subprocess.PIPE, stdout=out, stderr=err)
         try:
+            p.stdin.write(json.dumps({"command": command}).encode() + b"\n")  # type: ignore[union-attr]
+            p.stdin.flush()  # type: ignore[union-attr]
             rc = p.wait(timeout_s + 120)
         except subprocess.TimeoutExpired:
             p.stdin.close()  # type: ignore[union-attr]

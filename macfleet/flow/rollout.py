@@ -6,6 +6,8 @@ over the management network, seed → peers over their cables) and verify → st
 `current` everywhere → start everywhere → health gate → prune old releases → unlock.
 Before each mesh-wide step the lock records it (`phase`), so a rollout killed at any moment is repaired by the
 next command: every node is put back on the release it ran before (the last known-good one).
+With a builder node (`--build-on`), the release is built there instead, at its final path, and seeds the
+fan-out (`rollout_exo_build`): source → builder → build → manifest on the builder → Thunderbolt → switch.
 """
 
 from __future__ import annotations

@@ -88,12 +88,15 @@ def test_the_missing_paths_check(tmp_path: Path) -> None:
         [str(tmp_path / "no")]
 
 
-def _build(tmp_path: Path, command: str, timeout_s: float, *, stdin=None) -> subprocess.Popen:
+def _build(tmp_path: Path, command: str, timeout_s: float) -> subprocess.Popen:
+    """The build program as run_build starts it: the command on stdin (never in an argv), stdin left open."""
     rel = tmp_path / "rel"
     rel.mkdir(exist_ok=True)
-    return subprocess.Popen([sys.executable, "-c", build._BUILD_PROGRAM, str(rel), str(tmp_path / "build.log"),
-                             str(timeout_s), command, build.BUILD_PATH],
-                            stdin=stdin if stdin is not None else subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen([sys.executable, "-c", build._BUILD_PROGRAM, str(rel), str(tmp_path / "build.log"),
+                          str(timeout_s), build.BUILD_PATH], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    p.stdin.write(json.dumps({"command": command}) + "\n")
+    p.stdin.flush()
+    return p
 
 
 def test_the_build_runs_in_the_release_directory_and_keeps_its_tail(tmp_path: Path) -> None:
