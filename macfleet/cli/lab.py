@@ -238,9 +238,23 @@ def exo_build_cmd(
     version: Annotated[str, typer.Option("--version", help="exo version the build reports, e.g. 1.0.71.")],
     out: Annotated[Path, typer.Option("--out", help="Directory to write the build into.")],
     broken: Annotated[bool, typer.Option("--broken", help="A build whose runner never comes up.")] = False,
+    source: Annotated[bool, typer.Option("--source", help="A source tree instead, built on a builder node by its "
+                                         "build.sh (`macfleet_exo.build.command: sh ./build.sh`).")] = False,
+    fail_build: Annotated[bool, typer.Option("--fail-build", help="(with --source) A source whose build fails.")]
+    = False,
 ) -> None:
-    """Write an exo stand-in build usable as `macfleet rollout exo --source DIR` (docs/lab-exo.md)."""
+    """Write an exo stand-in build (or, with --source, a source tree) usable as `macfleet rollout exo --source
+    DIR` (docs/lab-exo.md)."""
     from macfleet.lab.exo import build
 
-    build.write_build(out, version, broken=broken)
-    console.print(f"exo stand-in {version}{' (broken)' if broken else ''} written to {out}")
+    if fail_build and not source:
+        raise UsageError("--fail-build goes with --source (a build that is already made cannot fail)")
+    if source:
+        build.write_source(out, version, broken=broken, fail=fail_build)
+        what = (f"source{' (its build fails)' if fail_build else ''}; "
+                f"build command: {build.SOURCE_BUILD_COMMAND}")
+    else:
+        build.write_build(out, version, broken=broken)
+        what = "build"
+    console.print(f"exo stand-in {version}{' (broken)' if broken else ''} {what} written to {out}", markup=False,
+                  highlight=False)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from macfleet.cli.options import InventoryOpt, JsonOpt, MeshOpt, inventory_path
+from macfleet.cli.options import CheckOpt, InventoryOpt, JsonOpt, MeshOpt, inventory_path
 from macfleet.errors import UsageError
 from macfleet.flow import models as model_flow
 from macfleet.flow import rollout as flow
@@ -18,6 +18,7 @@ from macfleet.render.rollout import (
     render_history,
     render_model_push,
     render_model_verify,
+    render_plan,
     render_report,
     render_status,
 )
@@ -37,11 +38,24 @@ def exo_cmd(
     keep: KeepOpt = flow.DEFAULT_KEEP,
     timeout: TimeoutOpt = flow.DEFAULT_HEALTH_TIMEOUT_S,
     json_output: JsonOpt = False,
+    build_on: Annotated[str | None, typer.Option(
+        "--build-on", help="Build the source on this node (default: macfleet_exo.build.node); it seeds the fan-out.",
+    )] = None,
+    no_build: Annotated[bool, typer.Option("--no-build", help="The source is already built: send it as it is.")]
+    = False,
+    check: CheckOpt = False,
 ) -> None:
-    """Stage a build on every node, switch the whole mesh to it at once, roll back if it is not healthy."""
+    """Build a source on a builder node (or take a built one), stage it on every node, switch the whole mesh to
+    it at once, roll back if it is not healthy."""
+    if build_on and no_build:
+        raise UsageError("--build-on and --no-build contradict each other: give one")
     fleet = load_inventory(inventory_path(inventory))
-    report = flow.rollout_exo(fleet, source, ref=ref, mesh=mesh, keep=keep, timeout_s=timeout, say=info)
-    emit(report, human=render_report)
+    report = flow.rollout_exo(fleet, source, ref=ref, mesh=mesh, keep=keep, timeout_s=timeout, say=info,
+                              build_on=build_on, no_build=no_build, check=check)
+    if isinstance(report, flow.RolloutPlan):
+        emit(report, human=render_plan)
+    else:
+        emit(report, human=render_report)
 
 
 @app.command("rollback")

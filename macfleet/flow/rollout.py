@@ -6,6 +6,8 @@ over the management network, seed → peers over their cables) and verify → st
 `current` everywhere → start everywhere → health gate → prune old releases → unlock.
 Before each mesh-wide step the lock records it (`phase`), so a rollout killed at any moment is repaired by the
 next command: every node is put back on the release it ran before (the last known-good one).
+With a builder node (`--build-on`), the release is built there instead, at its final path, and seeds the
+fan-out (`rollout_exo_build`): source → builder → build → manifest on the builder → Thunderbolt → switch.
 """
 
 from __future__ import annotations
@@ -20,19 +22,23 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from macfleet.act import build as act_build
 from macfleet.act import release as rel
 from macfleet.act import transfer
 from macfleet.act.lock import Acquired, ClusterLock, lock_path
 from macfleet.errors import RolloutFailed, UsageError
 from macfleet.flow.meshes import one_mesh
-from macfleet.inventory.model import Fleet, Mesh
+from macfleet.inventory.model import ExoBuildSettings, Fleet, Mesh
+from macfleet.judge.build import BuildStep, RolloutPlan, build_release_name, explain_missing, outside_references
 from macfleet.judge.ipplan import plan_ip
 from macfleet.judge.rollout import (
+    MAX_FILES,
     HealthVerdict,
     Manifest,
     NodeStatus,
     RolloutReport,
     RolloutStatus,
+    check_release_name,
     fanout_direct,
     judge_health,
     release_name,
@@ -282,8 +288,13 @@ def _finish(fleet: Fleet, m: Mesh, lock: ClusterLock, held: Acquired, root: str,
 
 def rollout_exo(fleet: Fleet, source: str, *, ref: str | None = None, mesh: str | None = None,
                 keep: int = DEFAULT_KEEP, timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S,
-                say: Say = _quiet) -> RolloutReport:
+                say: Say = _quiet, build_on: str | None = None, no_build: bool = False,
+                check: bool = False) -> RolloutReport | RolloutPlan:
     m = one_mesh(fleet, mesh)
+    builder = build_node(m, build_on, no_build)
+    if builder is not None or check:
+        return rollout_exo_build(fleet, m, source, ref=ref, builder=builder, keep=keep, timeout_s=timeout_s,
+                                 check=check, say=say)
     root = m.settings.exo.install_root
     with tempfile.TemporaryDirectory(prefix="macfleet-build-") as work:
         build = resolve_source(source, ref, Path(work))
@@ -309,6 +320,227 @@ def rollout_exo(fleet: Fleet, source: str, *, ref: str | None = None, mesh: str 
             staged = stage_release(fleet, m, root, build, name, manifest, have, say)
             report = _finish(fleet, m, lock, held, root, frm, name, keep, timeout_s, say, "rollout")
             return report.model_copy(update={"staged": staged})
+
+
+# ------------------------------------------------------------------------------------------------------
+# Building on a builder node (act/build.py, judge/build.py)
+# ------------------------------------------------------------------------------------------------------
+
+
+def build_node(m: Mesh, build_on: str | None, no_build: bool) -> str | None:
+    """The node that builds the source (`--build-on`, else `macfleet_exo.build.node`), None for a built source."""
+    node = None if no_build else (build_on or m.settings.exo.build.node)
+    if node is not None and node not in m.node_names:
+        raise UsageError(f"build node {node!r} is not a node of mesh {m.name}",
+                         hint=f"one of: {', '.join(m.node_names)} (it also seeds the Thunderbolt fan-out)")
+    return node
+
+
+def read_source_version(tree: Path) -> str:
+    """The version of a source tree: VERSION or BUILD.json as for a build, else pyproject.toml's
+    [project] version (exo's own checkout)."""
+    try:
+        return read_version(tree)
+    except UsageError:
+        pyproject = tree / "pyproject.toml"
+        if not pyproject.is_file():
+            raise
+    import tomllib
+
+    try:
+        return str(tomllib.loads(pyproject.read_text())["project"]["version"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"{pyproject}: no [project] version ({exc})") from None
+
+
+def _name_source(tree: Path, work: Path, builder: str | None, settings: ExoBuildSettings
+                 ) -> tuple[Path, str, int, Manifest | None]:
+    """(the tree to send, the release name, its file count, the manifest when the tree is the release)."""
+    try:
+        if builder is None:
+            manifest = transfer.local_manifest(tree)
+            return tree, release_name(read_version(tree), manifest), len(manifest.files), manifest
+        snap = act_build.snapshot_source(tree, work / "snapshot")
+        source = transfer.local_manifest(snap)
+        return snap, build_release_name(read_source_version(snap), source, settings.command), len(source.files), None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _landed(fleet: Fleet, nodes: list[str], root: str, name: str, have: dict[str, rel.NodeRelease]
+            ) -> dict[str, Manifest]:
+    """The nodes on which releases/NAME has landed (its manifest beside it), with that manifest."""
+    holders = [n for n in nodes if name in have[n].releases]
+    found = transfer.on_nodes(fleet, holders, lambda a: act_build.read_landed_manifest(a, root, name))
+    return {n: found[n] for n in holders if found.get(n) is not None}  # type: ignore[misc]
+
+
+def plan_rollout(fleet: Fleet, m: Mesh, root: str, name: str, files: int, builder: str | None) -> RolloutPlan:
+    """What `rollout exo --check` says; reads the nodes, changes nothing anywhere (no lock either)."""
+    nodes = list(m.node_names)
+    have = rel.read_nodes(fleet, nodes, root)
+    currents = {h.current for h in have.values()}
+    frm = next(iter(currents)) if len(currents) == 1 and None not in currents else None
+    already = currents == {name} and all(h.running for h in have.values())
+    if builder is None:
+        return RolloutPlan(release=name, source_files=files, build=None, switch_from=frm, already=already,
+                           stage_on=[n for n in nodes if name not in have[n].releases])
+    landed = _landed(fleet, [builder, *(n for n in nodes if n != builder)], root, name, have)
+    seed = next(iter(landed), None)
+    settings = m.settings.exo.build
+    step = None if seed else BuildStep(node=builder, directory=f"{root}/releases/{name}", command=settings.command,
+                                       timeout_s=settings.timeout_s)
+    return RolloutPlan(release=name, source_files=files, build=step, reuse_from=seed, switch_from=frm,
+                       already=already, stage_on=[n for n in nodes if n not in landed and n != (seed or builder)])
+
+
+def _clear_interrupted_build(fleet: Fleet, m: Mesh, held: Acquired, root: str, say: Say) -> None:
+    """A build killed with its command: its unfinished directory on the builder goes."""
+    old = held.taken_over
+    if old is None or old.phase.get("action") != "build" or old.phase.get("mesh") != m.name:
+        return
+    node, name = old.phase.get("node"), str(old.phase.get("to"))
+    try:
+        check_release_name(name)
+    except ValueError:
+        return
+    if node in m.node_names:
+        say(f"removing the unfinished build of {name} on {node}")
+        act_build.clear_unfinished(transfer.SshArgs.for_node(fleet, fleet.node(str(node))), root, name)
+
+
+def _tail_lines(text: str, lines: int = 15) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def build_release(fleet: Fleet, m: Mesh, lock: ClusterLock, held: Acquired, root: str, name: str, builder: str,
+                  tree: Path, say: Say) -> Manifest:
+    """Send the source into releases/NAME on the builder, build it there, compute its manifest there, check it
+    needs nothing missing on another node, and mark it landed. A failed build is removed (its log stays)."""
+    settings = m.settings.exo.build
+    args = transfer.SshArgs.for_node(fleet, fleet.node(builder))
+    final = f"{root}/releases/{name}"
+    lock.set_phase(held, {"action": "build", "to": name, "node": builder, "mesh": m.name})
+    act_build.clear_unfinished(args, root, name)
+    t0 = time.monotonic()
+    transfer.rsync_from_controller(args, tree, final, None)
+    say(f"sent the source to {builder} in {time.monotonic() - t0:.1f} s; building {name} there "
+        f"(timeout {settings.timeout_s:g} s)")
+    res = act_build.run_build(args, root, name, settings.command, settings.timeout_s)
+    if not res.ok:
+        act_build.remove_build(args, root, name)
+        how = f"timed out after {settings.timeout_s:g} s" if res.timed_out else f"exited {res.rc}"
+        lock.set_phase(held, {"action": "build failed", "to": name, "node": builder})
+        _history(fleet, {"action": "build", "to": name, "node": builder, "healthy": False, "reasons": [how]})
+        raise RolloutFailed(f"the build of {name} on {builder} {how}; nothing was switched (full log: "
+                            f"{builder}:{res.log}). Its last lines:\n{_tail_lines(res.tail)}",
+                            details={"node": builder, "release": name, "rc": res.rc, "timed_out": res.timed_out,
+                                     "log": res.log, "tail": res.tail})
+    manifest, homes = act_build.remote_manifest(args, root, name, max_files=MAX_FILES)
+    refs = outside_references(manifest, final, homes)
+    if refs:
+        targets = sorted(set(refs.values()))
+        absent = transfer.on_nodes(fleet, list(m.node_names), lambda a: act_build.missing_paths(a, targets))
+        missing = {p: [n for n, miss in absent.items() if t in miss] for p, t in refs.items()}  # type: ignore
+        missing = {p: ns for p, ns in missing.items() if ns}
+        if missing:
+            act_build.remove_build(args, root, name)
+            raise RolloutFailed(explain_missing(missing, refs, name), details={"missing": missing})
+    act_build.write_landed_manifest(args, root, name, manifest)
+    say(f"built {name} on {builder} in {res.took_s:g} s: {len(manifest.files)} files, "
+        f"{manifest.total_bytes / 1e6:.1f} MB")
+    return manifest
+
+
+def fan_out_release(fleet: Fleet, m: Mesh, root: str, seed: str, need: list[str], name: str, manifest: Manifest,
+                    say: Say) -> None:
+    """releases/NAME from the seed (which holds it, landed) to every node of `need` at once over their cables;
+    each verifies every digest and link in staging before the rename into place."""
+    if not need:
+        return
+    staging, final = f"{root}/releases/.staging-{name}", f"{root}/releases/{name}"
+    transfer.on_nodes(fleet, need, lambda a: act_build.clear_unfinished(a, root, name))
+    t0 = time.monotonic()
+    addresses = link_addresses(fleet, m)
+    transfer.install_mesh_known_hosts(fleet, [seed], transfer.mesh_known_hosts(
+        fleet, {k: v for k, v in addresses.items() if k[0] == seed}))
+    seed_args = transfer.SshArgs.for_node(fleet, fleet.node(seed))
+    user = fleet.node(seed).user
+    hops = {h.dst: h for h in fanout_direct(seed, need, addresses)}
+    with transfer.transfer_agent(fleet, fleet.node(seed)) as agent:
+        transfer.on_nodes(fleet, need, lambda a: transfer.rsync_node_to_node(
+            seed_args, final, user, hops[a.node].dst_address, staging, None, agent))
+    bad = transfer.on_nodes(fleet, need, lambda a: act_build.bad_links(a, staging, manifest))
+    for node, links in sorted(bad.items()):
+        if links:
+            path, why = next(iter(sorted(links.items())))  # type: ignore[attr-defined]
+            raise RolloutFailed(f"{node}: staged release {name} is not what was built: {path}: {why}")
+    _land(fleet, need, manifest, staging, final, root, name)
+    say(f"staged {name} on {', '.join(need)} from {seed} over Thunderbolt in {time.monotonic() - t0:.1f} s")
+
+
+def _verified_seeds(fleet: Fleet, root: str, name: str, landed: dict[str, Manifest],
+                    have: dict[str, rel.NodeRelease], say: Say) -> dict[str, Manifest]:
+    """The landed copies that still match their manifest, first one first: a copy that differs is removed
+    (unless exo runs from it: then that is an error to look into) and the next is tried."""
+    final = f"{root}/releases/{name}"
+    out = dict(landed)
+    for node, manifest in landed.items():
+        a = transfer.SshArgs.for_node(fleet, fleet.node(node))
+        bad = transfer.land(a, manifest, final, final, check_only=True).bad or act_build.bad_links(a, final, manifest)
+        if not bad:
+            return out
+        path, why = next(iter(sorted(bad.items())))
+        if have[node].current == name:
+            raise RolloutFailed(f"{node}: release {name}, which exo runs from, differs from its manifest: "
+                                f"{path}: {why}", hint=f"look into it, then remove {final} on {node} to rebuild it")
+        say(f"{node}: {name} differs from its manifest; removing it")
+        act_build.remove_build(a, root, name)
+        del out[node]
+    return out
+
+
+def rollout_exo_build(fleet: Fleet, m: Mesh, source: str, *, ref: str | None, builder: str | None, keep: int,
+                      timeout_s: float, check: bool, say: Say) -> RolloutReport | RolloutPlan:
+    """`rollout exo` with a builder node (the source is built there, at the release's final path, and fanned
+    out from there), or `--check` of either kind."""
+    root = m.settings.exo.install_root
+    with tempfile.TemporaryDirectory(prefix="macfleet-source-") as work:
+        tree, name, files, manifest = _name_source(resolve_source(source, ref, Path(work)), Path(work), builder,
+                                                   m.settings.exo.build)
+        if check:
+            return plan_rollout(fleet, m, root, name, files, builder)
+        assert builder is not None
+        lock = ClusterLock(lock_path(fleet.root))
+        with lock.hold("rollout exo", f"build {name} on {builder} and switch {m.name} to it") as held:
+            if held.taken_over is not None:
+                say(held.explain() or "")
+            _clear_interrupted_build(fleet, m, held, root, say)
+            repair(fleet, m, lock, held, root, timeout_s, say)
+            nodes = list(m.node_names)
+            have = rel.read_nodes(fleet, nodes, root)
+            currents = {h.current for h in have.values()}
+            if (currents == {name} and all(h.running for h in have.values())
+                    and wait_healthy(fleet, m, min(timeout_s, 10)).healthy):
+                return RolloutReport(result="already", release=name, previous=None, took_s=0.0,
+                                     status=_status_of(have))
+            frm = next(iter(currents)) if len(currents) == 1 and None not in currents else None
+            if frm == name:
+                frm = _previous(fleet, name)
+            landed = _landed(fleet, [builder, *(n for n in nodes if n != builder)], root, name, have)
+            landed = _verified_seeds(fleet, root, name, landed, have, say)
+            if landed:
+                seed = next(iter(landed))
+                manifest = landed[seed]
+                say(f"{name} is already built on {seed}: reusing it")
+            else:
+                seed = builder
+                manifest = build_release(fleet, m, lock, held, root, name, builder, tree, say)
+            need = [n for n in nodes if n not in landed and n != seed]
+            lock.set_phase(held, {"action": "stage", "to": name})
+            fan_out_release(fleet, m, root, seed, need, name, manifest, say)
+            report = _finish(fleet, m, lock, held, root, frm, name, keep, timeout_s, say, "rollout")
+            return report.model_copy(update={"staged": need, "built_on": None if landed else builder})
 
 
 def _previous(fleet: Fleet, current: str) -> str | None:

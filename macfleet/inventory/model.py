@@ -178,6 +178,39 @@ class IpPlanSettings(_Settings):
         return pool
 
 
+# exo's own build from a source checkout (its README: the dashboard with npm, then `uv sync`), run by
+# `rollout exo --build-on NODE` inside the release directory on a builder Mac. A virtual environment is not
+# relocatable (absolute paths in bin/ scripts and pyvenv.cfg `home`), so the interpreter is a uv-managed Python
+# installed inside the release (UV_PYTHON_INSTALL_DIR) and the environment lives there too
+# (UV_PROJECT_ENVIRONMENT); node_modules is only needed to build the dashboard and is left out of the release.
+DEFAULT_EXO_BUILD_COMMAND = (
+    'set -eu; '
+    'export UV_PYTHON_INSTALL_DIR="$PWD/.python" UV_PROJECT_ENVIRONMENT="$PWD/.venv" UV_LINK_MODE=copy; '
+    'cd dashboard; if [ -f package-lock.json ]; then npm ci; else npm install; fi; npm run build; '
+    'rm -rf node_modules; cd ..; '
+    'uv sync --frozen --no-dev --compile-bytecode --python-preference only-managed; '
+    'mkdir -p bin; ln -sfn ../.venv/bin/exo bin/exo'
+)
+MAX_BUILD_COMMAND = 8192
+
+
+class ExoBuildSettings(_Settings):
+    """`rollout exo` building a source tree on a builder Mac of the mesh (`--build-on` overrides `node`)."""
+
+    node: str | None = None  # None: the source is already built
+    command: str = DEFAULT_EXO_BUILD_COMMAND  # one `sh -c` word, run in the release directory
+    timeout_s: float = Field(default=2 * HOUR_S, gt=0, le=DAY_S, allow_inf_nan=False)
+
+    @field_validator("command")
+    @classmethod
+    def _one_shell_word(cls, value: str) -> str:
+        if not value.strip() or len(value) > MAX_BUILD_COMMAND:
+            raise ValueError(f"a shell command of 1 to {MAX_BUILD_COMMAND} characters")
+        if any(ord(c) < 32 and c not in "\n\t" for c in value) or "\x7f" in value:
+            raise ValueError("a shell command without control characters (newlines and tabs allowed)")
+        return value
+
+
 class ExoSettings(_Settings):
     source: str | None = None  # a directory with an exo build, or a git URL
     version: str | None = None
@@ -185,6 +218,7 @@ class ExoSettings(_Settings):
     models_dir: str = "~/.exo/models"
     port: int = Field(default=52415, ge=1, le=65535)
     env: dict[str, str] = Field(default_factory=dict)
+    build: ExoBuildSettings = Field(default_factory=ExoBuildSettings)
 
 
 class ModelToStage(_Settings):

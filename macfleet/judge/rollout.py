@@ -37,19 +37,31 @@ class ManifestFile(_Model):
     sha256: str | None = None  # the source's own sha256 where it gives one (Hugging Face LFS files)
 
 
+class ManifestLink(_Model):
+    """A symbolic link of a release built on a node (a virtual environment's `bin/python`, a uv-managed Python's
+    `python3 -> python3.13`): its path and the target it must read."""
+
+    path: str  # relative, checked by safe_relpath
+    target: str  # as os.readlink gives it, checked by safe_link_target
+
+
 class Manifest(_Model):
-    """Every file of a release or model, sorted by path."""
+    """Every file of a release or model, sorted by path (and, for a release built on a node, its links)."""
 
     algorithm: str = DIGEST
     files: tuple[ManifestFile, ...]
+    links: tuple[ManifestLink, ...] = ()
 
     @property
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
 
     def digest(self) -> str:
-        """One digest over the whole content (paths, sizes, digests, modes): the release's identity."""
-        canon = json.dumps([[f.path, f.size, f.digest, f.executable] for f in self.files], separators=(",", ":"))
+        """One digest over the whole content (paths, sizes, digests, modes; links when there are any)."""
+        content: list = [[f.path, f.size, f.digest, f.executable] for f in self.files]
+        if self.links:
+            content.append([[x.path, x.target] for x in self.links])
+        canon = json.dumps(content, separators=(",", ":"))
         return hashlib.blake2b(canon.encode(), digest_size=32).hexdigest()
 
 
@@ -61,16 +73,26 @@ def safe_relpath(path: str) -> str:
     return path
 
 
-def make_manifest(files: list[ManifestFile]) -> Manifest:
-    if len(files) > MAX_FILES:
-        raise ValueError(f"{len(files)} files: more than {MAX_FILES}")
+def safe_link_target(target: str) -> str:
+    """A link target read from a node is data: one bounded line, no control characters."""
+    if not target or len(target) > 4096 or any(ord(c) < 32 or c == "\x7f" for c in target):
+        raise ValueError(f"unsafe link target in manifest: {target[:200]!r}")
+    return target
+
+
+def make_manifest(files: list[ManifestFile], links: list[ManifestLink] | None = None) -> Manifest:
+    if len(files) + len(links or []) > MAX_FILES:
+        raise ValueError(f"{len(files) + len(links or [])} files: more than {MAX_FILES}")
     seen: set[str] = set()
-    for f in files:
+    for f in [*files, *(links or [])]:
         safe_relpath(f.path)
         if f.path in seen:
             raise ValueError(f"file listed twice: {f.path}")
         seen.add(f.path)
-    return Manifest(files=tuple(sorted(files, key=lambda f: f.path)))
+    for x in links or []:
+        safe_link_target(x.target)
+    return Manifest(files=tuple(sorted(files, key=lambda f: f.path)),
+                    links=tuple(sorted(links or [], key=lambda x: x.path)))
 
 
 def release_name(version: str, manifest: Manifest) -> str:
@@ -262,6 +284,7 @@ class RolloutReport(_Model):
     previous: str | None
     took_s: float
     staged: list[str] = Field(default_factory=list)
+    built_on: str | None = None  # the node that built the release in this run (None: nothing was built)
     status: RolloutStatus
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shlex
 from collections.abc import Callable, Iterator
 
 from rich.console import Group, RenderableType
@@ -18,6 +19,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from macfleet.judge.build import RolloutPlan
 from macfleet.judge.rollout import ModelPushReport, ModelVerifyReport, RolloutReport, RolloutStatus
 from macfleet.render.output import err_console, mode
 
@@ -44,6 +46,24 @@ def render_report(report: RolloutReport) -> RenderableType:
     if report.staged:
         line.append(Text(f"; staged on {', '.join(report.staged)}", style=""))
     return Group(line, render_status(report.status))
+
+
+def render_plan(plan: RolloutPlan) -> RenderableType:
+    """`rollout exo --check`: what would be built where, staged where, switched from what; nothing changed."""
+    lines = [Text(f"would roll out {plan.release} ({plan.source_files} source files); nothing was changed",
+                  style="bold")]
+    if plan.already:
+        lines.append(Text("every node already runs it: nothing to do"))
+    elif plan.build is not None:
+        b = plan.build
+        lines.append(Text(f"build on {b.node} in {b.directory} (timeout {b.timeout_s:g} s):"))
+        lines.append(Text(f"  sh -c {shlex.quote(b.command)}", style="dim"))
+    elif plan.reuse_from:
+        lines.append(Text(f"already built on {plan.reuse_from}: reuse it as the seed"))
+    if not plan.already:
+        lines.append(Text(f"stage on {', '.join(plan.stage_on)}" if plan.stage_on else "stage on no node"))
+        lines.append(Text(f"switch every node from {plan.switch_from or '(nodes differ)'} to {plan.release}"))
+    return Group(*lines)
 
 
 def render_history(entries: list[dict]) -> RenderableType:

@@ -82,6 +82,60 @@ def write_build(out_dir: Path, version: str, *, broken: bool = False) -> Path:
     return out_dir
 
 
+SOURCE_BUILD_COMMAND = "sh ./build.sh"  # the `macfleet_exo.build.command` a lab inventory sets for a source
+
+# The source tree's build script: the lab's stand-in for exo's real build (dashboard npm build, then `uv sync`),
+# which the lab cannot run. Like a uv environment, what it writes holds absolute paths of the directory it runs
+# in (the `#!` line, the library path), so a build moved after the fact does not start: only a build made at
+# the release's final path runs. The interpreter link points outside the release, at the Command Line Tools'
+# Python every bootstrapped Mac has at the same path (as a venv made on the system Python would).
+_BUILD_SCRIPT = """#!/bin/sh
+# exo (macfleet lab stand-in): the build, run in the directory the release lives in
+set -eu
+here="$PWD"
+version="$(cat VERSION)"
+echo "building the exo stand-in $version in $here"
+mkdir -p .venv/bin bin
+ln -sfn /Library/Developer/CommandLineTools/usr/bin/python3 .venv/bin/python
+if [ "@FAIL@" = "true" ]; then
+    echo "lab: this source's build fails on purpose (macfleet lab exo-build --source --fail-build)" >&2
+    exit 3
+fi
+cat > .venv/bin/exo <<ENTRY
+#!$here/.venv/bin/python
+# exo (macfleet lab stand-in), built in $here
+import sys
+sys.path.insert(0, "$here/lib")
+import exo_standin
+sys.exit(exo_standin.main(sys.argv[1:], build_root=exo_standin.Path("$here")))
+ENTRY
+chmod 755 .venv/bin/exo
+ln -sfn ../.venv/bin/exo bin/exo
+printf '{"name": "exo", "version": "%s", "broken": @BROKEN@, "entry": "bin/exo", "label": "@LABEL@", "format": 1}\\n' \\
+    "$version" > BUILD.json
+echo "built: bin/exo -> .venv/bin/exo"
+"""
+
+
+def write_source(out_dir: Path, version: str, *, broken: bool = False, fail: bool = False) -> Path:
+    """Write an exo stand-in *source* tree into `out_dir` (absent or empty): VERSION, lib/exo_standin.py and
+    build.sh, which `rollout exo --build-on NODE` runs on the builder with SOURCE_BUILD_COMMAND and which makes
+    the build layout above. `fail`: the build script exits 3 after writing part of the tree."""
+    if not _VERSION_RE.match(version):
+        raise ValueError(f"bad exo version {version!r}: expected letters, digits and . _ + - (e.g. 1.0.71)")
+    out_dir = Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise FileExistsError(f"{out_dir} is not empty")
+    (out_dir / "lib").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_SOURCE, out_dir / "lib" / "exo_standin.py")
+    (out_dir / "VERSION").write_text(version + "\n")
+    script = (_BUILD_SCRIPT.replace("@FAIL@", "true" if fail else "false")
+              .replace("@BROKEN@", "true" if broken else "false").replace("@LABEL@", LABEL))
+    (out_dir / "build.sh").write_text(script)
+    (out_dir / "build.sh").chmod(0o755)
+    return out_dir
+
+
 def read_build(build_dir: Path) -> dict:
     """BUILD.json of a build directory (raises FileNotFoundError / ValueError when it is not one)."""
     meta = json.loads((Path(build_dir) / "BUILD.json").read_text())
@@ -141,9 +195,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", required=True)
     parser.add_argument("--broken", action="store_true", help="starts but never becomes healthy")
     parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--source", action="store_true", help="a source tree, built by its build.sh on a builder")
+    parser.add_argument("--fail-build", action="store_true", help="(with --source) its build fails")
     args = parser.parse_args(argv)
     try:
-        out = write_build(args.out, args.version, broken=args.broken)
+        if args.source:
+            out = write_source(args.out, args.version, broken=args.broken, fail=args.fail_build)
+        else:
+            out = write_build(args.out, args.version, broken=args.broken)
     except (ValueError, FileExistsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

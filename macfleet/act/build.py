@@ -1,0 +1,300 @@
+"""Building an exo release on a builder node: the source tree sent into the release's own directory, the
+build command run there, the manifest computed there.
+
+Where things are on the builder (`<root>` = the install root): the release is built in `<root>/releases/<name>`
+(its final path: see judge/build.py for why), its output goes to `<root>/releases/.build-<name>.log` (kept when
+the build fails, removed when it succeeds), and the release counts as landed once `<name>.manifest.json` sits
+beside it. A directory without that manifest is a build that did not finish: it is removed before building
+again. The build command runs as one `sh -c` word under /usr/bin/python3, which kills its whole process group
+when the timeout passes or when the controller goes away (its ssh's stdin closes), so no build outlives the
+command that started it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from macfleet.act.transfer import NODE_DIGEST, REMOTE_PYTHON, SshArgs, run_remote
+from macfleet.errors import RemoteCommandError, UnreachableError, UsageError
+from macfleet.judge.build import EXCLUDED_SOURCE_DIRS
+from macfleet.judge.rollout import Manifest, ManifestFile, ManifestLink, check_release_name, make_manifest
+
+TAIL_BYTES = 4000
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+# What a non-interactive ssh session on a Mac lacks: Homebrew (node, npm), uv's and rustup's own directories.
+BUILD_PATH = "$HOME/.local/bin:$HOME/.cargo/bin:/opt/homebrew/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+
+
+# ------------------------------------------------------------------------------------------------------
+# The source, on the controller
+# ------------------------------------------------------------------------------------------------------
+
+
+def snapshot_source(src: Path, into: Path) -> Path:
+    """A copy of the source tree without EXCLUDED_SOURCE_DIRS, so what is hashed is what is sent. A link inside
+    the tree to a file is copied as that file; any other link, or one leading out of the tree, is refused."""
+    src = src.resolve()
+    into.mkdir(parents=True)
+    for dirpath, dirnames, filenames in os.walk(src):
+        here = Path(dirpath)
+        dirnames[:] = sorted(d for d in dirnames if d not in EXCLUDED_SOURCE_DIRS)
+        rel = here.relative_to(src)
+        for d in list(dirnames):
+            if (here / d).is_symlink():
+                raise UsageError(f"{here / d}: a link to a directory in the source tree",
+                                 hint="the source is sent as plain files: replace the link by the directory")
+            (into / rel / d).mkdir()
+        for name in sorted(f for f in filenames if f not in EXCLUDED_SOURCE_DIRS):
+            p = here / name
+            real = p.resolve()
+            if p.is_symlink() and (not real.is_relative_to(src) or not real.is_file()):
+                raise UsageError(f"{p}: a link leading out of the source tree or to no file")
+            if not real.is_file():
+                raise UsageError(f"{p}: not a regular file", hint="a source tree holds plain files only")
+            shutil.copy2(real, into / rel / name)
+    return into
+
+
+# ------------------------------------------------------------------------------------------------------
+# Programs run on the builder under /usr/bin/python3
+# ------------------------------------------------------------------------------------------------------
+
+# argv: RELEASE_DIR LOG TIMEOUT_S PATH; stdin: one JSON line {"command": …} (kept out of every argv), then
+# nothing until the controller is gone. Runs the command with `sh -c` in RELEASE_DIR, its output in LOG, in a
+# process group of its own, killed at the timeout or when stdin closes. Prints {"rc", "timed_out", "cancelled",
+# "took_s", "tail"}.
+_BUILD_PROGRAM = r"""
+import json, os, signal, subprocess, sys, threading, time
+release, log, timeout, path = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+line = b""
+while not line.endswith(b"\n"):
+    chunk = os.read(0, 65536)
+    if not chunk:
+        sys.exit("no build command on stdin")
+    line += chunk
+command = json.loads(line)["command"]
+env = dict(os.environ, PWD=release, MACFLEET_RELEASE_DIR=release, MACFLEET_RELEASE=os.path.basename(release))
+env["PATH"] = path.replace("$HOME", os.path.expanduser("~"))
+t0 = time.monotonic()
+with open(log, "wb") as out:
+    p = subprocess.Popen(["/bin/sh", "-c", command], cwd=release, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                         stderr=subprocess.STDOUT, start_new_session=True)
+    cancelled = []
+    def watch():
+        while os.read(0, 65536):
+            pass
+        cancelled.append(True)
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    threading.Thread(target=watch, daemon=True).start()
+    timed_out = False
+    try:
+        rc = p.wait(timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        os.killpg(p.pid, signal.SIGKILL)
+        rc = p.wait()
+with open(log, "rb") as f:
+    f.seek(max(0, os.path.getsize(log) - TAIL))
+    tail = f.read().decode("utf-8", "replace")
+print(json.dumps({"rc": rc, "timed_out": timed_out, "cancelled": bool(cancelled),
+                  "took_s": round(time.monotonic() - t0, 2), "tail": tail}))
+sys.stdout.flush()
+os._exit(0)  # the watcher thread still waits on stdin: leave without waiting for it
+""".replace("TAIL", str(TAIL_BYTES))
+
+# argv: RELEASE_DIR MAX_FILES. Prints {"files": [...], "links": [...], "venv_homes": {pyvenv.cfg path: home}}
+# or {"error": why}. Digests as every node program does (transfer.NODE_DIGEST).
+_MANIFEST_PROGRAM = r"""
+import hashlib, json, os, stat, sys
+root, limit = sys.argv[1], int(sys.argv[2])
+""" + NODE_DIGEST + r"""
+files, links, homes = [], [], {}
+def fail(why):
+    print(json.dumps({"error": why}))
+    sys.exit(0)
+for dirpath, dirnames, filenames in os.walk(root):
+    dirnames.sort()
+    for name in sorted(filenames) + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+        p = os.path.join(dirpath, name)
+        rel = os.path.relpath(p, root)
+        st = os.lstat(p)
+        if stat.S_ISLNK(st.st_mode):
+            links.append({"path": rel, "target": os.readlink(p)})
+        elif stat.S_ISREG(st.st_mode):
+            files.append({"path": rel, "size": st.st_size, "digest": digest(p),
+                          "executable": bool(st.st_mode & 0o111)})
+            if name == "pyvenv.cfg" and st.st_size < 65536:
+                for line in open(p, encoding="utf-8", errors="replace"):
+                    k, _, v = line.partition("=")
+                    if k.strip() == "home":
+                        homes[rel] = v.strip()
+        else:
+            fail("%s: not a regular file or a link" % rel)
+        if len(files) + len(links) > limit:
+            fail("more than %d files" % limit)
+print(json.dumps({"files": files, "links": links, "venv_homes": homes}))
+"""
+
+# stdin: a JSON list of absolute paths. Prints the JSON list of those that do not exist here.
+_MISSING_PROGRAM = r"""
+import json, os, sys
+print(json.dumps([p for p in json.load(sys.stdin) if not os.path.exists(p)]))
+"""
+
+# argv: DIR. stdin: the manifest's links. Prints {path: why} for each link that is absent or reads otherwise.
+_LINKS_PROGRAM = r"""
+import json, os, sys
+root, bad = sys.argv[1], {}
+for link in json.load(sys.stdin):
+    p = os.path.join(root, link["path"])
+    if not os.path.islink(p):
+        bad[link["path"]] = "absent" if not os.path.lexists(p) else "not a link"
+    elif os.readlink(p) != link["target"]:
+        bad[link["path"]] = "points at %s, expected %s" % (os.readlink(p), link["target"])
+print(json.dumps(bad))
+"""
+
+
+def _last_json(node: str, what: str, out: str) -> object:
+    try:
+        return json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise RemoteCommandError(node, what, 0, f"unexpected answer: {out[-300:]!r}") from None
+
+
+# ------------------------------------------------------------------------------------------------------
+# The release directory on a node
+# ------------------------------------------------------------------------------------------------------
+
+
+def _paths(root: str, name: str) -> tuple[str, str, str]:
+    check_release_name(name)
+    releases = f"{root}/releases"
+    return f"{releases}/{name}", f"{releases}/{name}.manifest.json", f"{releases}/.build-{name}.log"
+
+
+def read_landed_manifest(args: SshArgs, root: str, name: str) -> Manifest | None:
+    """The manifest of releases/NAME on this node, or None when it has not landed there (no manifest file)."""
+    _, manifest, _ = _paths(root, name)
+    q = shlex.quote(manifest)
+    out = run_remote(args, f"if [ -f {q} ]; then head -c {MAX_MANIFEST_BYTES} {q}; else echo absent; fi",
+                     timeout_s=60)
+    if out.strip() == "absent":
+        return None
+    try:
+        return Manifest.model_validate_json(out)
+    except ValueError as exc:
+        raise RemoteCommandError(args.node, f"read {manifest}", 0, f"not a manifest: {str(exc)[:200]}") from None
+
+
+def clear_unfinished(args: SshArgs, root: str, name: str) -> None:
+    """Remove releases/NAME unless it has landed (its manifest beside it): what a killed or failed build left."""
+    final, manifest, _ = _paths(root, name)
+    run_remote(args, f"[ -f {shlex.quote(manifest)} ] || rm -rf -- {shlex.quote(final)}", timeout_s=600)
+
+
+def remove_build(args: SshArgs, root: str, name: str) -> None:
+    """A failed build: its directory goes (the log stays, for the operator)."""
+    final, manifest, _ = _paths(root, name)
+    run_remote(args, shlex.join(["rm", "-rf", "--", final, manifest]), timeout_s=600)
+
+
+@dataclass
+class BuildResult:
+    ok: bool
+    rc: int | None
+    timed_out: bool
+    took_s: float
+    tail: str
+    log: str
+
+
+def run_build(args: SshArgs, root: str, name: str, command: str, timeout_s: float) -> BuildResult:
+    """Run the build command in releases/NAME on the builder (the source is already there)."""
+    final, _, log = _paths(root, name)
+    remote = shlex.join([REMOTE_PYTHON, "-c", _BUILD_PROGRAM, final, log, f"{timeout_s:g}", BUILD_PATH])
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        # stdin stays open while we wait: when this process dies, ssh's stdin closes and the build is killed.
+        p = subprocess.Popen(args.argv(remote), stdin=subprocess.PIPE, stdout=out, stderr=err)
+        try:
+            p.stdin.write(json.dumps({"command": command}).encode() + b"\n")  # type: ignore[union-attr]
+            p.stdin.flush()  # type: ignore[union-attr]
+            rc = p.wait(timeout_s + 120)
+        except subprocess.TimeoutExpired:
+            p.stdin.close()  # type: ignore[union-attr]
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            raise RemoteCommandError(args.node, "build", -1, f"no answer within {timeout_s + 120:g} s") from None
+        finally:
+            if p.stdin and not p.stdin.closed:
+                p.stdin.close()
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
+    if rc == 255:
+        raise UnreachableError({args.node: stderr.strip()[-300:] or "ssh failed"})
+    if rc != 0:
+        raise RemoteCommandError(args.node, "build", rc, stderr)
+    d = _last_json(args.node, "build", stdout)
+    assert isinstance(d, dict)
+    if d.get("rc") == 0:
+        run_remote(args, shlex.join(["rm", "-f", "--", log]), timeout_s=30)
+    return BuildResult(ok=d.get("rc") == 0 and not d.get("timed_out"), rc=d.get("rc"),
+                       timed_out=bool(d.get("timed_out")), took_s=float(d.get("took_s") or 0),
+                       tail=str(d.get("tail") or ""), log=log)
+
+
+def remote_manifest(args: SshArgs, root: str, name: str, *, max_files: int) -> tuple[Manifest, dict[str, str]]:
+    """The manifest of releases/NAME computed on the node itself, and its venvs' `home`s."""
+    final, _, _ = _paths(root, name)
+    out = run_remote(args, shlex.join([REMOTE_PYTHON, "-c", _MANIFEST_PROGRAM, final, str(max_files)]),
+                     timeout_s=3600)
+    d = _last_json(args.node, "manifest", out)
+    if not isinstance(d, dict) or "error" in d:
+        raise RemoteCommandError(args.node, f"manifest of {final}", 0, str(d.get("error") if isinstance(d, dict)
+                                                                        else d)[:300])
+    try:
+        files = [ManifestFile(**f) for f in d["files"]]
+        links = [ManifestLink(**x) for x in d["links"]]
+        homes = {str(k): str(v)[:4096] for k, v in d["venv_homes"].items()}
+        return make_manifest(files, links), homes
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RemoteCommandError(args.node, f"manifest of {final}", 0, f"bad answer: {str(exc)[:200]}") from None
+
+
+def write_landed_manifest(args: SshArgs, root: str, name: str, manifest: Manifest) -> None:
+    """The release has landed on this node: its manifest goes beside it (atomically)."""
+    _, path, _ = _paths(root, name)
+    q = shlex.quote(path)
+    run_remote(args, f"umask 022 && cat > {q}.tmp && mv {q}.tmp {q}", stdin=manifest.model_dump_json(),
+               timeout_s=60)
+
+
+def missing_paths(args: SshArgs, paths: list[str]) -> list[str]:
+    out = run_remote(args, shlex.join([REMOTE_PYTHON, "-c", _MISSING_PROGRAM]), stdin=json.dumps(paths),
+                     timeout_s=60)
+    d = _last_json(args.node, "check paths", out)
+    return [str(p) for p in d] if isinstance(d, list) else []
+
+
+def bad_links(args: SshArgs, directory: str, manifest: Manifest) -> dict[str, str]:
+    """Each of the manifest's links under `directory` that is absent or reads another target."""
+    if not manifest.links:
+        return {}
+    out = run_remote(args, shlex.join([REMOTE_PYTHON, "-c", _LINKS_PROGRAM, directory]),
+                     stdin=json.dumps([x.model_dump() for x in manifest.links]), timeout_s=300)
+    d = _last_json(args.node, "check links", out)
+    return {str(k): str(v) for k, v in d.items()} if isinstance(d, dict) else {}
