@@ -71,3 +71,58 @@ def rpc_list(mesh: Mesh, plan: IpPlan, network: Mapping[str, NodeNetworkFacts], 
         return Refusal(reason=f"every worker needs its planned address live on a direct cable to {head}: "
                        + "; ".join(refused), nodes=named)
     return RpcList(head=head, workers=workers)
+
+
+# ------------------------------------------------------------------------------------- where rpc-server binds
+
+# One LaunchDaemon per address (rpc-server's `-H` takes one host): org.macfleet.llama-rpc.<i>, i = 0..7 (a
+# node of an 8-node mesh has 7 Thunderbolt links). The sudoers drop-in names these labels with one digit.
+LABEL_PREFIX = "org.macfleet.llama-rpc"
+MAX_JOBS = 8
+
+
+class RpcBinding(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    node: str
+    index: int  # the job's number: its label is LABEL_PREFIX.<index>
+    address: str  # the node's planned address on one live Thunderbolt link
+    port: str  # the enX carrying that link
+    peer: str
+
+    @property
+    def label(self) -> str:
+        return f"{LABEL_PREFIX}.{self.index}"
+
+
+def rpc_bindings(plan: IpPlan, mesh: str, node: str) -> list[RpcBinding]:
+    """The node's planned addresses on its live Thunderbolt links (the plan bound to the cabling), ordered by
+    peer in the plan's order: rpc-server is bound to each, and to nothing else."""
+    out: list[RpcBinding] = []
+    for lk in plan.links:
+        if lk.mesh != mesh or node not in (lk.a.node, lk.b.node):
+            continue
+        end, far = lk.end(node), lk.other(node)
+        if end is None or end.port is None or far.port is None:
+            continue
+        out.append(RpcBinding(node=node, index=len(out), address=end.address, port=end.port, peer=far.node))
+    return out[:MAX_JOBS]
+
+
+class ListenVerdict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    exposed: list[str]  # listeners outside the Thunderbolt addresses ("*" = every address, or a LAN address)
+    missing: list[str]  # Thunderbolt addresses with no listener
+
+
+def judge_listeners(listening: list[tuple[str, int | None]], bindings: list[RpcBinding], port: int
+                    ) -> ListenVerdict:
+    """`listening`: (local address, port) of every LISTEN socket on the node (netstat's `*` = every address).
+    rpc-server must listen on `port` at each binding's address and at no other address."""
+    wanted = {b.address for b in bindings}
+    on_port = sorted({a for a, p in listening if p == port})
+    exposed = [("every address (*)" if a == "*" else a) for a in on_port if a not in wanted]
+    served = set(on_port) if "*" not in on_port else {b.address for b in bindings}  # * serves them, exposed
+    missing = [f"{b.address} ({b.port}, to {b.peer})" for b in bindings if b.address not in served]
+    return ListenVerdict(exposed=exposed, missing=missing)

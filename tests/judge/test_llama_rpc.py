@@ -39,3 +39,75 @@ def test_a_worker_without_cable_or_live_address_is_refused_by_name() -> None:
     assert out.nodes == ["studio-3", "studio-4"]
     assert "studio-3: no live cable to studio-1" in out.reason
     assert f"studio-4 {port} (to studio-1) has no address, not the planned 10.213.0.14/30" in out.reason
+
+
+# ------------------------------------------------------------------------------- where rpc-server listens
+
+def test_each_node_binds_one_job_per_live_thunderbolt_address() -> None:
+    from macfleet.judge.llama_rpc import rpc_bindings
+
+    mesh, plan = _plan(healthy(NAMES))
+    b = rpc_bindings(plan, "mesh1", "studio-2")
+    assert [(x.peer, x.address, x.label) for x in b] == [
+        ("studio-1", "10.213.0.2", "org.macfleet.llama-rpc.0"),
+        ("studio-3", "10.213.0.9", "org.macfleet.llama-rpc.1"),
+        ("studio-4", "10.213.0.17", "org.macfleet.llama-rpc.2")]
+    assert all(x.port.startswith("en") for x in b)
+
+
+def test_a_pair_without_a_live_cable_gets_no_job() -> None:
+    from macfleet.judge.llama_rpc import rpc_bindings
+
+    rig = Rig(list(NAMES))
+    for j in range(4):
+        for i in range(j):
+            if (NAMES[i], NAMES[j]) != ("studio-1", "studio-3"):
+                rig.cable(NAMES[i], 2 + (j - 1), NAMES[j], 2 + i)
+    _, plan = _plan(rig)
+    assert [x.peer for x in rpc_bindings(plan, "mesh1", "studio-1")] == ["studio-2", "studio-4"]
+
+
+def _bindings():
+    from macfleet.judge.llama_rpc import rpc_bindings
+
+    _, plan = _plan(healthy(NAMES))
+    return rpc_bindings(plan, "mesh1", "studio-1")
+
+
+def test_listening_on_each_thunderbolt_address_only_is_clean() -> None:
+    from macfleet.judge.llama_rpc import judge_listeners
+
+    b = _bindings()
+    v = judge_listeners([(x.address, 50052) for x in b] + [("*", 22), ("127.0.0.1", 52415)], b, 50052)
+    assert (v.exposed, v.missing) == ([], [])
+
+
+def test_every_address_or_a_lan_address_is_exposure_and_a_gap_is_named() -> None:
+    from macfleet.judge.llama_rpc import judge_listeners
+
+    b = _bindings()
+    star = judge_listeners([("*", 50052)], b, 50052)
+    assert star.exposed == ["every address (*)"] and star.missing == []  # * serves them: one finding, not two
+    lan = judge_listeners([(b[0].address, 50052), ("192.168.1.20", 50052)], b, 50052)
+    assert lan.exposed == ["192.168.1.20"]
+    assert lan.missing == [f"{x.address} ({x.port}, to {x.peer})" for x in b[1:]]
+    assert judge_listeners([], b, 50052).missing and not judge_listeners([], b, 50052).exposed
+    assert judge_listeners([(b[0].address, 50053)], b[:1], 50052).missing  # another port is not it
+
+
+def test_the_check_says_nothing_where_llama_rpc_is_off_and_cannot_tell_without_sockets() -> None:
+    from tests.judge.test_health import all_nodes, verdict
+
+    assert verdict("llama-rpc", all_nodes()) == []  # not enabled in the inventory: not judged
+
+
+def test_the_check_reads_the_lab_and_real_netstat_shapes() -> None:
+    from macfleet.facts.sockets import parse_netstat_listen
+
+    text = ("Active Internet connections (including servers)\n"
+            "Proto Recv-Q Send-Q  Local Address          Foreign Address        (state)    \n"
+            "tcp4       0      0  10.213.0.1.50052       *.*                    LISTEN     \n"
+            "tcp46      0      0  *.50052                *.*                    LISTEN     \n"
+            "tcp4       0      0  10.213.0.1.50052       10.213.0.2.61000       ESTABLISHED\n")
+    facts = parse_netstat_listen(text)
+    assert [(s.local_address, s.proto) for s in facts.listening(50052)] == [("10.213.0.1", "tcp4"), ("*", "tcp46")]

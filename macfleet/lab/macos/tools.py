@@ -1,5 +1,6 @@
 """Small stand-ins: `date` (with the lab's clock-skew fault), `df` (APFS volumes, the disk-full fault),
-`plutil -lint`, `route [-n] get|add|change|delete`, `netstat -rn` and `netstat -an -p tcp` (macOS layout), `ipconfig getifaddr`.
+`plutil -lint`, `route [-n] get|add|change|delete`, `netstat -rn` and `netstat -an -p tcp` (macOS layout),
+`ipconfig getifaddr`.
 
 Shapes are best guesses from macOS man pages where no capture exists (docs/lab.md lists them); only the
 fields macfleet reads are meant to be exact.
@@ -303,7 +304,8 @@ def _tcp_rows() -> list[str]:
     rows = []
     for name, v6 in (("/proc/net/tcp", False), ("/proc/net/tcp6", True)):
         try:
-            lines = open(name).read().splitlines()[1:]
+            with open(name) as fh:
+                lines = fh.read().splitlines()[1:]
         except OSError:
             continue
         for line in lines:
