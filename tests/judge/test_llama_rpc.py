@@ -46,7 +46,7 @@ def test_a_worker_without_cable_or_live_address_is_refused_by_name() -> None:
 def test_each_node_binds_one_job_per_live_thunderbolt_address() -> None:
     from macfleet.judge.llama_rpc import rpc_bindings
 
-    mesh, plan = _plan(healthy(NAMES))
+    _, plan = _plan(healthy(NAMES))
     b = rpc_bindings(plan, "mesh1", "studio-2")
     assert [(x.peer, x.address, x.label) for x in b] == [
         ("studio-1", "10.213.0.2", "org.macfleet.llama-rpc.0"),
