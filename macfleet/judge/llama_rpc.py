@@ -126,3 +126,51 @@ def judge_listeners(listening: list[tuple[str, int | None]], bindings: list[RpcB
     served = set(on_port) if "*" not in on_port else {b.address for b in bindings}  # * serves them, exposed
     missing = [f"{b.address} ({b.port}, to {b.peer})" for b in bindings if b.address not in served]
     return ListenVerdict(exposed=exposed, missing=missing)
+
+
+# ----------------------------------------------------------------------------- rollout: health gate, report
+
+
+def knock_targets(bindings: Mapping[str, list[RpcBinding]], port: int
+                  ) -> tuple[dict[str, list[tuple[str, int]]], dict[str, RpcBinding]]:
+    """Each job is knocked on from the peer at the other end of its cable (the way the head will reach it):
+    prober -> [(address, port)], and "address:port" -> the job."""
+    targets: dict[str, list[tuple[str, int]]] = {}
+    by_key: dict[str, RpcBinding] = {}
+    for node in bindings:
+        for b in bindings[node]:
+            targets.setdefault(b.peer, []).append((b.address, port))
+            by_key[f"{b.address}:{port}"] = b
+    return targets, by_key
+
+
+def rpc_health(answers: Mapping[str, str | None], by_key: Mapping[str, RpcBinding]) -> list[str]:
+    """Why the rollout is not healthy (empty: every job accepted a connection from its peer)."""
+    reasons = []
+    for key, b in sorted(by_key.items(), key=lambda kv: (kv[1].node, kv[1].index)):
+        if key not in answers:
+            reasons.append(f"{b.node} {b.label} ({key} on {b.port}): {b.peer} did not say whether it connected")
+        elif answers[key] is not None:
+            reasons.append(f"{b.node} {b.label} ({key} on {b.port}): {b.peer} could not connect: {answers[key]}")
+    return reasons
+
+
+class LlamaRolloutReport(BaseModel):
+    """`rollout llama-rpc [--check]`: the release, the jobs each node runs (or would run), and what was done."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    result: str  # "switched", "already", "check"
+    release: str
+    previous: str | None
+    rpc_port: int
+    jobs: dict[str, list[RpcBinding]]
+    staged: list[str]  # nodes that received the release (under --check: would receive it)
+    would: list[str] = []  # under --check: each step, in words
+    took_s: float = 0.0
+
+    def json_payload(self) -> dict:
+        return {"result": self.result, "release": self.release, "previous": self.previous, "rpc_port": self.rpc_port,
+                "staged": self.staged, "would": self.would, "took_s": self.took_s,
+                "jobs": {n: [{"label": b.label, "address": b.address, "port": b.port, "peer": b.peer} for b in js]
+                         for n, js in self.jobs.items()}}
