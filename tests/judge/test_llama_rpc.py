@@ -111,3 +111,22 @@ def test_the_check_reads_the_lab_and_real_netstat_shapes() -> None:
             "tcp4       0      0  10.213.0.1.50052       10.213.0.2.61000       ESTABLISHED\n")
     facts = parse_netstat_listen(text)
     assert [(s.local_address, s.proto) for s in facts.listening(50052)] == [("10.213.0.1", "tcp4"), ("*", "tcp46")]
+
+
+def test_each_job_is_knocked_on_from_its_peer_and_every_failure_is_named() -> None:
+    from macfleet.judge.llama_rpc import knock_targets, rpc_bindings, rpc_health
+
+    _, plan = _plan(healthy(NAMES))
+    bindings = {n: rpc_bindings(plan, "mesh1", n) for n in NAMES}
+    targets, by_key = knock_targets(bindings, 50052)
+    assert sorted(targets) == sorted(NAMES) and all(len(t) == 3 for t in targets.values())
+    assert ("10.213.0.2", 50052) in targets["studio-1"]  # studio-2's end of their cable, from studio-1
+    assert rpc_health(dict.fromkeys(by_key), by_key) == []
+    answers = {**dict.fromkeys(by_key), "10.213.0.2:50052": "Connection refused"}
+    del answers["10.213.0.1:50052"]
+    reasons = rpc_health(answers, by_key)
+    assert reasons == [
+        f"studio-1 org.macfleet.llama-rpc.0 (10.213.0.1:50052 on {bindings['studio-1'][0].port}): studio-2 did not "
+        "say whether it connected",
+        f"studio-2 org.macfleet.llama-rpc.0 (10.213.0.2:50052 on {bindings['studio-2'][0].port}): studio-1 could not "
+        "connect: Connection refused"]
