@@ -28,6 +28,7 @@ from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.llama_rpc import (
     LlamaRolloutReport,
     RpcBinding,
+    jobs_in_place,
     knock_targets,
     rpc_bindings,
     rpc_health,
@@ -81,16 +82,26 @@ def _wait_healthy(fleet: Fleet, bindings: dict[str, list[RpcBinding]], port: int
 
 
 def _switch(fleet: Fleet, m: Mesh, root: str, to: str, bindings: dict[str, list[RpcBinding]],
-            timeout_s: float) -> list[str]:
+            loaded: dict[str, list[int]], timeout_s: float) -> list[str]:
+    """Unload the jobs loaded (or that may be), flip `current`, load the wanted jobs, wait for each to answer."""
     nodes = list(m.node_names)
-    act.stop_jobs(fleet, nodes)
-    rel.flip_current(fleet, nodes, root, to)
-    act.start_jobs(fleet, {n: [b.index for b in bindings[n]] for n in nodes})
+    act.switch_jobs(fleet, {n: sorted({*loaded.get(n, []), *(b.index for b in bindings[n])}) for n in nodes},
+                    rel.flip_command(root, to), {n: [b.index for b in bindings[n]] for n in nodes})
     return _wait_healthy(fleet, bindings, m.settings.llama.rpc_port, timeout_s)
 
 
+def _program(root: str, home: str) -> str:
+    return f"{root if root.startswith('/') else f'{home}/{root}'}/current/bin/rpc-server"
+
+
 def _install_jobs(fleet: Fleet, m: Mesh, root: str, have: dict[str, act.LlamaNode],
-                  bindings: dict[str, list[RpcBinding]]) -> None:
+                  bindings: dict[str, list[RpcBinding]]) -> bool:
+    """Write the jobs' plists where they are not exactly the wanted ones (playbooks/llama-rpc.yml); False
+    when every node already had them."""
+    port = m.settings.llama.rpc_port
+    if all(jobs_in_place(have[n].plists, bindings[n], _program(root, have[n].home), port, fleet.node(n).user or "")
+           for n in m.node_names):
+        return False
     homes = {have[n].home for n in m.node_names}
     extravars = {"llama_rpc_install_root": root, "llama_rpc_port": m.settings.llama.rpc_port,
                  "llama_rpc_jobs_by_host": {n: [{"index": b.index, "address": b.address} for b in bindings[n]]
@@ -99,6 +110,7 @@ def _install_jobs(fleet: Fleet, m: Mesh, root: str, have: dict[str, act.LlamaNod
         extravars["llama_rpc_home"] = homes.pop()
     run_playbook(PlaybookRun(playbook="llama-rpc", inventory=fleet.root, limit=tuple(m.node_names),
                              extravars=extravars))
+    return True
 
 
 def rollout_llama_rpc(fleet: Fleet, source: str, *, mesh: str | None = None, keep: int = DEFAULT_KEEP,
@@ -131,13 +143,18 @@ def rollout_llama_rpc(fleet: Fleet, source: str, *, mesh: str | None = None, kee
             staged = stage_release(fleet, m, root, build, name, manifest,
                                    {n: rel.NodeRelease(current=h.current, releases=h.releases, running=False)
                                     for n, h in have.items()}, say)
-            _install_jobs(fleet, m, root, have, bindings)
+            t1 = time.monotonic()
+            if _install_jobs(fleet, m, root, have, bindings):
+                say(f"installed {sum(map(len, bindings.values()))} rpc-server jobs in {time.monotonic() - t1:.1f} s")
             lock.set_phase(held, {"action": "llama-switch", "from": frm, "to": name})
-            reasons = _switch(fleet, m, root, name, bindings, timeout_s)
+            t1 = time.monotonic()
+            loaded = {n: list(h.loaded) for n, h in have.items()}
+            reasons = _switch(fleet, m, root, name, bindings, loaded, timeout_s)
+            say(f"switched; every job answered its peer in {time.monotonic() - t1:.1f} s" if not reasons else
+                f"switched; the health gate gave up after {time.monotonic() - t1:.1f} s")
             if reasons:
                 _fail(fleet, m, root, name, frm if frm != name else None, bindings, reasons, timeout_s, say)
-            for n in m.node_names:
-                h = act.read_nodes(fleet, [n], root)[n]
+            for n, h in act.read_nodes(fleet, list(m.node_names), root).items():
                 rel.remove_releases(fleet, n, root, releases_to_prune(h.releases, {name, *([frm] if frm else [])},
                                                                       keep))
             _history(fleet, {"action": "rollout llama-rpc", "from": frm, "to": name, "healthy": True})
@@ -151,11 +168,11 @@ def _fail(fleet: Fleet, m: Mesh, root: str, name: str, frm: str | None, bindings
     say(f"health gate failed: {why}")
     _history(fleet, {"action": "rollout llama-rpc", "from": frm, "to": name, "healthy": False, "reasons": reasons})
     if frm is None:
-        act.stop_jobs(fleet, list(m.node_names))
+        act.stop_jobs(fleet, {n: [b.index for b in bindings[n]] for n in m.node_names})
         raise RolloutFailed(f"rpc-server of {name} did not accept connections within {timeout_s:g} s, and there is "
                             f"no previous release to go back to: its jobs were unloaded: {why}",
                             details={"release": name, "reasons": reasons})
-    back = _switch(fleet, m, root, frm, bindings, timeout_s)
+    back = _switch(fleet, m, root, frm, bindings, {}, timeout_s)
     after = "which answers again" if not back else "which does NOT answer either: " + "; ".join(back[:3])
     raise RolloutFailed(f"rpc-server of {name} did not accept connections within {timeout_s:g} s and was rolled back "
                         f"to {frm} ({after}): {why}",

@@ -109,6 +109,18 @@ def rpc_bindings(plan: IpPlan, mesh: str, node: str) -> list[RpcBinding]:
     return out[:MAX_JOBS]
 
 
+def jobs_in_place(plists: Mapping[int, Mapping], bindings: list[RpcBinding], program: str, port: int,
+                  user: str) -> bool:
+    """Whether the node's rpc-server plists (index -> {"args", "user"}, read from the node) are exactly the jobs
+    wanted: one per binding, running `program -H address -p port` as `user`, and no other. When they are,
+    the playbook that writes them has nothing to do and is not run."""
+    wanted = {b.index: [program, "-H", b.address, "-p", str(port)] for b in bindings}
+    if set(plists) != set(wanted):
+        return False
+    return all(list(plists[i].get("args") or []) == args and plists[i].get("user") == user
+               for i, args in wanted.items())
+
+
 class ListenVerdict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
