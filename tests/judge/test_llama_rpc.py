@@ -130,3 +130,18 @@ def test_each_job_is_knocked_on_from_its_peer_and_every_failure_is_named() -> No
         "say whether it connected",
         f"studio-2 org.macfleet.llama-rpc.0 (10.213.0.2:50052 on {bindings['studio-2'][0].port}): studio-1 could not "
         "connect: Connection refused"]
+
+
+def test_the_playbook_is_skipped_only_when_every_plist_is_exactly_the_wanted_job() -> None:
+    from macfleet.judge.llama_rpc import jobs_in_place
+
+    b = _bindings()
+    prog = "/Users/admin/llama.cpp/current/bin/rpc-server"
+    plists = {x.index: {"args": [prog, "-H", x.address, "-p", "50052"], "user": "admin"} for x in b}
+    assert jobs_in_place(plists, b, prog, 50052, "admin")
+    assert not jobs_in_place(plists, b, prog, 50053, "admin")  # the port changed
+    assert not jobs_in_place(plists, b, prog, 50052, "root")
+    assert not jobs_in_place({**plists, 7: plists[0]}, b, prog, 50052, "admin")  # a stale job is removed
+    assert not jobs_in_place({0: plists[0]}, b, prog, 50052, "admin")  # a job is missing
+    moved = {**plists, 1: {"args": [prog, "-H", "0.0.0.0", "-p", "50052"], "user": "admin"}}
+    assert not jobs_in_place(moved, b, prog, 50052, "admin")
