@@ -31,7 +31,7 @@ def sudoers(**values: object) -> str:
     return render("sudoers", "macfleet.sudoers.j2", **{"sudoers_user": "admin", **values})
 
 
-@pytest.mark.parametrize("role", BOOTSTRAP_ROLES)
+@pytest.mark.parametrize("role", (*BOOTSTRAP_ROLES, "llama_rpc"))
 def test_every_role_has_defaults_specs_and_a_readme(role: str) -> None:
     specs = yaml.safe_load((ROLES / role / "meta" / "argument_specs.yml").read_text())
     options = specs["argument_specs"]["main"]["options"]
@@ -49,7 +49,7 @@ def test_sudoers_drop_in_passes_visudo(tmp_path: Path, allow_ansible: bool) -> N
     p = subprocess.run(["visudo", "-cf", str(f)], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
     rule = [line for line in f.read_text().splitlines() if line.startswith("admin ")]
-    assert rule == ["admin ALL = (root) NOPASSWD: MACFLEET_READ, MACFLEET_POWER, MACFLEET_EXO"
+    assert rule == ["admin ALL = (root) NOPASSWD: MACFLEET_READ, MACFLEET_POWER, MACFLEET_EXO, MACFLEET_LLAMA"
                     + (", MACFLEET_ANSIBLE" if allow_ansible else "") + ", MACFLEET_EXTRA"]
     assert "ALL = (root) NOPASSWD: ALL" not in f.read_text()
 

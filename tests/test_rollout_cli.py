@@ -29,3 +29,27 @@ def test_help_lists_the_commands(cli) -> None:
     assert result.exit_code == 0
     for name in ("exo", "model", "status", "history", "rollback"):
         assert name in result.stdout
+
+
+def _enabled_inventory(tmp_path):
+    import shutil
+
+    inv = tmp_path / "inv"
+    shutil.copytree(EXAMPLE_INVENTORY, inv)
+    (inv / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
+    (inv / "group_vars" / "all" / "llama.yml").write_text("macfleet_llama:\n  enabled: true\n")
+    return inv
+
+
+def test_llama_rpc_refuses_before_any_node_is_dialled(cli, tmp_path) -> None:
+    env = {"MACFLEET_STATE_DIR": str(tmp_path)}
+    off = cli("rollout", "llama-rpc", "--source", str(tmp_path), "-i", str(EXAMPLE_INVENTORY), env=env)
+    assert off.exit_code == 2 and "llama-rpc is not enabled" in off.stderr
+    inv = _enabled_inventory(tmp_path)
+    (tmp_path / "build" / "bin").mkdir(parents=True)
+    nobin = cli("rollout", "llama-rpc", "--source", str(tmp_path / "build"), "-i", str(inv), env=env)
+    assert nobin.exit_code == 2 and "has no bin/rpc-server: not a llama.cpp build" in nobin.stderr
+    (tmp_path / "build" / "bin" / "rpc-server").write_text("#!/bin/sh\n")
+    (tmp_path / "build" / "VERSION").write_text("b 1; rm -rf /\n")
+    badver = cli("rollout", "llama-rpc", "--source", str(tmp_path / "build"), "-i", str(inv), env=env)
+    assert badver.exit_code == 2 and "is not a version" in badver.stderr

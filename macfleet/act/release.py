@@ -97,9 +97,14 @@ def start_exo(fleet: Fleet, nodes: list[str]) -> None:
     on_nodes(fleet, nodes, lambda a: run_remote(a, START_EXO_LINE, timeout_s=60))
 
 
-def flip_current(fleet: Fleet, nodes: list[str], root: str, name: str) -> None:
+def flip_command(root: str, name: str) -> str:
+    """The shell command that points `current` at releases/NAME on a node (for a caller's own command line)."""
     check_release_name(name)
-    cmd = shlex.join([REMOTE_PYTHON, "-c", _FLIP_PROGRAM, root, name])
+    return shlex.join([REMOTE_PYTHON, "-c", _FLIP_PROGRAM, root, name])
+
+
+def flip_current(fleet: Fleet, nodes: list[str], root: str, name: str) -> None:
+    cmd = flip_command(root, name)
     on_nodes(fleet, nodes, lambda a: run_remote(a, cmd, timeout_s=30))
 
 

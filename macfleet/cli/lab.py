@@ -258,3 +258,19 @@ def exo_build_cmd(
         what = "build"
     console.print(f"exo stand-in {version}{' (broken)' if broken else ''} {what} written to {out}", markup=False,
                   highlight=False)
+
+
+@app.command("llama-build")
+def llama_build_cmd(
+    out: Annotated[Path, typer.Option("--out", help="Directory to write the build into.")],
+    broken: Annotated[bool, typer.Option("--broken", help="A build whose rpc-server cannot start.")] = False,
+) -> None:
+    """Write a llama.cpp stand-in build (bin/rpc-server) usable as `macfleet rollout llama-rpc --source DIR`."""
+    from macfleet.lab.llama import build
+
+    try:
+        build.write_build(out, broken=broken)
+    except FileExistsError as exc:
+        raise UsageError(f"--out {out}: {exc}", hint="give an empty or absent directory") from None
+    console.print(f"llama.cpp stand-in{' (broken)' if broken else ''} written to {out}", markup=False,
+                  highlight=False)

@@ -9,9 +9,11 @@ import typer
 
 from macfleet.cli.options import CheckOpt, InventoryOpt, JsonOpt, MeshOpt, inventory_path
 from macfleet.errors import UsageError
+from macfleet.flow import llama_rpc as llama_flow
 from macfleet.flow import models as model_flow
 from macfleet.flow import rollout as flow
 from macfleet.inventory.load import load_inventory
+from macfleet.render.llama_rpc import render_llama_rollout
 from macfleet.render.output import emit, info
 from macfleet.render.rollout import (
     push_progress,
@@ -56,6 +58,24 @@ def exo_cmd(
         emit(report, human=render_plan)
     else:
         emit(report, human=render_report)
+
+
+@app.command("llama-rpc")
+def llama_rpc_cmd(
+    source: Annotated[str, typer.Option("--source", help="llama.cpp build: a directory holding bin/rpc-server, "
+                                        "or its tarball.")],
+    inventory: InventoryOpt = None,
+    mesh: MeshOpt = None,
+    keep: KeepOpt = flow.DEFAULT_KEEP,
+    timeout: TimeoutOpt = llama_flow.DEFAULT_HEALTH_TIMEOUT_S,
+    check: CheckOpt = False,
+    json_output: JsonOpt = False,
+) -> None:
+    """Stage a llama.cpp build and run rpc-server on every node, bound to its Thunderbolt addresses only."""
+    fleet = load_inventory(inventory_path(inventory))
+    report = llama_flow.rollout_llama_rpc(fleet, source, mesh=mesh, keep=keep, timeout_s=timeout, check=check,
+                                          say=info)
+    emit(report.json_payload(), human=lambda _: render_llama_rollout(report))
 
 
 @app.command("rollback")

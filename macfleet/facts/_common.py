@@ -71,7 +71,8 @@ def kind_of_command(command: str) -> str | None:
     if prog == "systemsetup":
         return "remote-login" if "remotelogin" in args.lower() else None
     if prog == "netstat":
-        return "netstat-routes" if "-r" in args else None
+        return "netstat-routes" if "-r" in args else "netstat-listen" if re.search(r"(?:^|\s)-[a-z]*[anv]", args) \
+            else None
     simple = {
         "ifconfig": "ifconfig", "ibv_devices": "ibv-devices", "ibv_devinfo": "ibv-devinfo", "rdma_ctl": "rdma-ctl",
         "nvram": "nvram", "sw_vers": "sw-vers", "sysctl": "sysctl", "pmset": "pmset", "fdesetup": "fdesetup",

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from macfleet.errors import FactsParseError
-from macfleet.facts import network, rdma, system, thunderbolt
+from macfleet.facts import network, rdma, sockets, system, thunderbolt
 from macfleet.facts._common import register_command_line, split_transcript
 
 DEFAULT_TIMEOUT_S = 15.0
@@ -122,6 +122,10 @@ _SPECS = (
     # The IPv4 routing table: the IP plan must not take addresses a node already routes elsewhere (a VPN).
     KindSpec("netstat-routes", ("netstat", "-rn", "-f", "inet"), network.parse_netstat_routes, network.RoutesFacts,
              _has(r"^Routing tables\s*$|^\s*Destination\s+Gateway\s+Flags\s"), timeout_s=10),
+    # Every TCP socket: doctor's llama-rpc check reads where rpc-server listens.
+    KindSpec("netstat-listen", ("netstat", "-an", "-p", "tcp"), sockets.parse_netstat_listen,
+             sockets.TcpSocketsFacts, _has(r"^\s*tcp(?:4|6|46)\s+\d+\s+\d+\s+\S+\.(?:\d+|\*)\s+\S+"),
+             timeout_s=10),
     KindSpec("sysctl", ("sysctl", "hw.memsize", "hw.ncpu", "hw.model", "iogpu.wired_limit_mb"), system.parse_sysctl,
              system.SysctlFacts, _sysctl, timeout_s=10),
 )

@@ -19,10 +19,14 @@ from macfleet.flow.topology import plan_live
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.links_bench import (
     BASELINE_FILE,
+    LATEST_FILE,
     Baselines,
     BelowBaseline,
     BenchLink,
+    LatestRun,
+    LatestRuns,
     LinkResult,
+    LinksBenchInput,
     MeshBaseline,
     baseline_of,
     below_baseline,
@@ -74,8 +78,12 @@ def baseline_path(fleet: Fleet) -> Path:
     return fleet.root / BASELINE_FILE
 
 
-def load_baselines(path: Path) -> Baselines | None:
-    """The saved baselines, None when there is no file; UsageError naming the file when it is not one of ours."""
+def latest_path(fleet: Fleet) -> Path:
+    return fleet.root / LATEST_FILE
+
+
+def _load(path: Path, model: type[Baselines] | type[LatestRuns], what: str, hint: str
+          ) -> Baselines | LatestRuns | None:
     try:
         check_plain_file_path(path)
         with path.open("rb") as fh:
@@ -83,12 +91,48 @@ def load_baselines(path: Path) -> Baselines | None:
     except FileNotFoundError:
         return None
     if len(data) > MAX_BASELINE_BYTES:
-        raise UsageError(f"{path} is larger than {MAX_BASELINE_BYTES} bytes: not a baseline macfleet wrote")
+        raise UsageError(f"{path} is larger than {MAX_BASELINE_BYTES} bytes: not {what} macfleet wrote")
     try:
-        return Baselines.model_validate_json(data)
+        return model.model_validate_json(data)
     except ValidationError as exc:
-        raise UsageError(f"{path} is not a baseline macfleet wrote: {str(exc).splitlines()[0][:160]}",
-                         hint="remove it, then `macfleet bench links --save-baseline` on a healthy mesh") from None
+        raise UsageError(f"{path} is not {what} macfleet wrote: {str(exc).splitlines()[0][:160]}",
+                         hint=hint) from None
+
+
+def load_baselines(path: Path) -> Baselines | None:
+    """The saved baselines, None when there is no file; UsageError naming the file when it is not one of ours."""
+    return _load(path, Baselines, "a baseline",  # type: ignore[return-value]
+                 "remove it, then `macfleet bench links --save-baseline` on a healthy mesh")
+
+
+def load_latest(path: Path) -> LatestRuns | None:
+    return _load(path, LatestRuns, "a bench result", "remove it, then `macfleet bench links`")  # type: ignore
+
+
+def links_bench_inputs(fleet: Fleet, meshes: Sequence[Mesh]) -> dict[str, LinksBenchInput]:
+    """What doctor's links-bench check reads, per mesh that has a baseline; a file that cannot be read is the
+    check's reason to say it cannot tell, never a crash of doctor."""
+    try:
+        baselines = load_baselines(baseline_path(fleet))
+        latest = load_latest(latest_path(fleet))
+    except (UsageError, OSError) as exc:
+        why = getattr(exc, "message", None) or str(exc)
+        return {m.name: LinksBenchInput(problem=why) for m in meshes}
+    if baselines is None:
+        return {}
+    return {m.name: LinksBenchInput(baselines=baselines, latest=latest.meshes.get(m.name) if latest else None)
+            for m in meshes if m.name in baselines.meshes}
+
+
+def _save_latest(fleet: Fleet, mesh: str, run: LatestRun) -> None:
+    """Keep this run as the mesh's latest (atomically; other meshes' runs are kept). A file that is not ours
+    is replaced: it only ever holds the last run."""
+    try:
+        old = load_latest(latest_path(fleet))
+    except UsageError:
+        old = None
+    merged = LatestRuns(meshes={**(old.meshes if old else {}), mesh: run})
+    write_text_atomic(latest_path(fleet), merged.model_dump_json(indent=2) + "\n")
 
 
 def _parsed(link: BenchLink, raw: LinkRaw) -> LinkResult:
@@ -129,8 +173,10 @@ def bench_links(fleet: Fleet, mesh: Mesh, *, duration_s: int, save_baseline: boo
                    rounds=[[lk.key for lk in r] for r in rounds], results=results,
                    below=below_baseline(results, base, fraction), min_fraction=fraction, baseline_path=path,
                    baseline=base)
+    measured_at = now().isoformat(timespec="seconds")
+    _save_latest(fleet, mesh.name, LatestRun(measured_at=measured_at, duration_s=duration_s, links=results))
     if save_baseline:
-        new = baseline_of(results, now().isoformat(timespec="seconds"), duration_s)
+        new = baseline_of(results, measured_at, duration_s)
         if new is None:
             run.not_saved = "a link was not measured both ways; a baseline with a gap would hide it later"
         else:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from macfleet.act.ansible import PLAYBOOKS_DIR, PlaybookRun, run_playbook
-from macfleet.collect.commands import DOCTOR_SPECS, CommandSpec, exo_specs, ping_spec, probe_specs
+from macfleet.collect.commands import DOCTOR_SPECS, CommandSpec, exo_specs, ping_spec, probe_specs, spec_for
 from macfleet.collect.gather import Gathered, gather
 from macfleet.errors import (
     EXIT_PROBLEMS,
@@ -23,6 +23,7 @@ from macfleet.facts.disk import parse_df
 from macfleet.facts.exo import log_since_start, parse_exo_state, parse_http_response, parse_node_id
 from macfleet.facts.probes import parse_epoch, parse_pf_info, parse_pf_rules, parse_ping, parse_softwareupdate_list
 from macfleet.facts.registry import parse
+from macfleet.flow.bench_links import links_bench_inputs
 from macfleet.flow.topology import prepare_apply
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.health import (
@@ -50,6 +51,7 @@ FACT_KEYS: dict[str, tuple[str, str]] = {
     "sysctl": ("sysctl", "sysctl"),
     "pmset": ("pmset", "pmset"),
     "fdesetup": ("fdesetup", "fdesetup"),
+    "tcp_sockets": ("netstat-listen", "netstat-listen"),  # read only where llama-rpc is enabled
 }
 CURL_REFUSED = 7  # curl: "Failed to connect": nothing listens on the port
 
@@ -61,14 +63,15 @@ PROBE_KEYS = {"df": ("df", parse_df), "pf_info": ("pf-info", parse_pf_info), "pf
 # check -> the probes only it reads ("tb-ping": each node's pings to its peers)
 PROBE_OF_CHECK: dict[str, tuple[str, ...]] = {
     "clock-skew": ("date",), "disk": ("df",), "updates": ("softwareupdate",),
-    "exo-api-exposure": ("pf-info", "pf-rules"), "tb-ping": ("tb-ping",),
+    "exo-api-exposure": ("pf-info", "pf-rules"), "tb-ping": ("tb-ping",), "llama-rpc": ("netstat-listen",),
 }
 
 
 def doctor_specs(meshes: list[Mesh]) -> tuple[CommandSpec, ...]:
     port = meshes[0].settings.exo.port if meshes else 52415
     models_dir = meshes[0].settings.exo.models_dir if meshes else "~/.exo/models"
-    return DOCTOR_SPECS + exo_specs(port) + probe_specs(models_dir)
+    llama = (spec_for("netstat-listen"),) if any(m.settings.llama.enabled for m in meshes) else ()
+    return DOCTOR_SPECS + exo_specs(port) + probe_specs(models_dir) + llama
 
 
 def ping_specs(fleet: Fleet, meshes: list[Mesh]) -> dict[str, tuple[CommandSpec, ...]]:
@@ -127,7 +130,10 @@ def node_facts(gathered: Gathered, node: str) -> NodeFacts:
     problems: dict[str, str] = {}
     timed_out: list[str] = []
     values: dict = {}
+    asked = {*gathered.outputs.get(node, {}), *gathered.failed.get(node, {})}
     for name, (key, kind) in FACT_KEYS.items():
+        if name == "tcp_sockets" and key not in asked:
+            continue  # asked only where llama-rpc is enabled
         text = _read(gathered, node, key, problems, timed_out)
         if text is None:
             continue
@@ -198,7 +204,8 @@ def run_doctor(fleet: Fleet, meshes: list[Mesh], *, only: list[str] | None = Non
     gathered = gather(fleet, nodes, specs, cancel=cancel, deadline_s=deadline_s,
                       per_node={} if "tb-ping" in skip else ping_specs(fleet, meshes))
     facts = {n.name: node_facts(gathered, n.name) for n in nodes}
-    report = judge_health(fleet, meshes, facts, now or datetime.now(UTC), only=only)
+    report = judge_health(fleet, meshes, facts, now or datetime.now(UTC), only=only,
+                          links_bench=links_bench_inputs(fleet, meshes))
     return DoctorRun(report=report, gathered=gathered, facts=facts)
 
 

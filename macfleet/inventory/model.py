@@ -255,9 +255,13 @@ class BenchSettings(_Settings):
 
 
 class LlamaSettings(_Settings):
-    """llama.cpp's RPC mode: the port every worker's rpc-server listens on (its own default)."""
+    """llama.cpp's RPC mode: the port every worker's rpc-server listens on (its own default); `enabled`: the
+    mesh runs rpc-server (`macfleet rollout llama-rpc` puts it there and doctor's llama-rpc check watches it);
+    `install_root`: where its releases live, relative to the admin's home unless absolute (no sudo needed)."""
 
     rpc_port: int = Field(default=50052, ge=1024, le=65535)
+    enabled: bool = False
+    install_root: str = Field(default="llama.cpp", pattern=r"^[A-Za-z0-9_./-]{1,200}$")
 
 
 _HHMM = r"^([01]\d|2[0-3]):[0-5]\d$"

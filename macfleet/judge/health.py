@@ -24,10 +24,13 @@ from macfleet.facts.exo import ExoStateFacts
 from macfleet.facts.network import HardwarePortsFacts, IfconfigFacts, RoutesFacts, ServiceOrderFacts
 from macfleet.facts.probes import PfInfoFacts, PfRulesFacts, PingFacts, UpdatesFacts
 from macfleet.facts.rdma import IbvDevicesFacts, IbvDevinfoFacts, RdmaCtlFacts
+from macfleet.facts.sockets import TcpSocketsFacts
 from macfleet.facts.system import FdesetupFacts, PmsetFacts, SwVersFacts, SysctlFacts
 from macfleet.facts.thunderbolt import ThunderboltFacts
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.ipplan import IpPlan, NodeNetworkFacts, bind_ports, diff_ip, plan_ip
+from macfleet.judge.links_bench import LinksBenchInput, links_bench_findings
+from macfleet.judge.llama_rpc import LABEL_PREFIX, judge_listeners, rpc_bindings
 from macfleet.judge.model import Change
 from macfleet.judge.topology import NodeTopologyFacts, TopologyReport, check_cabling
 
@@ -106,6 +109,7 @@ class NodeFacts(_Model):
     pf_info: PfInfoFacts | None = None
     pf_rules: PfRulesFacts | None = None  # the macfleet anchor's rules
     pings: dict[str, PingFacts] = Field(default_factory=dict)  # peer's planned address -> one ping to it
+    tcp_sockets: TcpSocketsFacts | None = None  # `netstat -an -p tcp` (read where llama-rpc is enabled)
     timed_out: list[str] = Field(default_factory=list)  # kinds whose command gave no answer in time
     problems: dict[str, str] = Field(default_factory=dict)  # kind -> why it is missing
 
@@ -133,6 +137,7 @@ class HealthContext:
     facts: dict[str, NodeFacts]
     now: datetime
     cabling: dict[str, TopologyReport] = field(default_factory=dict)  # mesh -> report
+    links_bench: Mapping[str, LinksBenchInput] = field(default_factory=dict)  # mesh -> latest `bench links`
     found: dict[tuple[str, str], bool] = field(default_factory=dict)  # (check, node) -> has a finding
 
     def mesh_of(self, node: str) -> Mesh:
@@ -847,6 +852,62 @@ def check_tb_ping(ctx: HealthContext, node: str) -> Verdict:
     return out
 
 
+# ------------------------------------------------------------------------------------ llama.cpp's rpc-server
+
+
+def check_llama_rpc(ctx: HealthContext, node: str) -> Verdict:
+    """Where the inventory enables llama-rpc: rpc-server (unauthenticated) listens on each of the node's
+    Thunderbolt addresses, and on nothing else (not on every address, not on a LAN address)."""
+    mesh = ctx.mesh_of(node)
+    if not mesh.settings.llama.enabled:
+        return []
+    f = ctx.facts[node]
+    report = ctx.cabling.get(mesh.name)
+    if report is None:
+        return Unknown(reason="the cabling could not be judged")
+    if f.tcp_sockets is None:
+        return Unknown(reason=f.why("netstat-listen"))
+    bindings = rpc_bindings(bind_ports(plan_ip(ctx.fleet, mesh.name), {mesh.name: report}), mesh.name, node)
+    if not bindings:
+        return Unknown(reason=f"{node} has no live Thunderbolt link: no address for rpc-server to listen on")
+    port = mesh.settings.llama.rpc_port
+    v = judge_listeners([(s.local_address, s.local_port) for s in f.tcp_sockets.sockets if s.state == "LISTEN"],
+                        bindings, port)
+    evidence = "netstat -an -p tcp: " + (", ".join(f"{s.local_address}.{s.local_port}"
+                                                    for s in f.tcp_sockets.listening(port)) or f"nothing on {port}")
+    out = []
+    if v.exposed:
+        out.append(HealthFinding(
+            node=node, check="llama-rpc", severity="error",
+            message=f"rpc-server's port {port} on {node} listens on {', '.join(v.exposed)}: llama.cpp's RPC "
+                    "server is unauthenticated and must listen on the Thunderbolt addresses only",
+            fix=f"find the process (`lsof -nP -iTCP:{port} -sTCP:LISTEN` on {node}) and stop it; "
+                "`macfleet rollout llama-rpc` runs rpc-server bound to each Thunderbolt address only",
+            evidence=evidence))
+    if v.missing:
+        out.append(HealthFinding(
+            node=node, check="llama-rpc", severity="error",
+            message=f"rpc-server on {node} is not listening on {', '.join(v.missing)} (port {port})",
+            fix=f"`macfleet rollout llama-rpc` (or `sudo launchctl kickstart -k system/{LABEL_PREFIX}.N` on "
+                f"{node}); its log is ~/Library/Logs/llama-rpc.N.log",
+            evidence=evidence))
+    return out
+
+
+def check_links_bench(ctx: HealthContext, node: str) -> Verdict:
+    """The latest `bench links` against the saved baseline (doctor runs no iperf3): each link's finding is
+    reported on its first node. Nothing to say where no baseline was saved."""
+    mesh = ctx.mesh_of(node)
+    bench = ctx.links_bench.get(mesh.name)
+    if bench is None:
+        return []
+    if bench.problem:
+        return Unknown(reason=bench.problem)
+    return [HealthFinding(node=node, check="links-bench", severity=f.severity, message=f.message, fix=f.fix,
+                          evidence="; ".join(f.evidence))
+            for f in links_bench_findings(bench, mesh.name, mesh.settings.bench.min_fraction) if f.nodes[0] == node]
+
+
 # ------------------------------------------------------------------------------------------- the catalogue
 
 _R = ("reachable",)
@@ -883,6 +944,10 @@ CHECKS: tuple[CheckSpec, ...] = (
               depends=(*_R, "cabling", "bridge", "ip-plan")),
     CheckSpec(code="exo-api-exposure", title="exo's API reachable only from the Thunderbolt networks and the "
               "controller (pf anchor loaded, pf on)", depends=_R),
+    CheckSpec(code="llama-rpc", title="where llama-rpc is enabled, rpc-server listens on each Thunderbolt address "
+              "and nowhere else", depends=(*_R, "cabling", "bridge", "ip-plan")),
+    CheckSpec(code="links-bench", title="the latest `bench links` has every link at or above its share of the "
+              "saved baseline (where one was saved)"),
 )
 CHECK_CODES: tuple[str, ...] = tuple(c.code for c in CHECKS)
 
@@ -907,6 +972,8 @@ CHECK_FUNCTIONS: dict[str, Callable[[HealthContext, str], Verdict]] = {
     "exo-runners": check_exo_runners,
     "exo-log": check_exo_log,
     "exo-api-exposure": check_exo_api_exposure,
+    "llama-rpc": check_llama_rpc,
+    "links-bench": check_links_bench,
 }
 
 
@@ -950,10 +1017,11 @@ def select_checks(only: list[str] | None) -> list[CheckSpec]:
 
 
 def judge_health(fleet: Fleet, meshes: list[Mesh], facts: Mapping[str, NodeFacts], now: datetime,
-                 only: list[str] | None = None) -> HealthReport:
+                 only: list[str] | None = None, links_bench: Mapping[str, LinksBenchInput] | None = None
+                 ) -> HealthReport:
     """Run the (selected) checks on every node of `meshes`, in catalogue order, so a check sees which of the
     checks it depends on found a problem on that node."""
-    ctx = HealthContext(fleet=fleet, meshes=meshes, facts=dict(facts), now=now)
+    ctx = HealthContext(fleet=fleet, meshes=meshes, facts=dict(facts), now=now, links_bench=links_bench or {})
     for m in meshes:
         up = {n: topology_facts(facts[n]) for n in m.node_names if n in facts and facts[n].reachable}
         down = {n: facts[n].unreachable_reason or "no answer" for n in m.node_names if n not in up}

@@ -21,6 +21,7 @@ from macfleet.judge.model import Finding
 
 Direction = Literal["a_to_b", "b_to_a"]
 BASELINE_FILE = "bench-links.baseline.json"  # beside the inventory's hosts.yml
+LATEST_FILE = "bench-links.latest.json"  # the last run of each mesh, beside it (what doctor reports)
 
 
 class _Model(BaseModel):
@@ -77,6 +78,27 @@ class Baselines(_Model):
 
     version: Literal[1] = 1
     meshes: dict[str, MeshBaseline] = Field(default_factory=dict)
+
+
+class LatestRun(_Model):
+    measured_at: str  # ISO 8601, UTC
+    duration_s: float
+    links: list[LinkResult]
+
+
+class LatestRuns(_Model):
+    """The file beside the inventory: the latest `bench links` of each mesh."""
+
+    version: Literal[1] = 1
+    meshes: dict[str, LatestRun] = Field(default_factory=dict)
+
+
+class LinksBenchInput(_Model):
+    """What doctor's links-bench check reads: the saved baselines and the mesh's latest run (None: no run)."""
+
+    baselines: Baselines = Field(default_factory=Baselines)
+    latest: LatestRun | None = None
+    problem: str | None = None  # why the files could not be read: the check cannot tell
 
 
 class BelowBaseline(_Model):
@@ -227,3 +249,13 @@ def bench_exit_code(results: Sequence[LinkResult], below: Sequence[BelowBaseline
 
 def results_by_pair(results: Sequence[LinkResult]) -> Mapping[frozenset, LinkResult]:
     return {frozenset((r.a, r.b)): r for r in results}
+
+
+def links_bench_findings(bench: LinksBenchInput, mesh: str, min_fraction: float) -> list[Finding]:
+    """Doctor's view of the latest run: its baseline findings, each saying when it was measured; none when the
+    mesh has no baseline or no run (doctor measures nothing itself)."""
+    if bench.latest is None or mesh not in bench.baselines.meshes:
+        return []
+    when = f"`macfleet bench links` at {bench.latest.measured_at}"
+    return [f.model_copy(update={"message": f"{f.message} ({when})", "evidence": [*f.evidence, when]})
+            for f in baseline_findings(bench.latest.links, bench.baselines, mesh, min_fraction)]

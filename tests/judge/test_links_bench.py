@@ -128,3 +128,41 @@ def test_findings_for_doctor_name_the_link_and_the_unmeasured() -> None:
                                                    ("link-not-measured", ["s1", "s3"])]
     assert "s1 → s2: 4.00 Gb/s, 40% of its baseline" in found[0].message
     assert baseline_findings([_result("s1", "s2", 10.0, 10.0)], None, "mesh1", 0.8) == []
+
+
+def test_doctor_reports_the_latest_run_only_against_a_baseline() -> None:
+    from macfleet.judge.links_bench import LatestRun, LinksBenchInput, links_bench_findings
+
+    base = baseline_of([_result("s1", "s2", 10.0, 10.0)], "t0", 5)
+    files = Baselines(meshes={"mesh1": base})
+    latest = LatestRun(measured_at="2026-12-01T01:00:00+00:00", duration_s=5, links=[_result("s1", "s2", 3.0, 9.5)])
+    found = links_bench_findings(LinksBenchInput(baselines=files, latest=latest), "mesh1", 0.8)
+    assert [(f.code, f.nodes) for f in found] == [("link-below-baseline", ["s1", "s2"])]
+    assert "(`macfleet bench links` at 2026-12-01T01:00:00+00:00)" in found[0].message
+    assert links_bench_findings(LinksBenchInput(baselines=files), "mesh1", 0.8) == []  # no run since
+    assert links_bench_findings(LinksBenchInput(latest=latest), "mesh1", 0.8) == []  # no baseline
+
+
+def test_the_doctor_check_names_the_link_on_its_first_node_and_says_when_it_cannot_tell() -> None:
+    from pathlib import Path
+
+    from macfleet.inventory.model import Fleet, Settings
+    from macfleet.judge.health import CHECK_FUNCTIONS, HealthContext, Unknown
+    from macfleet.judge.links_bench import LatestRun, LinksBenchInput
+    from tests.judge.builders import mesh
+    from tests.judge.test_health import NOW, all_nodes
+
+    m = mesh("s1", "s2", "s3")
+    fleet = Fleet(root=Path("/nonexistent"), meshes=(m,), settings=Settings())
+    base = baseline_of([_result("s1", "s2", 10.0, 10.0)], "t0", 5)
+    latest = LatestRun(measured_at="t1", duration_s=5, links=[_result("s1", "s2", 3.0, 9.5)])
+    bench = {m.name: LinksBenchInput(baselines=Baselines(meshes={m.name: base}), latest=latest)}
+    ctx = HealthContext(fleet=fleet, meshes=[m], facts=all_nodes(), now=NOW, links_bench=bench)
+    one = CHECK_FUNCTIONS["links-bench"](ctx, "s1")
+    assert [(f.node, f.check, f.severity) for f in one] == [("s1", "links-bench", "warning")]
+    assert "s1 → s2: 3.00 Gb/s" in one[0].message
+    assert CHECK_FUNCTIONS["links-bench"](ctx, "s2") == []
+    ctx.links_bench = {m.name: LinksBenchInput(problem="bench-links.latest.json is not a bench result")}
+    assert isinstance(CHECK_FUNCTIONS["links-bench"](ctx, "s1"), Unknown)
+    ctx.links_bench = {}
+    assert CHECK_FUNCTIONS["links-bench"](ctx, "s1") == []

@@ -104,7 +104,8 @@ def _shape_cable(lab: Lab, a: str, b: str, rate: str) -> None:
 
 def test_bench_links_names_the_link_that_fell_below_its_baseline(lab4: Lab) -> None:
     """A baseline on the healthy lab, then one cable shaped to 50 Mbit/s: bench names that link, both ways, and
-    only it (the fraction is set low, 0.3, so two busy cores sharing the lab do not make a healthy link fail).
+    only it, and doctor's links-bench check names it from that latest run (the fraction is set low, 0.3, so two
+    busy cores sharing the lab do not make a healthy link fail).
     The same cable as a Thunderbolt 4 one (`slow-cable`: PORT_DOWN) makes the MLX hostfile refused, naming it."""
     inv = str(lab4.inventory)
     setting = lab4.inventory / "group_vars" / "all" / "bench.yml"
@@ -123,6 +124,11 @@ def test_bench_links_names_the_link_that_fell_below_its_baseline(lab4: Lab) -> N
         below = json.loads(slow.stdout)["below_baseline"]
         assert {(d["a"], d["b"]) for d in below} == {("studio-1", "studio-3")}
         assert {d["direction"] for d in below} == {"a_to_b", "b_to_a"}
+        # doctor reports that latest run against the baseline (it runs no iperf3 itself)
+        doc = lab4.macfleet("doctor", "-i", inv, "--only", "links-bench", "--json", check=False)
+        assert doc.returncode == 1, doc.stderr
+        found = [f for f in json.loads(doc.stdout)["findings"] if f["check"] == "links-bench"]
+        assert [f["node"] for f in found] == ["studio-1"] and "studio-1 ↔ studio-3" in found[0]["message"]
 
         lab4.fault("slow-cable", "studio-1", "studio-3")
         refused = lab4.macfleet("export", "mlx-hostfile", "-i", inv, check=False)
@@ -133,3 +139,68 @@ def test_bench_links_names_the_link_that_fell_below_its_baseline(lab4: Lab) -> N
         _shape_cable(lab4, "studio-1", "studio-3", lab4.truth()["tb_rate"])
         setting.unlink(missing_ok=True)
         baseline.unlink(missing_ok=True)
+        (lab4.inventory / "bench-links.latest.json").unlink(missing_ok=True)
+
+
+_KNOCK = ("python3 -c 'import socket,sys\ntry:\n socket.create_connection((sys.argv[1], 50052), 2).close()\n"
+          " print(\"open\")\nexcept OSError as e:\n print(e.strerror)' ")
+
+
+def _knock(lab: Lab, node: str, address: str) -> str:
+    return lab.ssh(node, _KNOCK + address).stdout.strip()
+
+
+def test_rollout_llama_rpc_binds_each_thunderbolt_address_only_and_doctor_watches_it(lab4: Lab,
+                                                                                      tmp_path: Path) -> None:
+    """lab llama-build → rollout llama-rpc (--check changes nothing; a broken build is rolled back) → each
+    node's rpc-server accepts from its peers over each cable and not on its LAN address; doctor's llama-rpc
+    check is clean, then names a job that stopped and a rogue rpc-server on a LAN address."""
+    inv = str(lab4.inventory)
+    setting = lab4.inventory / "group_vars" / "all" / "llama.yml"
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    lab4.macfleet("lab", "llama-build", "--out", str(good))
+    lab4.macfleet("lab", "llama-build", "--out", str(bad), "--broken")
+    setting.write_text("macfleet_llama:\n  enabled: true\n")
+    truth = lab4.truth()
+    mgmt = {n: s["address"] for n, s in lab4.status().items()}
+    try:
+        plan = json.loads(lab4.macfleet("rollout", "llama-rpc", "-i", inv, "--source", str(good), "--check",
+                                        "--json").stdout)
+        assert plan["result"] == "check" and plan["staged"] == lab4.nodes
+        assert lab4.ssh("studio-1", "test -e llama.cpp", check=False).returncode == 1  # nothing changed
+        assert not list(lab4.inventory.glob("*.lock.json"))
+
+        done = json.loads(lab4.macfleet("rollout", "llama-rpc", "-i", inv, "--source", str(good), "--json",
+                                        timeout=300).stdout)
+        assert done["result"] == "switched" and len(done["jobs"]["studio-1"]) == 3
+        for node, jobs in done["jobs"].items():
+            for job in jobs:  # the address the lab put on that node's end of the cable to that peer
+                assert job["address"] == truth["addresses"][node][str(_cable_end(truth, node, job["peer"]))][0]
+                assert _knock(lab4, job["peer"], job["address"]) == "open"
+            assert _knock(lab4, node, mgmt[node]) != "open"  # never on the LAN address
+        doc = lab4.macfleet("doctor", "-i", inv, "--only", "llama-rpc", "--json", check=False)
+        checks = [c for c in json.loads(doc.stdout)["checks"] if c["check"] == "llama-rpc"]
+        assert doc.returncode == 0 and {c["result"] for c in checks} == {"ok"}, doc.stdout
+
+        broken = lab4.macfleet("rollout", "llama-rpc", "-i", inv, "--source", str(bad), "--timeout", "4",
+                               check=False, timeout=300)
+        assert broken.returncode == 1 and f"rolled back to {done['release']}" in broken.stderr, broken.stderr
+        job = done["jobs"]["studio-2"][0]
+        assert lab4.wait(lambda: _knock(lab4, job["peer"], job["address"]) == "open", 20, "rolled back job")
+
+        lab4.ssh("studio-2", f"sudo -n launchctl bootout system/{job['label']}")
+        rogue = lab4.ssh("studio-1", f"nohup llama.cpp/current/bin/rpc-server -H {mgmt['studio-1']} -p 50052 "
+                                     ">/dev/null 2>&1 & echo $!").stdout.strip()
+        lab4.wait(lambda: _knock(lab4, "studio-1", mgmt["studio-1"]) == "open", 20, "rogue rpc-server")
+        doc = lab4.macfleet("doctor", "-i", inv, "--only", "llama-rpc", "--json", check=False)
+        found = {f["node"]: f["message"] for f in json.loads(doc.stdout)["findings"] if f["check"] == "llama-rpc"}
+        assert doc.returncode == 1 and set(found) == {"studio-1", "studio-2"}, doc.stdout
+        assert mgmt["studio-1"] in found["studio-1"] and "unauthenticated" in found["studio-1"]
+        assert f"not listening on {job['address']}" in found["studio-2"]
+        lab4.ssh("studio-1", f"kill {int(rogue)}")
+    finally:
+        setting.unlink(missing_ok=True)
+        for node in lab4.nodes:
+            lab4.ssh(node, "for i in 0 1 2 3 4 5 6 7; do sudo -n launchctl bootout system/org.macfleet.llama-rpc.$i "
+                           "2>/dev/null; done; rm -rf llama.cpp", check=False)
+            lab4.sudo(node, "rm -f /Library/LaunchDaemons/org.macfleet.llama-rpc.*.plist", check=False)

@@ -1,5 +1,6 @@
 """Small stand-ins: `date` (with the lab's clock-skew fault), `df` (APFS volumes, the disk-full fault),
-`plutil -lint`, `route [-n] get|add|change|delete`, `netstat -rn` (macOS layout), `ipconfig getifaddr`.
+`plutil -lint`, `route [-n] get|add|change|delete`, `netstat -rn` and `netstat -an -p tcp` (macOS layout),
+`ipconfig getifaddr`.
 
 Shapes are best guesses from macOS man pages where no capture exists (docs/lab.md lists them); only the
 fields macfleet reads are meant to be exact.
@@ -276,10 +277,57 @@ def _route_get(words: list[str]) -> int:
     return 0
 
 
+# /proc/net/tcp's st column -> the BSD state names netstat prints
+_TCP_STATES = {"01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECEIVED", "04": "FIN_WAIT_1", "05": "FIN_WAIT_2",
+               "06": "TIME_WAIT", "07": "CLOSED", "08": "CLOSE_WAIT", "09": "LAST_ACK", "0A": "LISTEN",
+               "0B": "CLOSING"}
+
+
+def _proc_address(hex_addr: str, v6: bool) -> tuple[str, int]:
+    import ipaddress
+    import struct
+
+    addr, port = hex_addr.split(":")
+    raw = bytes.fromhex(addr)
+    if v6:
+        ip = ipaddress.IPv6Address(b"".join(struct.pack("<I", w) for w in struct.unpack(">4I", raw)))
+        text = str(ip.ipv4_mapped) if ip.ipv4_mapped else ("*" if ip.is_unspecified else str(ip))
+    else:
+        ip4 = ipaddress.IPv4Address(raw[::-1])
+        text = "*" if ip4.is_unspecified else str(ip4)
+    return text, int(port, 16)
+
+
+def _tcp_rows() -> list[str]:
+    """The node's TCP sockets (its own network namespace's /proc/net/tcp{,6}) as macOS's `netstat -an -p tcp`
+    rows: `tcp4`/`tcp6`, or `tcp46` for a socket on every IPv6 address (dual-stack, as on macOS)."""
+    rows = []
+    for name, v6 in (("/proc/net/tcp", False), ("/proc/net/tcp6", True)):
+        try:
+            with open(name) as fh:
+                lines = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            (la, lp), (ra, rp) = _proc_address(f[1], v6), _proc_address(f[2], v6)
+            proto = ("tcp46" if la == "*" else "tcp6") if v6 else "tcp4"
+            local = f"{la}.{lp}"
+            foreign = "*.*" if ra == "*" and rp == 0 else f"{ra}.{rp}"
+            rows.append(f"{proto:<6}{0:>6} {0:>6}  {local:<22} {foreign:<22} {_TCP_STATES.get(f[3], 'CLOSED'):<11}")
+    return rows
+
+
 def netstat(node: Node, args: list[str]) -> int:
     flags = "".join(a.lstrip("-") for a in args if a.startswith("-"))
+    if "r" not in flags and "a" in flags and "tcp" in args:
+        # the shape of tests/fixtures/captures/netstat-listen (title and header lines: docs/lab.md)
+        out = ["Active Internet connections (including servers)",
+               "Proto Recv-Q Send-Q  Local Address          Foreign Address        (state)    ", *_tcp_rows()]
+        sys.stdout.write("\n".join(out) + "\n")
+        return 0
     if "r" not in flags:
-        err("netstat: only -r (routing tables) is simulated by the macfleet lab")
+        err("netstat: only -r (routing tables) and -an -p tcp are simulated by the macfleet lab")
         return 1
     out = ["Routing tables", "", "Internet:",
            f"{'Destination':<19}{'Gateway':<19}{'Flags':<16}{'Netif':>9} Expire"]
