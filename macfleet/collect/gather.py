@@ -1,6 +1,6 @@
-"""Read many commands from many nodes in one pass: nodes in parallel, each node's commands over its one SSH
-connection on a bounded number of channels at once, each under its own timeout, the whole pass under a
-deadline. Every command asked for ends either in `outputs` or in `failed` with its reason.
+"""Read many commands from many nodes in one pass: nodes in parallel, each node's commands at once in one
+shell over its one SSH connection (one channel: collect.batch), each under its own timeout, the whole pass
+under a deadline. Every command asked for ends either in `outputs` or in `failed` with its reason.
 
 One pass matters: Thunderbolt domain UUIDs change at every boot, so cable ends are matched only
 within outputs read together.
@@ -8,7 +8,6 @@ within outputs read together.
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -20,9 +19,6 @@ from macfleet.inventory.model import Fleet, Node
 
 # Enough to overlap SSH handshakes on a small controller without starving it (2 cores here).
 MAX_PARALLEL_NODES = 32
-# sshd allows MaxSessions (10 by default, on macOS too) channels at once per connection; a channel over it is
-# refused. Stay under it with headroom: a session refused here would be a command not read.
-MAX_CHANNELS_PER_CONNECTION = 8
 # How often the waiting thread wakes to notice Ctrl-C and the deadline.
 POLL_S = 0.05
 
@@ -44,39 +40,13 @@ class Gathered:
 def _run_all(
     session: SshSession, specs: tuple[CommandSpec, ...], deadline: float, cancel: threading.Event
 ) -> tuple[dict[str, Raw], dict[str, str]]:
-    """At most MAX_CHANNELS_PER_CONNECTION commands at once on the session; each keeps its own timeout
-    (counted from when its channel opens), cut short by the pass's deadline."""
-    outputs: dict[str, Raw] = {}
-    failed: dict[str, str] = {}
-    todo: queue.SimpleQueue[CommandSpec] = queue.SimpleQueue()
-    for spec in specs:
-        todo.put(spec)
-
-    def worker() -> None:
-        while True:
-            try:
-                spec = todo.get_nowait()
-            except queue.Empty:
-                return
-            left = deadline - time.monotonic()
-            if cancel.is_set():
-                failed[spec.key] = f"`{spec.command_line}` not run: cancelled"
-                continue
-            if left <= 0:
-                failed[spec.key] = f"`{spec.command_line}` not run: the pass's deadline had passed"
-                continue
-            try:
-                outputs[spec.key] = session.run(spec, timeout_s=min(spec.timeout_s, left), cancel=cancel)
-            except Exception as exc:  # whatever it was, this command was not read: say why
-                failed[spec.key] = str(exc) or type(exc).__name__
-
-    workers = [threading.Thread(target=worker, daemon=True, name=f"ssh-{session.target.node}")
-               for _ in range(min(MAX_CHANNELS_PER_CONNECTION, len(specs)))]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join()
-    return outputs, failed
+    """Every command at once in one shell on one channel (collect.batch); each keeps its own timeout, counted
+    from the start, cut short by the pass's deadline."""
+    if cancel.is_set():
+        return {}, {s.key: f"`{s.command_line}` not run: cancelled" for s in specs}
+    if deadline <= time.monotonic():
+        return {}, {s.key: f"`{s.command_line}` not run: the pass's deadline had passed" for s in specs}
+    return session.run_batch(specs, deadline=deadline, cancel=cancel)
 
 
 def _wait(all_done: threading.Event, errors: list[BaseException], until: float, cancel: threading.Event) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 
 import paramiko
 
+from macfleet.collect.batch import LANES, NO_TMPDIR_EXIT, FrameReader, batch_script, new_mark, remote_command
 from macfleet.collect.commands import CommandSpec
 from macfleet.errors import UsageError
 from macfleet.inventory.model import Fleet, Node
@@ -533,17 +534,9 @@ class SshSession:
 
         macOS has no timeout(1): the timeout is kept here, on the client, and the channel is closed at it."""
         spec = spec or CommandSpec("?", (command_line,))
-        transport = self.client.get_transport()
-        if transport is None or not transport.is_active():
-            raise Unreachable(f"connection to {self.target.host} was lost")
         started = time.monotonic()
         deadline = started + timeout_s
-        channel = self._open_channel(transport, deadline, cancel)
-        try:
-            channel.exec_command(command_line)
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            channel.close()
-            raise Unreachable(f"{self.target.host}: could not start a command: {exc or type(exc).__name__}") from None
+        channel = self._start(command_line, deadline, cancel)
         out, err = bytearray(), bytearray()
         exited_at: float | None = None
         try:
@@ -578,3 +571,98 @@ class SshSession:
             took_s=time.monotonic() - started,
             ended_at=time.time(),
         )
+
+    def run_batch(
+        self, specs: tuple[CommandSpec, ...], *, deadline: float, cancel: threading.Event | None = None
+    ) -> tuple[dict[str, Raw], dict[str, str]]:
+        """Run `specs` in one remote shell on one channel, a few at a time (collect.batch); each keeps its own
+        timeout, counted from its start, cut short at `deadline` (monotonic). Every spec ends in the outputs, or
+        in the failures with why: a hung command is its own failure, the others are still read."""
+        started = time.monotonic()
+        # each command's own timeout runs from when its lane starts it; one not started is bounded by `deadline`
+        ends = [deadline] * len(specs)
+        began = [started] * len(specs)
+        pending, running = set(range(len(specs))), set()
+        outputs: dict[str, Raw] = {}
+        failed: dict[str, str] = {}
+        if not specs:
+            return outputs, failed
+        mark = new_mark()
+        try:
+            channel = self._start(remote_command(batch_script(specs, mark)), deadline, cancel)
+        except Unreachable as exc:
+            return outputs, {s.key: str(exc) for s in specs}
+        reader, err = FrameReader(mark, len(specs)), bytearray()
+        try:
+            while pending:
+                while channel.recv_ready():
+                    for frame in reader.feed(channel.recv(65536)):
+                        i = frame.index
+                        if i not in pending:
+                            continue
+                        if frame.rc is None:
+                            running.add(i)
+                            began[i] = time.monotonic()
+                            ends[i] = min(began[i] + specs[i].timeout_s, deadline)
+                            continue
+                        pending.discard(i)
+                        outcome = _framed(specs[i], frame.rc, frame.stdout, frame.stderr, began[i])
+                        (outputs if isinstance(outcome, Raw) else failed)[specs[i].key] = outcome  # type: ignore
+                while channel.recv_stderr_ready():
+                    err += channel.recv_stderr(65536)
+                now = time.monotonic()
+                for i in [i for i in pending if now > ends[i]]:
+                    pending.discard(i)
+                    failed[specs[i].key] = (
+                        str(CommandTimeout(specs[i], round(ends[i] - began[i], 3))) if i in running else
+                        f"`{specs[i].command_line}` not started within the pass's deadline: the node's "
+                        f"{LANES} lanes were busy (hung commands hold theirs)")
+                if not pending or channel.recv_ready() or channel.recv_stderr_ready():
+                    continue
+                if cancel is not None and cancel.is_set():
+                    for i in pending:
+                        failed[specs[i].key] = str(CommandCancelled(specs[i]))
+                    break
+                if channel.exit_status_ready() or channel.closed:
+                    why = _script_end(channel, err)
+                    for i in pending:
+                        failed[specs[i].key] = f"`{specs[i].command_line}` not read: {why}"
+                    break
+                channel.status_event.wait(0.02)
+        finally:
+            channel.close()
+        return outputs, failed
+
+    def _start(self, command_line: str, deadline: float, cancel: threading.Event | None) -> paramiko.Channel:
+        transport = self.client.get_transport()
+        if transport is None or not transport.is_active():
+            raise Unreachable(f"connection to {self.target.host} was lost")
+        channel = self._open_channel(transport, deadline, cancel)
+        try:
+            channel.exec_command(command_line)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            channel.close()
+            raise Unreachable(f"{self.target.host}: could not start a command: {exc or type(exc).__name__}") from None
+        return channel
+
+
+def _framed(spec: CommandSpec, rc: int, stdout: bytes, stderr: bytes, started: float) -> Raw | str:
+    """One command's frame; a command ended by a signal (the shell says 128 + its number) has no exit status of
+    its own, as when it runs on a channel by itself."""
+    if rc > 128:
+        return f"the session of `{spec.command_line}` closed without an exit status (ended by signal {rc - 128})"
+    return Raw(stdout=stdout.decode("utf-8", errors="replace"), stderr=stderr.decode("utf-8", errors="replace"),
+               rc=rc, took_s=time.monotonic() - started, ended_at=time.time())
+
+
+def _script_end(channel: paramiko.Channel, err: bytearray) -> str:
+    """Why the script ended before it framed a command: its exit status (or none) and the end of its stderr."""
+    said = err.decode("utf-8", errors="replace").strip()[-200:]
+    if not channel.exit_status_ready():
+        return "the session closed before it answered" + (f" ({said})" if said else "")
+    rc = channel.recv_exit_status()
+    if rc == NO_TMPDIR_EXIT:
+        return f"the node could not make a temporary directory for its output ({said or 'mktemp failed'})"
+    if rc == -1:
+        return "the session closed without an exit status before it answered"
+    return f"the shell running it ended (exit {rc}) before it answered" + (f": {said}" if said else "")

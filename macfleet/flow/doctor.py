@@ -8,7 +8,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from macfleet.act.ansible import PLAYBOOKS_DIR, PlaybookRun, run_playbook
 from macfleet.collect.commands import DOCTOR_SPECS, CommandSpec, exo_specs, ping_spec, probe_specs, spec_for
 from macfleet.collect.gather import Gathered, gather
 from macfleet.errors import (
@@ -24,7 +23,6 @@ from macfleet.facts.exo import log_since_start, parse_exo_state, parse_http_resp
 from macfleet.facts.probes import parse_epoch, parse_pf_info, parse_pf_rules, parse_ping, parse_softwareupdate_list
 from macfleet.facts.registry import parse
 from macfleet.flow.bench_links import links_bench_inputs
-from macfleet.flow.topology import prepare_apply
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.health import (
     CHECK_CODES,
@@ -292,6 +290,10 @@ def fix_doctor(fleet: Fleet, meshes: list[Mesh], apply: Callable[[FixStep, Fleet
 def apply_fix_step(step: FixStep, fleet: Fleet, meshes: list[Mesh]) -> None:
     """Run one fix's playbook on its nodes. The IP plan is written as generated host_vars first (the same
     `prepare_apply` as `topology apply`), so the playbook applies exactly the plan doctor judged against."""
+    # imported here: a plain doctor run (and `watch` at every tick) does not pay for Ansible's side
+    from macfleet.act.ansible import PLAYBOOKS_DIR, PlaybookRun, run_playbook
+    from macfleet.flow.topology import prepare_apply
+
     if not (PLAYBOOKS_DIR / f"{step.playbook}.yml").is_file():
         raise MacfleetError(f"playbooks/{step.playbook}.yml is not built yet", hint="; ".join(step.checks))
     if step.playbook == "network":

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from macfleet.collect import gather as gather_module
 from macfleet.collect import ssh as ssh_module
+from macfleet.collect.batch import LANES
 from macfleet.collect.commands import ALL_SPECS, CommandSpec
 from macfleet.collect.gather import gather
 from macfleet.errors import UsageError
@@ -36,7 +36,7 @@ def server(tmp_path_factory: pytest.TempPathFactory):
 def test_outputs_come_back_verbatim(server) -> None:
     fleet = load_inventory(server.inventory)
     specs = [
-        CommandSpec("echo", ("printf", "a\\tb\\n\\xcb\\x87x")),
+        CommandSpec("echo", ("printf", "a\\tb\\n\\313\\207x")),  # octal: POSIX printf, whichever sh runs it
         CommandSpec("fail", ("sh", "-c", "echo oops >&2; exit 3")),
     ]
     result = gather(fleet, fleet.nodes, specs, deadline_s=20)
@@ -144,17 +144,54 @@ def test_seventeen_commands_all_answer_under_max_sessions_10(server) -> None:
         assert {k: r.stdout for k, r in result.outputs[node].items()} == {f"c{i}": f"{i}\n" for i in range(17)}
 
 
-def test_a_refused_channel_is_recorded_with_its_reason(server, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Past the server's limit (here forced by opening 12 channels at once), a command whose channel is
-    refused until its timeout is a failure with its reason, never a missing output."""
-    monkeypatch.setattr(gather_module, "MAX_CHANNELS_PER_CONNECTION", 12)
+def test_a_node_is_read_over_one_channel(server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """All of a node's commands in one shell: one sshd session per node, not one per command."""
+    opened: list[str] = []
+    real = ssh_module.SshSession._open_channel
+
+    def counted(self, *args, **kwargs):
+        opened.append(self.target.node)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ssh_module.SshSession, "_open_channel", counted)
     fleet = load_inventory(server.inventory)
-    specs = [CommandSpec(f"c{i}", ("sleep", "20"), timeout_s=3) for i in range(12)]
-    result = gather(fleet, fleet.nodes[:1], specs, deadline_s=60)
-    read, failed = result.outputs["node-1"], result.failed.get("node-1", {})
-    assert set(read) | set(failed) == {s.key for s in specs}
-    assert sum("kept refusing a channel" in why for why in failed.values()) >= 1
-    assert all(why.strip() for why in failed.values())
+    result = gather(fleet, fleet.nodes, [CommandSpec(f"c{i}", ("echo", str(i))) for i in range(12)], deadline_s=30)
+    assert result.failed == {} and result.unreachable == {}
+    assert sorted(opened) == ["node-1", "node-2"]
+
+
+def test_commands_behind_lanes_held_by_hung_ones_fail_with_a_reason(server) -> None:
+    """Every lane held by a hung command: those time out alone, each; what could not start says why."""
+    fleet = load_inventory(server.inventory)
+    hung = [CommandSpec(f"h{i}", ("sleep", "30"), timeout_s=1) for i in range(LANES)]
+    result = gather(fleet, fleet.nodes[:1], [*hung, CommandSpec("late", ("true",))], deadline_s=4)
+    failed = result.failed["node-1"]
+    assert all("no answer within 1 s" in failed[s.key] for s in hung)
+    assert "not started within the pass's deadline" in failed["late"]
+    assert result.took_s < 10
+
+
+def test_a_refused_channel_is_recorded_with_its_reason(server) -> None:
+    """Past the server's limit (12 commands at once, each on a channel of its own, as `watch` and the reboot
+    runner open them), a command whose channel is refused until its timeout fails with its reason."""
+    fleet = load_inventory(server.inventory)
+    outcome: dict[int, str] = {}
+    with ssh_module.SshSession(ssh_module.SshTarget.for_node(fleet, fleet.nodes[0])) as session:
+        def one(i: int) -> None:
+            try:
+                session.run(CommandSpec(f"c{i}", ("sleep", "20"), timeout_s=3))
+                outcome[i] = "read"
+            except Exception as exc:
+                outcome[i] = str(exc)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    assert len(outcome) == 12
+    assert sum("kept refusing a channel" in why for why in outcome.values()) >= 1
+    assert all(why.strip() for why in outcome.values())
 
 
 def test_every_command_asked_for_is_read_or_failed_with_a_reason(server) -> None:

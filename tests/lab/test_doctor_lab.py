@@ -43,7 +43,9 @@ def wait_doctor(lab, want: set[tuple[str, str]], timeout: float, what: str) -> t
             return rc, report, took
         last = sorted(found(report))
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: after {timeout} s doctor finds {last}, expected {sorted(want)}")
+            unknown = [c for c in report.get("checks", []) if c.get("result") == "unknown"]
+            raise AssertionError(f"{what}: after {timeout} s doctor finds {last} (exit {rc}; could not tell: "
+                                 f"{unknown}), expected {sorted(want)}")
 
 
 def set_wired_limit(lab, value: int) -> None:
