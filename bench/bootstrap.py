@@ -37,7 +37,7 @@ def _macfleet(args: list[str], cwd: Path, timeout: float = 1800) -> subprocess.C
 
 
 def bench_size(size: str, repeat: int, workdir: Path) -> dict:
-    name = "bb" + size.replace("x", "p")
+    name = "bpb" + size.replace("x", "p")
     up_args = ["--pods", size] if "x" in size else ["--nodes", size]
     _macfleet(["lab", "down", "--name", name], workdir)
     up = _macfleet(["lab", "up", "--name", name, *up_args], workdir)

@@ -30,7 +30,7 @@ from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.bootstrap import filevault_record, rdma_needs
 
 # The playbook's roles, in the order they run: the columns of the progress table.
-STEPS = ("preflight", "clt", "sudoers", "rsync", "pmset", "gpu", "exo", "spotlight", "pf", "ipplan", "filevault")
+STEPS = ("preflight", "clt", "probe", "sudoers", "homebrew", "pmset", "gpu", "exo", "spotlight", "pf", "ipplan", "filevault")
 PYTHON = "/usr/bin/python3"  # ansible_python_interpreter on the Macs
 # The exact command line Ansible's sudo runs (with pipelining); `sudo -n -l CMD` exits 0 only when sudoers
 # lets this account run it without a password. Only its exit status is used, never its text.
