@@ -17,8 +17,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 ROLES = ROOT / "playbooks" / "roles"
-BOOTSTRAP_ROLES = ("preflight", "clt", "probe", "sudoers", "homebrew", "pmset", "gpu", "exo", "spotlight", "pf", "ipplan",
-                   "filevault")
+BOOTSTRAP_ROLES = ("preflight", "clt", "probe", "sudoers", "homebrew", "pmset", "gpu", "exo", "spotlight", "pf",
+                   "ipplan", "filevault")
 
 
 def render(role: str, template: str, **values: object) -> str:
