@@ -12,7 +12,7 @@ tasks that each run `true` on every node (no become, nothing to change). Every s
 run on this host's cores, so this is how far Ansible itself scales here with the node count; on real Macs
 each node brings its own CPU. A re-run ratio near the floor's is the host's, not bootstrap's.
 
-    python3 -m bench.bootstrap [--repeat 3] [--sizes 1,4,8x4]
+    python3 -m bench.bootstrap [--repeat 3] [--sizes 1,4,8x4] [--no-floor]
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def _macfleet(args: list[str], cwd: Path, timeout: float = 1800) -> subprocess.C
                           timeout=timeout)
 
 
-def bench_size(size: str, repeat: int, workdir: Path) -> dict:
-    name = "bb" + size.replace("x", "p")
+def bench_size(size: str, repeat: int, workdir: Path, floor: bool = True) -> dict:
+    name = "bpb" + size.replace("x", "p")
     up_args = ["--pods", size] if "x" in size else ["--nodes", size]
     _macfleet(["lab", "down", "--name", name], workdir)
     up = _macfleet(["lab", "up", "--name", name, *up_args], workdir)
@@ -59,7 +59,7 @@ def bench_size(size: str, repeat: int, workdir: Path) -> dict:
                 last = json.loads(p.stdout)
             except json.JSONDecodeError:
                 last = {"error": p.stderr.strip()[-300:]}
-        floor = _floor(inv, workdir, repeat)
+        floor = _floor(inv, workdir, repeat) if floor else None
         return {
             "size": size,
             "floor_s": floor,
@@ -99,11 +99,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--sizes", default="1,4,8x4")
+    ap.add_argument("--no-floor", action="store_true", help="skip the plain-Ansible floor (it takes as long again)")
     args = ap.parse_args()
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="macfleet-bench-") as tmp:
         for size in args.sizes.split(","):
-            r = bench_size(size.strip(), args.repeat, Path(tmp))
+            r = bench_size(size.strip(), args.repeat, Path(tmp), floor=not args.no_floor)
             print(f"{size}: {r}", file=sys.stderr)
             results[size.strip()] = r
     changed = [r.get("changed") for r in results.values()]

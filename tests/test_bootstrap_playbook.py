@@ -17,7 +17,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 ROLES = ROOT / "playbooks" / "roles"
-BOOTSTRAP_ROLES = ("preflight", "clt", "sudoers", "rsync", "pmset", "gpu", "exo", "spotlight", "pf", "filevault")
+BOOTSTRAP_ROLES = ("preflight", "clt", "probe", "sudoers", "homebrew", "pmset", "gpu", "exo", "spotlight", "pf",
+                   "ipplan", "filevault")
 
 
 def render(role: str, template: str, **values: object) -> str:
@@ -109,3 +110,29 @@ def test_pf_anchor_lets_exo_ports_in_only_from_the_mesh_and_the_controller() -> 
         "pass in quick proto udp from <macfleet_exo_peers> to any port { 52413 }",
         "block in quick proto udp to any port { 52413 }",
     ]
+
+
+def test_probe_reads_files_and_commands_in_one_run(tmp_path: Path) -> None:
+    """The probe role's script: a file's SHA-1 (what the roles compare with the rendered template), mode and
+    owner; a missing file is null, not an empty record; a command's rc and output, a missing one rc 127."""
+    import hashlib
+    import json
+    import os
+    import sys
+
+    f = tmp_path / "plist"
+    f.write_bytes(b"<plist/>\n")
+    f.chmod(0o640)
+    request = {"files": [str(f), str(tmp_path), str(tmp_path / "missing")],
+               "commands": [["echo", "a b"], ["sh", "-c", "echo err >&2; exit 3"], ["/nonexistent/cmd"]]}
+    p = subprocess.run([sys.executable, "-I", str(ROLES / "probe" / "files" / "probe.py")], input=json.dumps(request),
+                       capture_output=True, text=True, timeout=60, check=True)
+    state = json.loads(p.stdout)
+    rec = state["files"][str(f)]
+    assert rec["type"] == "file" and rec["mode"] == "0640" and rec["uid"] == os.getuid()
+    assert rec["checksum"] == hashlib.sha1(b"<plist/>\n").hexdigest()
+    assert state["files"][str(tmp_path)]["type"] == "directory"
+    assert state["files"][str(tmp_path / "missing")] is None
+    assert state["commands"]["echo a b"] == {"rc": 0, "stdout": "a b\n", "stderr": ""}
+    assert state["commands"]["sh -c echo err >&2; exit 3"] == {"rc": 3, "stdout": "", "stderr": "err\n"}
+    assert state["commands"]["/nonexistent/cmd"]["rc"] == 127

@@ -29,8 +29,10 @@ from macfleet.flow.topology import PreparedApply, inventory_for_run, prepare_app
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.bootstrap import filevault_record, rdma_needs
 
-# The playbook's roles, in the order they run: the columns of the progress table.
-STEPS = ("preflight", "clt", "sudoers", "rsync", "pmset", "gpu", "exo", "spotlight", "pf", "ipplan", "filevault")
+# The playbook's roles, in the order they run: the columns of the progress table. The probe role (one read of
+# each Mac for the roles after it) shows in the preflight column.
+STEPS = ("preflight", "clt", "sudoers", "homebrew", "pmset", "gpu", "exo", "spotlight", "pf", "ipplan", "filevault")
+READ_ROLES = ("probe",)
 PYTHON = "/usr/bin/python3"  # ansible_python_interpreter on the Macs
 # The exact command line Ansible's sudo runs (with pipelining); `sudo -n -l CMD` exits 0 only when sudoers
 # lets this account run it without a password. Only its exit status is used, never its text.
@@ -188,7 +190,7 @@ def bootstrap(
         if e.host in outcomes:
             _record(outcomes[e.host], e)
             if on_step is not None:
-                on_step(e.host, e.role or "preflight", e.status)
+                on_step(e.host, "preflight" if not e.role or e.role in READ_ROLES else e.role, e.status)
 
     # the plan goes into generated host_vars (under --check, into a private copy of the inventory)
     with inventory_for_run(fleet, prepared, check) if prepared else nullcontext(fleet.root) as inventory:

@@ -16,6 +16,7 @@ import pwd
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -135,8 +136,10 @@ def _install_userland(d: Path) -> Path:
     run_py = d / "userland" / "run.py"
     run_py.write_text("import sys\n\nfrom macos.cli import main\n\nsys.exit(main())\n")
     subprocess.run([NODE_PYTHON, "-m", "compileall", "-q", str(dst)], capture_output=True)
+    if shutil.which("iperf3"):  # Homebrew's iperf3 on a node is a copy of Debian's (the nodes' /usr/bin hides it)
+        shutil.copy2(shutil.which("iperf3"), d / "userland" / "iperf3")
     for p in [d / "userland", *d.joinpath("userland").rglob("*")]:
-        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+        os.chmod(p, 0o755 if p.is_dir() or p.name == "iperf3" else 0o644)
     return run_py
 
 
@@ -226,7 +229,7 @@ def _prepare_node(lab: dict, d: Path, node: str, run_py: Path, pubkey: str, uid:
     os.chmod(home / ".ssh", 0o700)
     os.chmod(home / ".ssh/authorized_keys", 0o600)
     _write_sudo(lab, nd, user)
-    _write_homebrew(nd, uid, gid, rsync=not lab["fresh"])
+    _write_homebrew(nd, uid, gid, formulae=not lab["fresh"])
     if not lab["fresh"]:
         _write_prepared(lab, nd, node, uid)
     (nd / "sshd/sshd_config").write_text(SSHD_CONFIG.format(node=node, lab=lab["name"], dir=nd, user=user))
@@ -256,6 +259,9 @@ def _write_standins(nd: Path, run_py: Path) -> None:
     stub = nd / "standins" / "python3"
     stub.write_text(devtools.python3_stub())
     os.chmod(stub, 0o755)
+    # macOS has no iperf3 (Homebrew's comes with bootstrap): an overlay whiteout hides Debian's /usr/bin/iperf3
+    if not os.path.lexists(nd / "standins" / "iperf3"):
+        os.mknod(nd / "standins" / "iperf3", stat.S_IFCHR | 0o000, os.makedev(0, 0))
 
 
 ADMIN_RULE = """\
@@ -333,8 +339,9 @@ def _new_admin_password(d: Path) -> str:
     return password
 
 
-def _write_homebrew(nd: Path, uid: int, gid: int, *, rsync: bool) -> None:
-    """Homebrew is there (the runbook has the operator install it); its rsync only on a prepared node."""
+def _write_homebrew(nd: Path, uid: int, gid: int, *, formulae: bool) -> None:
+    """Homebrew is there (the runbook has the operator install it); the formulae bootstrap installs (rsync,
+    iperf3) only on a prepared node."""
     from .macos import devtools
 
     brew = nd / "fs/homebrew/bin/brew"
@@ -342,10 +349,14 @@ def _write_homebrew(nd: Path, uid: int, gid: int, *, rsync: bool) -> None:
     brew.write_text(f'#!/bin/sh\nexec {NODE_PYTHON} -S -E {run_py} {nd} brew "$@"\n')
     os.chmod(brew, 0o755)
     os.lchown(brew, uid, gid)
-    if rsync:
-        link = nd / "fs/homebrew/bin/rsync"
-        link.symlink_to(devtools.SYSTEM_RSYNC)
-        os.lchown(link, uid, gid)
+    if formulae:
+        prefix = nd / "fs/homebrew"
+        for name in devtools.FORMULAE:
+            if name == "iperf3" and not (nd.parent.parent / "userland" / devtools.IPERF3_COPY).exists():
+                continue  # the host has no iperf3 to stand in for Homebrew's
+            devtools.install_formula(name, str(prefix), str(nd.parent.parent / "userland"))
+        for p in [*(prefix / "bin").iterdir(), *prefix.joinpath("Cellar").rglob("*"), prefix / "Cellar"]:
+            os.lchown(p, uid, gid)
 
 
 def _write_prepared(lab: dict, nd: Path, node: str, uid: int) -> None:

@@ -15,7 +15,8 @@ RANK = {"": 0, "skipped": 1, "ok": 2, "changed": 3, "unreachable": 4, "failed": 
 STYLE = {"ok": "green", "changed": "yellow", "failed": "bold red", "unreachable": "bold red", "skipped": "dim"}
 # Narrow cells, so 11 steps fit 80 columns: ✓ ok, +N changed (~N would change), ✗ failed, ! unreachable.
 SHOWN = {"ok": "✓", "changed": "+", "failed": "✗", "unreachable": "!", "skipped": "–", "": "·"}
-HEADERS = {"preflight": "pre", "sudoers": "sudo", "spotlight": "mds", "ipplan": "ip", "filevault": "fv"}
+HEADERS = {"preflight": "pre", "sudoers": "sudo", "homebrew": "brew", "spotlight": "mds", "ipplan": "ip",
+           "filevault": "fv"}
 
 
 class StepTable:

@@ -80,6 +80,7 @@ def test_fresh_lab_is_a_mac_out_of_the_box(fresh: Lab) -> None:
     assert fresh.ssh(n1, "xcode-select -p", check=False).returncode == 2
     assert fresh.ssh(n1, "sudo -n true", check=False).returncode != 0  # sudo asks for a password
     assert fresh.ssh(n1, "test -e /opt/homebrew/bin/rsync", check=False).returncode != 0
+    assert fresh.ssh(n1, "command -v iperf3", check=False).returncode != 0  # macOS has none: Homebrew's comes later
     assert "Enabled" in fresh.ssh(n1, "networksetup -getnetworkserviceenabled 'Thunderbolt Bridge'").stdout
 
 
@@ -151,6 +152,7 @@ def test_fresh_to_ready_then_nothing_to_change(fresh: Lab, tmp_path: Path) -> No
     assert fresh.ssh(n1, "sudo -n true", check=False).returncode != 0  # scoped: not NOPASSWD: ALL
     assert fresh.ssh(n1, "/usr/bin/python3 -c 'print(1)'").stdout.strip() == "1"
     assert fresh.ssh(n1, "test -x /opt/homebrew/bin/rsync", check=False).returncode == 0
+    assert fresh.ssh(n1, "/opt/homebrew/bin/iperf3 --version").returncode == 0  # what `bench links` runs
     assert "Indexing disabled" in fresh.ssh(n1, "mdutil -s ~/.exo/models").stdout
     assert fresh.macfleet("topology", "check", "-i", str(fresh.inventory), check=False).returncode == 0
 
@@ -181,12 +183,18 @@ def test_packet_filter_lets_exo_in_from_the_mesh_and_the_controller_only(fresh: 
 def test_one_node_unreachable_the_other_done_exit_3(fresh: Lab) -> None:
     n1, n2 = fresh.nodes
     fresh.macfleet("lab", "power", "--name", fresh.name, n2, "off")
+    # and n1 without Homebrew (its iperf3 gone too): a line for a human, not a failure
+    fresh.ssh(n1, "rm /opt/homebrew/bin/iperf3 && mv /opt/homebrew/bin/brew /opt/homebrew/brew.away")
     try:
         rc, data = _bootstrap(fresh)
         assert rc == 3
         assert data["nodes"][n2]["failed"] is True and data["nodes"][n2]["needs_human"][0].startswith("unreachable")
         assert data["nodes"][n1]["failed"] is False
+        assert any("Homebrew is not installed" in line and "iperf3" in line
+                   for line in data["nodes"][n1]["needs_human"]), data
     finally:
+        fresh.ssh(n1, "mv /opt/homebrew/brew.away /opt/homebrew/bin/brew && /opt/homebrew/bin/brew install iperf3",
+                  check=False)
         fresh.macfleet("lab", "power", "--name", fresh.name, n2, "on")
         fresh.wait_ssh(n2, timeout=120)
 

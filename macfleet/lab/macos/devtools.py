@@ -1,7 +1,8 @@
 """Developer-tools stand-ins: `xcode-select`, `softwareupdate` (list and install, the Command Line Tools
 among them), `/usr/bin/python3` (the Command Line Tools stub until the tools are installed) and Homebrew's
-`brew` (install rsync). Messages follow those widely quoted from Macs without the tools; the exact
-`softwareupdate --install` progress lines and the CLT label are guesses (docs/lab.md lists them).
+`brew` (`list`, `install` of rsync and iperf3). Messages follow those widely quoted from Macs without the tools;
+the exact `softwareupdate --install` progress lines, the CLT label and brew's outputs are guesses (docs/lab.md
+lists them).
 
 The Command Line Tools are "installed" when /Library/Developer/CommandLineTools/usr/bin/python3 exists (the
 node's own /Library), a link to the Python the lab runs. The node's /usr/bin/python3 is a shell script
@@ -11,6 +12,7 @@ node's own /Library), a link to the Python the lab runs. The node's /usr/bin/pyt
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 
 from .common import Node, err, is_root
@@ -110,8 +112,72 @@ def softwareupdate(node: Node, args: list[str]) -> int:
     return 1
 
 
-BREW_RSYNC = "/opt/homebrew/bin/rsync"
+BREW_PREFIX = "/opt/homebrew"
 SYSTEM_RSYNC = "/usr/bin/rsync"  # Debian's rsync stands in for Homebrew's (macOS's own is openrsync)
+IPERF3_COPY = "iperf3"  # in the lab's userland/: Debian's iperf3, which the nodes' /usr/bin hides (no iperf3 on a Mac)
+# The formulae the lab's brew knows: version, and the files `brew list NAME` prints (under the keg).
+FORMULAE = {
+    "rsync": ("3.4.1", ("bin/rsync", "share/man/man1/rsync.1", "share/man/man1/rsync-ssl.1",
+                        "share/man/man5/rsyncd.conf.5")),
+    "iperf3": ("3.19.1", ("bin/iperf3", "include/iperf_api.h", "lib/libiperf.0.dylib", "lib/libiperf.a",
+                          "lib/libiperf.dylib", "share/man/man1/iperf3.1", "share/man/man3/libiperf.3")),
+}
+
+
+def formula_installed(name: str, prefix: str = BREW_PREFIX) -> bool:
+    return os.path.lexists(f"{prefix}/bin/{name}")
+
+
+def install_formula(name: str, prefix: str, userland: str) -> None:
+    """What `brew install NAME` leaves: the keg's binary and its link in PREFIX/bin (rsync: a link to Debian's)."""
+    version, _ = FORMULAE[name]
+    if name == "rsync":
+        os.symlink(SYSTEM_RSYNC, f"{prefix}/bin/rsync")
+        return
+    keg_bin = f"{prefix}/Cellar/{name}/{version}/bin"
+    os.makedirs(keg_bin, exist_ok=True)
+    shutil.copy2(os.path.join(userland, IPERF3_COPY), f"{keg_bin}/{name}")
+    os.symlink(f"../Cellar/{name}/{version}/bin/{name}", f"{prefix}/bin/{name}")
+
+
+def _brew_list(args: list[str]) -> int:
+    names = [a for a in args if not a.startswith("-")]
+    if "--versions" in args:  # one "name version" line per installed formula; exit 1 if any named is not
+        shown = names or sorted(n for n in FORMULAE if formula_installed(n))
+        for n in shown:
+            if n in FORMULAE and formula_installed(n):
+                sys.stdout.write(f"{n} {FORMULAE[n][0]}\n")
+        return 0 if all(n in FORMULAE and formula_installed(n) for n in shown) else 1
+    if not names:
+        for n in sorted(n for n in FORMULAE if formula_installed(n)):
+            sys.stdout.write(f"{n}\n")
+        return 0
+    for n in names:
+        if n not in FORMULAE or not formula_installed(n):
+            err(f"Error: No such keg: {BREW_PREFIX}/Cellar/{n}")
+            return 1
+        version, files = FORMULAE[n]
+        for f in files:
+            sys.stdout.write(f"{BREW_PREFIX}/Cellar/{n}/{version}/{f}\n")
+    return 0
+
+
+def _brew_install(node: Node, names: list[str]) -> int:
+    for n in names:
+        if n not in FORMULAE:
+            err(f"Warning: No available formula with the name \"{n}\".\n"
+                "Error: No formulae or casks found for " + repr(n).replace("'", '"') + ".")
+            return 1
+    for n in names:
+        version, files = FORMULAE[n]
+        if formula_installed(n):
+            err(f"Warning: {n} {version} is already installed and up-to-date.\nTo reinstall {version}, run:\n"
+                f"  brew reinstall {n}")
+            continue
+        sys.stdout.write(f"==> Fetching downloads for: {n}\n==> Pouring {n}--{version}.arm64_tahoe.bottle.tar.gz\n"
+                         f"\U0001f37a  {BREW_PREFIX}/Cellar/{n}/{version}: {len(files)} files, 796.6KB\n")
+        install_formula(n, BREW_PREFIX, str(node.lab.dir / "userland"))
+    return 0
 
 
 def brew(node: Node, args: list[str]) -> int:
@@ -121,20 +187,11 @@ def brew(node: Node, args: list[str]) -> int:
             "access to your system.")
         return 1
     if args[:1] == ["--prefix"]:
-        sys.stdout.write("/opt/homebrew\n")
+        sys.stdout.write(f"{BREW_PREFIX}\n")
         return 0
     if args[:1] == ["list"]:
-        if os.path.lexists(BREW_RSYNC):
-            sys.stdout.write("rsync\n")
-        return 0
-    if args[:2] == ["install", "rsync"]:
-        if os.path.lexists(BREW_RSYNC):
-            err("Warning: rsync 3.4.1 is already installed and up-to-date.\nTo reinstall 3.4.1, run:\n"
-                "  brew reinstall rsync")
-            return 0
-        sys.stdout.write("==> Fetching rsync\n==> Pouring rsync--3.4.1.arm64_tahoe.bottle.tar.gz\n"
-                         "🍺  /opt/homebrew/Cellar/rsync/3.4.1: 10 files, 796.6KB\n")
-        os.symlink(SYSTEM_RSYNC, BREW_RSYNC)
-        return 0
-    err("Error: only `brew install rsync`, `brew list` and `brew --prefix` are simulated by the macfleet lab")
+        return _brew_list(args[1:])
+    if args[:1] == ["install"] and len(args) > 1:
+        return _brew_install(node, [a for a in args[1:] if not a.startswith("-")])
+    err("Error: only `brew install`, `brew list [--versions]` and `brew --prefix` are simulated by the macfleet lab")
     return 1

@@ -1,0 +1,72 @@
+"""macfleet's one read of a Mac: every file and command the bootstrap roles compare against, in one run.
+
+Reads a JSON request on stdin, {"files": [path, ...], "commands": [[argv...], ...]}, and prints one JSON
+object: {"files": {path: record or null}, "commands": {"argv joined by spaces": {"rc", "stdout", "stderr"}}}.
+A file record has its type, mode ("0644"), uid, gid, owner and group names and, for a regular file, the
+SHA-1 of its content (what Ansible's stat and template modules compare). It only reads; it runs with the
+interpreter of the Command Line Tools (Python 3.9 on macOS 26), so it uses the standard library only.
+"""
+
+import grp
+import hashlib
+import json
+import os
+import pwd
+import stat
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+COMMAND_TIMEOUT_S = 60
+MAX_OUTPUT_CHARS = 1_000_000  # a read is data for a comparison, never unbounded
+MAX_CHECKSUM_BYTES = 16 * 1024 * 1024
+
+
+def _name(lookup, ident):
+    try:
+        return lookup(ident)[0]
+    except KeyError:
+        return None
+
+
+def read_file(path):
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    kind = ("link" if stat.S_ISLNK(st.st_mode) else "directory" if stat.S_ISDIR(st.st_mode)
+            else "file" if stat.S_ISREG(st.st_mode) else "other")
+    record = {"type": kind, "mode": f"{stat.S_IMODE(st.st_mode):04o}", "uid": st.st_uid, "gid": st.st_gid,
+              "owner": _name(pwd.getpwuid, st.st_uid), "group": _name(grp.getgrgid, st.st_gid), "checksum": None}
+    if kind == "file" and st.st_size <= MAX_CHECKSUM_BYTES:
+        digest = hashlib.sha1()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(65536), b""):
+                digest.update(block)
+        record["checksum"] = digest.hexdigest()
+    return record
+
+
+def run(argv):
+    try:
+        p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=COMMAND_TIMEOUT_S)
+    except FileNotFoundError as exc:
+        return {"rc": 127, "stdout": "", "stderr": str(exc)}
+    except subprocess.TimeoutExpired:
+        return {"rc": 124, "stdout": "", "stderr": f"timed out after {COMMAND_TIMEOUT_S} s"}
+    return {"rc": p.returncode, "stdout": p.stdout.decode("utf-8", "replace")[:MAX_OUTPUT_CHARS],
+            "stderr": p.stderr.decode("utf-8", "replace")[:MAX_OUTPUT_CHARS]}
+
+
+def main():
+    request = json.load(sys.stdin)
+    commands = [[str(word) for word in argv] for argv in request.get("commands", [])]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(run, commands))
+    json.dump({"files": {str(p): read_file(str(p)) for p in request.get("files", [])},
+               "commands": {" ".join(argv): results[i] for i, argv in enumerate(commands)}}, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
