@@ -10,12 +10,16 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from macfleet.collect.commands import CommandSpec
-from macfleet.collect.gather import MAX_CHANNELS_PER_CONNECTION, Gathered
+from macfleet.collect.gather import Gathered
 from macfleet.collect.ssh import Raw, SshSession, SshTarget, Unreachable
 from macfleet.inventory.model import Fleet
 
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 60.0
+
+# sshd allows MaxSessions (10 by default, on macOS too) channels at once per connection; one over it is
+# refused. A kept session runs its commands a channel each, so it stays under that with headroom.
+MAX_CHANNELS_PER_CONNECTION = 8
 
 
 class KeptSession:

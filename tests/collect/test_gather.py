@@ -364,8 +364,11 @@ def _hung_inventory(server, tmp_path: Path) -> tuple[Path, object]:
 
     inv = tmp_path / "inv"
     shutil.copytree(server.inventory, inv)
+    # at node-2's own address: a silent socket elsewhere leaves node-2's port closed, refused at once, and the
+    # pass can end before Ctrl-C is pressed
+    address = load_inventory(inv).node("node-2").address
     silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
+    silent.bind((address, 0))
     silent.listen(8)
     port = silent.getsockname()[1]
     hosts = inv / "hosts.yml"
@@ -375,7 +378,7 @@ def _hung_inventory(server, tmp_path: Path) -> tuple[Path, object]:
     settings = inv / "group_vars" / "all" / "macfleet.yml"
     settings.write_text(settings.read_text().replace("connect_timeout_s: 5", "connect_timeout_s: 60"))
     with (inv / "known_hosts").open("a") as fh:
-        fh.write(f"[127.0.0.1]:{port} {server.host_key_pub}\n")
+        fh.write(f"[{address}]:{port} {server.host_key_pub}\n")
     return inv, silent
 
 
