@@ -239,6 +239,16 @@ def test_unreachable_node_leaves_its_other_checks_unknown_and_the_rest_judged() 
     assert set(payload["checks"][0]) == {"check", "node", "result"}
 
 
+
+def test_every_check_of_an_unreachable_node_is_unknown() -> None:
+    """Even the checks read from the controller's files (links-bench): a node that does not answer is not
+    judged, and never gets a clean verdict."""
+    facts = all_nodes()
+    facts["s3"] = NodeFacts(reachable=False, unreachable_reason="cannot connect")
+    c = ctx(facts)
+    report = judge_health(c.fleet, c.meshes, facts, NOW)
+    assert {r.result for r in report.checks if r.node == "s3" and r.check != "reachable"} == {"unknown"}
+
 def test_exo_peers_says_every_peer_sees_it_when_only_its_own_view_is_short() -> None:
     views = {"s1": ["s1", "s2", "s3"], "s2": ["s1", "s2", "s3"], "s3": ["s3"]}
     [f] = verdict("exo-peers", exo_facts(views), "s3")
