@@ -14,6 +14,7 @@ import json
 import shlex
 from dataclasses import dataclass
 
+from macfleet.act.release import NODE_RELEASES
 from macfleet.act.transfer import REMOTE_PYTHON, SshArgs, on_nodes, run_remote
 from macfleet.errors import RemoteCommandError
 from macfleet.inventory.model import Fleet
@@ -23,16 +24,7 @@ from macfleet.judge.llama_rpc import LABEL_PREFIX, MAX_JOBS
 _READ_PROGRAM = r"""
 import json, os, plistlib, subprocess, sys
 root, prefix, jobs = sys.argv[1], sys.argv[2], int(sys.argv[3])
-rel = os.path.join(root, "releases")
-try:
-    current = os.path.basename(os.readlink(os.path.join(root, "current")).rstrip("/"))
-except OSError:
-    current = None
-names = []
-if os.path.isdir(rel):
-    names = sorted((n for n in os.listdir(rel) if not n.startswith(".") and os.path.isdir(os.path.join(rel, n))),
-                   key=lambda n: (os.stat(os.path.join(rel, n)).st_mtime, n))
-loaded, plists = {}, {}
+""" + NODE_RELEASES + r"""loaded, plists = {}, {}
 for i in range(jobs):
     path = "/Library/LaunchDaemons/%s.%d.plist" % (prefix, i)
     if not os.path.exists(path):

@@ -23,10 +23,9 @@ from macfleet.judge.rollout import NodeAnswer, check_release_name
 LABEL = "org.macfleet.exo"
 MAX_STATE_BYTES = 8 * 1024 * 1024
 
-# Runs on the node: what `current` points at, the releases present (oldest first), whether the job runs.
-_READ_PROGRAM = r"""
-import json, os, subprocess, sys
-root, label = sys.argv[1], sys.argv[2]
+# Node-side lines shared by the programs that read an install root (exo's, llama.cpp's): with `root` set, they
+# set `current` (the release `current` points at, or None) and `names` (the releases present, oldest first).
+NODE_RELEASES = r"""
 rel = os.path.join(root, "releases")
 try:
     current = os.path.basename(os.readlink(os.path.join(root, "current")).rstrip("/"))
@@ -36,6 +35,13 @@ names = []
 if os.path.isdir(rel):
     names = sorted((n for n in os.listdir(rel) if not n.startswith(".") and os.path.isdir(os.path.join(rel, n))),
                    key=lambda n: (os.stat(os.path.join(rel, n)).st_mtime, n))
+"""
+
+# Runs on the node: what `current` points at, the releases present (oldest first), whether the job runs.
+_READ_PROGRAM = r"""
+import json, os, subprocess, sys
+root, label = sys.argv[1], sys.argv[2]
+""" + NODE_RELEASES + r"""
 p = subprocess.run(["launchctl", "print", "system/%s" % label], capture_output=True, text=True)
 running = p.returncode == 0 and "\tstate = running" in p.stdout
 print(json.dumps({"current": current, "releases": names, "running": running}))
