@@ -52,7 +52,8 @@ class Rig:
             }
         return g
 
-    def prepare_apply(self, fleet, meshes) -> PreparedApply:
+    def prepare_apply(self, fleet, meshes, gathered=None) -> PreparedApply:
+        assert gathered is not None, "the IP plan is judged on bootstrap's own pass, not a second one"
         self.prepared.append(True)
         nodes = [n for m in meshes for n in m.node_names]
         return PreparedApply(nodes=nodes, hostvars={n: {"ipplan_interfaces": []} for n in nodes},
@@ -185,6 +186,23 @@ def test_human_output_has_the_step_table_and_a_verdict(cli, example_inventory: P
     assert r.exit_code == 0, r.output
     assert "sudo" in r.stderr and "+1" in r.stderr  # the live table, on stderr
     assert "every node ready" in r.stdout
+
+
+def test_a_settled_mac_shows_every_step_done(example_inventory: Path, rig: Rig) -> None:
+    """The playbook ends a Mac with nothing to change at the probe (no events from the roles after it): its word
+    "settled" marks those steps done, and the IP plan's column skipped when no plan was applied."""
+    from macfleet.inventory.load import load_inventory
+
+    for n in NODES:
+        rig.events[n] = [ProgressEvent(n, "Report that this Mac has nothing to change.", "ok", False,
+                                       "settled: every role found this Mac as it should be.", role=None)]
+    steps: dict[tuple[str, str], str] = {}
+    fleet = load_inventory(example_inventory)
+    report = flow_bootstrap.bootstrap(fleet, fleet.meshes, check=False, become_password=lambda nodes: None,
+                                      on_step=lambda node, step, status: steps.__setitem__((node, step), status))
+    assert report.changed == 0 and report.exit_code == 0
+    for n in NODES:
+        assert [steps.get((n, step)) for step in flow_bootstrap.STEPS] == ["ok"] + [None] + ["ok"] * 9
 
 
 def test_unknown_mesh_exits_2(cli, example_inventory: Path, rig: Rig) -> None:

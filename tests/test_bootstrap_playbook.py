@@ -136,3 +136,97 @@ def test_probe_reads_files_and_commands_in_one_run(tmp_path: Path) -> None:
     assert state["commands"]["echo a b"] == {"rc": 0, "stdout": "a b\n", "stderr": ""}
     assert state["commands"]["sh -c echo err >&2; exit 3"] == {"rc": 3, "stdout": "", "stderr": "err\n"}
     assert state["commands"]["/nonexistent/cmd"]["rc"] == 127
+
+
+def test_probe_runs_admin_commands_as_the_admin(tmp_path: Path) -> None:
+    """Homebrew refuses root, so the probe (run as root) reads `brew list` as the admin: that account's uid,
+    home and a plain PATH; an unknown account is a failed read (rc 126), never a read as root."""
+    import json
+    import os
+    import pwd
+    import sys
+
+    if os.geteuid() != 0:
+        pytest.skip("switching to another account needs root")
+    nobody = pwd.getpwnam("nobody")
+    request = {"admin": "nobody", "admin_commands": [["id", "-u"], ["sh", "-c", "echo $HOME"]],
+               "commands": [["id", "-u"]]}
+    probe = str(ROLES / "probe" / "files" / "probe.py")
+    p = subprocess.run([sys.executable, "-I", probe], input=json.dumps(request), capture_output=True, text=True,
+                       timeout=60, check=True)
+    state = json.loads(p.stdout)
+    assert state["admin_commands"]["id -u"]["stdout"].strip() == str(nobody.pw_uid)
+    assert state["admin_commands"]["sh -c echo $HOME"]["stdout"].strip() == nobody.pw_dir
+    assert state["commands"]["id -u"]["stdout"].strip() == "0"
+    request = {"admin": "no-such-admin", "admin_commands": [["id", "-u"]]}
+    p = subprocess.run([sys.executable, "-I", probe], input=json.dumps(request), capture_output=True, text=True,
+                       timeout=60, check=True)
+    assert json.loads(p.stdout)["admin_commands"]["id -u"]["rc"] == 126
+
+
+def _ipplan_filters() -> dict:
+    import importlib.util
+
+    path = ROLES / "ipplan" / "filter_plugins" / "ipplan_state.py"
+    spec = importlib.util.spec_from_file_location("ipplan_state", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.FilterModule().filters()
+
+
+CAPTURES = ROOT / "tests" / "fixtures" / "captures"
+
+
+def _read(kind: str, name: str, rc: int = 0) -> dict:
+    return {"rc": rc, "stdout": (CAPTURES / kind / name).read_text(), "stderr": ""}
+
+
+def test_ipplan_reads_real_captures() -> None:
+    """The ipplan role's rules on real macOS outputs: a disabled service "(*) Name", bridge0's members, a manual
+    address, a port's MTU."""
+    f = _ipplan_filters()
+    order = _read("service-order", "macos__networksetup_listnetworkserviceorder_exo_services_1.txt")
+    assert f["ipplan_service_enabled"](order, "EXO Thunderbolt 1")
+    assert not f["ipplan_service_enabled"](order, "EXO Thunderbolt 3")
+    stock = _read("service-order", "macos__networksetup_listnetworkserviceorder_stock_1.txt")
+    assert f["ipplan_service_enabled"](stock, "Thunderbolt Bridge")
+    bridge0 = f["ipplan_bridge0"](_read("ifconfig", "macos__ifconfig_bridge0_active_169254_tb4_1.txt"))
+    assert f["ipplan_bridge_member"](bridge0, "en2") and not f["ipplan_bridge_member"](bridge0, "en5")
+    manual = _read("getinfo", "macos__networksetup_getinfo_manual_1.txt")
+    assert f["ipplan_release_manual"](manual)
+    ifconfig = _read("ifconfig", "macos__ifconfig_en2_tb_ip_tn3205_1.txt")
+    port = {"device": "en2", "service": "EXO Thunderbolt 1", "address": "192.168.100.100", "netmask": "255.255.255.0"}
+    assert f["ipplan_port_needs"](port, manual, order, ifconfig, 1500) == {
+        "create": False, "enable": False, "address": False, "mtu": False}
+    assert f["ipplan_port_needs"]({**port, "address": "10.213.0.1"}, manual, order, ifconfig, 9000) == {
+        "create": False, "enable": False, "address": True, "mtu": True}
+    missing = {"rc": 4, "stdout": "EXO Thunderbolt 3 is not a recognized network service.\n", "stderr": ""}
+    assert f["ipplan_port_needs"]({**port, "service": "EXO Thunderbolt 3"}, missing, order, ifconfig, 1500) == {
+        "create": True, "enable": False, "address": True, "mtu": False}
+
+
+def test_ipplan_pending_only_when_something_is_to_do_or_unread() -> None:
+    f = _ipplan_filters()
+    order = _read("service-order", "macos__networksetup_listnetworkserviceorder_exo_services_1.txt")
+    ifconfig = _read("ifconfig", "macos__ifconfig_en2_tb_ip_tn3205_1.txt")
+    manual = _read("getinfo", "macos__networksetup_getinfo_manual_1.txt")
+    dhcp = _read("getinfo", "macos__networksetup_getinfo_thunderbolt_bridge_noip_1.txt")
+    port = {"device": "en2", "service": "EXO Thunderbolt 1", "address": "192.168.100.100", "netmask": "255.255.255.0"}
+    commands = {"networksetup -listnetworkserviceorder": order, "ifconfig": ifconfig,
+                "networksetup -getinfo EXO Thunderbolt 1": manual, "networksetup -getinfo EXO Thunderbolt 2": dhcp}
+
+    def pending(commands: dict = commands, **over: object) -> bool:
+        args = {"interfaces": [port], "mtu": 1500, "bridge_services": ["Thunderbolt Bridge"],
+                "thunderbolt_devices": ["en2", "en3"], "release_services": [], **over}
+        return f["ipplan_pending"](commands, "networksetup", "ifconfig", args["interfaces"], args["mtu"],
+                                   args["bridge_services"], args["thunderbolt_devices"], args["release_services"])
+
+    assert not pending()
+    assert pending(bridge_services=["EXO Thunderbolt 2"])  # a bridge service still enabled
+    assert pending(interfaces=[{**port, "address": "10.213.0.9"}])
+    assert pending(mtu=9000)
+    assert pending(release_services=[{"service": "EXO Thunderbolt 1", "device": "en2"}])  # manual: back to DHCP
+    assert not pending(release_services=[{"service": "EXO Thunderbolt 2", "device": "en3"}])
+    assert pending({**commands, "ifconfig": {"rc": 1, "stdout": "", "stderr": "boom"}})  # unread is not "in place"
+    with_bridge = {**commands, "ifconfig": _read("ifconfig", "macos__ifconfig_bridge0_active_169254_tb4_1.txt")}
+    assert pending(with_bridge, mtu=1500, interfaces=[])  # en2 and en3 are still bridge0 members

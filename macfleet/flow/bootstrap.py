@@ -25,7 +25,7 @@ from macfleet.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_UNREACHABLE, Refused, U
 from macfleet.facts.rdma import RdmaCtlFacts
 from macfleet.facts.registry import facts_from_outputs
 from macfleet.facts.system import FdesetupFacts
-from macfleet.flow.topology import PreparedApply, inventory_for_run, prepare_apply
+from macfleet.flow.topology import NETWORK_KINDS, PreparedApply, inventory_for_run, prepare_apply
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.bootstrap import filevault_record, rdma_needs
 
@@ -40,6 +40,10 @@ BECOME_PROBE = CommandSpec("sudo-become", ("sudo", "-n", "-l", "/bin/sh", "-c",
                                            f"echo BECOME-SUCCESS-macfleetprobe ; {PYTHON}"), timeout_s=10)
 NEEDS_HUMAN = "needs a human: "
 NOTE = "note: "
+# The playbook's word that every role found a Mac as it should be; it ends the play there, so the roles after
+# the probe send no events for that Mac.
+SETTLED = "settled: "
+SETTLED_STEPS = STEPS[STEPS.index("sudoers"):]
 MAX_SECRET_BYTES = 4096
 
 
@@ -107,11 +111,12 @@ def _facts(gathered: Gathered, node: str) -> tuple[RdmaCtlFacts | None, Fdesetup
     return (rdma if isinstance(rdma, RdmaCtlFacts) else None, fde if isinstance(fde, FdesetupFacts) else None)
 
 
-def _prepare_ipplan(fleet: Fleet, meshes: list[Mesh], outcomes: dict[str, NodeOutcome]) -> PreparedApply | None:
-    """Judge the IP plan on the live cables; None when it cannot be applied now, with the reason added to every
-    node (the rest of bootstrap still runs)."""
+def _prepare_ipplan(fleet: Fleet, meshes: list[Mesh], outcomes: dict[str, NodeOutcome],
+                    gathered: Gathered) -> PreparedApply | None:
+    """Judge the IP plan on the live cables (read in bootstrap's one pass); None when it cannot be applied now,
+    with the reason added to every node (the rest of bootstrap still runs)."""
     try:
-        prepared = prepare_apply(fleet, meshes)
+        prepared = prepare_apply(fleet, meshes, gathered)
     except (UnreachableError, Refused) as exc:
         why = exc.hint if isinstance(exc, Refused) and exc.hint else exc.message
         for o in outcomes.values():
@@ -154,7 +159,9 @@ def bootstrap(
     reported). `on_step(node, step, status)` follows the playbook live."""
     names = [n for m in meshes for n in m.node_names]
     outcomes = {n: NodeOutcome() for n in names}
-    gathered = gather(fleet, [n for m in meshes for n in m.nodes], (BECOME_PROBE, *specs_for(("rdma-ctl", "fdesetup"))),
+    # one pass: sudo, RDMA, FileVault and what the IP plan is judged on
+    gathered = gather(fleet, [n for m in meshes for n in m.nodes],
+                      (BECOME_PROBE, *specs_for(("rdma-ctl", "fdesetup", *NETWORK_KINDS))),
                       cancel=cancel)
     unreachable = dict(gathered.unreachable)
     for n, why in unreachable.items():
@@ -179,7 +186,7 @@ def bootstrap(
                 "sudo asks for the admin password and none may be asked for here. Fix: run bootstrap at a terminal, "
                 "or give --become-password-file FILE (readable only by you); bootstrap then installs macfleet's "
                 "scoped sudoers drop-in, so later runs need no password.")
-    prepared = _prepare_ipplan(fleet, meshes, outcomes) if not unreachable else None
+    prepared = _prepare_ipplan(fleet, meshes, outcomes, gathered) if not unreachable else None
     if unreachable:
         for n in reachable:
             outcomes[n].notes.append("the IP plan waits until every node of the mesh answers")
@@ -191,6 +198,9 @@ def bootstrap(
             _record(outcomes[e.host], e)
             if on_step is not None:
                 on_step(e.host, "preflight" if not e.role or e.role in READ_ROLES else e.role, e.status)
+                if e.status == "ok" and e.message and e.message.startswith(SETTLED):
+                    for step in SETTLED_STEPS:
+                        on_step(e.host, step, "skipped" if step == "ipplan" and prepared is None else "ok")
 
     # the plan goes into generated host_vars (under --check, into a private copy of the inventory)
     with inventory_for_run(fleet, prepared, check) if prepared else nullcontext(fleet.root) as inventory:

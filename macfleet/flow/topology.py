@@ -210,8 +210,11 @@ class LivePlan:
         return EXIT_UNREACHABLE if self.gathered.unreachable else EXIT_OK
 
 
-def plan_live(fleet: Fleet, meshes: list[Mesh]) -> LivePlan:
-    gathered = collect(fleet, meshes, specs_for(NETWORK_KINDS))
+def plan_live(fleet: Fleet, meshes: list[Mesh], gathered: Gathered | None = None) -> LivePlan:
+    """The IP plan on the live cables. `gathered`: a pass that read NETWORK_KINDS on these nodes along with
+    the caller's own commands (bootstrap's), so the nodes are not asked twice."""
+    if gathered is None:
+        gathered = collect(fleet, meshes, specs_for(NETWORK_KINDS))
     reports = judge_cabling(meshes, gathered, NETWORK_KINDS)
     facts = {n: network_facts(gathered, n) for m in meshes for n in m.node_names if n not in gathered.unreachable}
     plan = IpPlan(links=[], mtu={})
@@ -233,10 +236,10 @@ class PreparedApply:
     uncabled: dict[str, int]  # mesh -> pairs with no cable yet (their addresses wait for the cable)
 
 
-def prepare_apply(fleet: Fleet, meshes: list[Mesh]) -> PreparedApply:
-    """One pass, then refuse if a node is unreachable, could not be read or the pool collides. Writes
-    nothing: `apply_network` decides where the host_vars go."""
-    live = plan_live(fleet, meshes)
+def prepare_apply(fleet: Fleet, meshes: list[Mesh], gathered: Gathered | None = None) -> PreparedApply:
+    """One pass (or the caller's, as in `plan_live`), then refuse if a node is unreachable, could not be read
+    or the pool collides. Writes nothing: `apply_network` decides where the host_vars go."""
+    live = plan_live(fleet, meshes, gathered)
     if live.gathered.unreachable:
         raise UnreachableError(live.gathered.unreachable,
                                hint="nothing was changed; the plan is checked on every node before any change")

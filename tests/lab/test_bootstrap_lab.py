@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 from pathlib import Path
@@ -199,10 +200,56 @@ def test_one_node_unreachable_the_other_done_exit_3(fresh: Lab) -> None:
         fresh.wait_ssh(n2, timeout=120)
 
 
-def test_prepared_lab_is_a_bootstrapped_mesh_and_exo_survives_a_reboot(make_lab) -> None:
+def _settled(state: Path) -> set[str]:
+    """The Macs where the last bootstrap's playbook ended at the probe: every role found it as it should be."""
+    runs = sorted((p for p in state.rglob("job_events") if p.is_dir()), key=lambda p: p.stat().st_mtime)
+    hosts = set()
+    for f in runs[-1].glob("*.json"):
+        data = json.loads(f.read_text()).get("event_data", {})
+        if str((data.get("res") or {}).get("msg", "")).startswith("settled: "):
+            hosts.add(data["host"])
+    return hosts
+
+
+def _drift(lab: Lab) -> None:
+    """Something for every role to put back, spread over both Macs, as a person or another tool leaves it."""
+    n1, n2 = lab.nodes
+    lab.sudo(n1, "pmset -a sleep 10; networksetup -setnetworkserviceenabled 'Thunderbolt Bridge' on; "
+                 "launchctl bootout system/org.macfleet.exo")
+    lab.ssh(n1, "rm /opt/homebrew/bin/iperf3")
+    lab.sudo(n2, "sysctl iogpu.wired_limit_mb=0; mdutil -i on \"$HOME/.exo/models\"; rm /etc/pf.anchors/macfleet; "
+                 "sed -i 's/^#.*$/# edited/' /etc/sudoers.d/macfleet")
+    lab.fault("ip-drift", n2, "saved")
+
+
+def _drift_is_gone(lab: Lab) -> None:
+    n1, n2 = lab.nodes
+    assert re.search(r"(?m)^\s*sleep\s+0\b", lab.ssh(n1, "pmset -g").stdout)
+    assert "(*) Thunderbolt Bridge" in lab.ssh(n1, "networksetup -listnetworkserviceorder").stdout
+    assert lab.ssh(n1, "test -x /opt/homebrew/bin/iperf3", check=False).returncode == 0
+    assert lab.ssh(n1, "launchctl print system/org.macfleet.exo", check=False).returncode == 0
+    assert lab.ssh(n2, "sysctl -n iogpu.wired_limit_mb").stdout.strip() not in ("", "0")
+    assert "Indexing disabled" in lab.ssh(n2, "mdutil -s ~/.exo/models").stdout
+    assert lab.ssh(n2, "test -f /etc/pf.anchors/macfleet", check=False).returncode == 0
+    assert lab.sudo(n2, "grep -c '^# edited' /etc/sudoers.d/macfleet", check=False).stdout.strip() == "0"
+    assert lab.macfleet("topology", "check", "-i", str(lab.inventory), check=False).returncode == 0
+
+
+def test_prepared_lab_is_a_bootstrapped_mesh_and_exo_survives_a_reboot(make_lab, tmp_path: Path) -> None:
     lab = make_lab("bp", "--nodes", "2", "--boot-seconds", "1", "--tb-rate", "80mbit")
-    rc, data = _bootstrap(lab)
+    state = {"MACFLEET_STATE_DIR": str(tmp_path / "state")}
+    rc, data = _bootstrap(lab, env=state)
     assert rc == 0 and data["changed"] == 0, data
+    assert _settled(tmp_path / "state") == set(lab.nodes)  # a ready Mac costs the probe and nothing more
+    # a Mac where any role has something to do is not settled: each drift is put back, then all are settled
+    _drift(lab)
+    rc, data = _bootstrap(lab, env=state)
+    assert rc == 0 and all(n["changed"] > 0 for n in data["nodes"].values()), data
+    assert _settled(tmp_path / "state") == set()
+    _drift_is_gone(lab)
+    rc, data = _bootstrap(lab, env=state)
+    assert rc == 0 and data["changed"] == 0, data
+    assert _settled(tmp_path / "state") == set(lab.nodes)
     for node in lab.nodes:
         lab.ssh(node, "sudo -n shutdown -r now", check=False)
     for node in lab.nodes:

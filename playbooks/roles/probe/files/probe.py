@@ -1,7 +1,9 @@
 """macfleet's one read of a Mac: every file and command the bootstrap roles compare against, in one run.
 
-Reads a JSON request on stdin, {"files": [path, ...], "commands": [[argv...], ...]}, and prints one JSON
-object: {"files": {path: record or null}, "commands": {"argv joined by spaces": {"rc", "stdout", "stderr"}}}.
+Reads a JSON request on stdin, {"files": [path, ...], "commands": [[argv...], ...], "admin": name,
+"admin_commands": [[argv...], ...]}, and prints one JSON object: {"files": {path: record or null},
+"commands": {"argv joined by spaces": {"rc", "stdout", "stderr"}}, "admin_commands": {same}}. Admin commands
+run as the named account (its uid, groups, home and a plain PATH): Homebrew refuses to run as root.
 A file record has its type, mode ("0644"), uid, gid, owner and group names and, for a regular file, the
 SHA-1 of its content (what Ansible's stat and template modules compare). It only reads; it runs with the
 interpreter of the Command Line Tools (Python 3.9 on macOS 26), so it uses the standard library only.
@@ -47,24 +49,43 @@ def read_file(path):
     return record
 
 
-def run(argv):
+def run(argv, **account):
     try:
-        p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=COMMAND_TIMEOUT_S)
+        p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=COMMAND_TIMEOUT_S, **account)
     except FileNotFoundError as exc:
         return {"rc": 127, "stdout": "", "stderr": str(exc)}
+    except (PermissionError, subprocess.SubprocessError) as exc:  # e.g. not root, so not allowed to switch user
+        return {"rc": 126, "stdout": "", "stderr": str(exc)}
     except subprocess.TimeoutExpired:
         return {"rc": 124, "stdout": "", "stderr": f"timed out after {COMMAND_TIMEOUT_S} s"}
     return {"rc": p.returncode, "stdout": p.stdout.decode("utf-8", "replace")[:MAX_OUTPUT_CHARS],
             "stderr": p.stderr.decode("utf-8", "replace")[:MAX_OUTPUT_CHARS]}
 
 
+def run_as(name):
+    """A runner for commands as the account `name`, or one that says why it cannot."""
+    try:
+        pw = pwd.getpwnam(name)
+    except KeyError:
+        return lambda argv: {"rc": 126, "stdout": "", "stderr": f"no account {name!r}"}
+    env = {"HOME": pw.pw_dir, "USER": name, "LOGNAME": name, "PATH": "/usr/bin:/bin:/usr/sbin:/sbin"}
+    account = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": os.getgrouplist(name, pw.pw_gid),
+               "env": env, "cwd": pw.pw_dir if os.path.isdir(pw.pw_dir) else "/"}
+    return lambda argv: run(argv, **account)
+
+
 def main():
     request = json.load(sys.stdin)
     commands = [[str(word) for word in argv] for argv in request.get("commands", [])]
+    admin_commands = [[str(word) for word in argv] for argv in request.get("admin_commands", [])]
+    as_admin = run_as(str(request.get("admin", "")))
     with ThreadPoolExecutor(max_workers=4) as pool:
-        results = list(pool.map(run, commands))
-    json.dump({"files": {str(p): read_file(str(p)) for p in request.get("files", [])},
-               "commands": {" ".join(argv): results[i] for i, argv in enumerate(commands)}}, sys.stdout)
+        results = pool.map(run, commands)
+        admin_results = pool.map(as_admin, admin_commands)
+        json.dump({"files": {str(p): read_file(str(p)) for p in request.get("files", [])},
+                   "commands": dict(zip((" ".join(argv) for argv in commands), results)),
+                   "admin_commands": dict(zip((" ".join(argv) for argv in admin_commands), admin_results))},
+                  sys.stdout)
     return 0
 
 
