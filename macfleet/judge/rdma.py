@@ -408,9 +408,8 @@ def _rdma_problems(me: _Node, mesh: Mesh, peers: Sequence[str]) -> list[Problem]
                            "disable and enable RDMA again in Recovery"))
     if me.wedged:
         out.append(Problem(code="rdma-wedged", message=f"RDMA wedged on {name}: `ibv_devinfo` gave no answer in time",
-                           fix=f"reboot every node of mesh {mesh.name} together (`macfleet reboot --mesh {mesh.name}`, "
-                           "when built; until then restart them all by hand within a few minutes): rebooting "
-                           f"{name} alone leaves it wedged"))
+                           fix=f"reboot every node of mesh {mesh.name} together: `macfleet reboot --mesh {mesh.name}` "
+                           f"(stop exo first; rebooting {name} alone leaves it wedged)"))
     elif me.facts.ibv_devinfo is None and devices is not None and devices.devices:
         why = me.facts.problem_of("ibv-devinfo") or "not collected"
         out.append(Problem(code="devinfo-unread", message=f"cannot read the RDMA ports of {name}: `ibv_devinfo -v` "
