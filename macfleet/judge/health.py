@@ -32,6 +32,8 @@ from macfleet.judge.ipplan import IpPlan, NodeNetworkFacts, bind_ports, diff_ip,
 from macfleet.judge.links_bench import LinksBenchInput, links_bench_findings
 from macfleet.judge.llama_rpc import LABEL_PREFIX, judge_listeners, rpc_bindings
 from macfleet.judge.model import Change
+from macfleet.judge.rdma import NodeRdma, NodeRdmaFacts, Problem
+from macfleet.judge.rdma import check_rdma as check_rdma_mesh
 from macfleet.judge.topology import NodeTopologyFacts, TopologyReport, check_cabling
 
 Result = Literal["ok", "finding", "unknown"]
@@ -139,6 +141,7 @@ class HealthContext:
     cabling: dict[str, TopologyReport] = field(default_factory=dict)  # mesh -> report
     links_bench: Mapping[str, LinksBenchInput] = field(default_factory=dict)  # mesh -> latest `bench links`
     found: dict[tuple[str, str], bool] = field(default_factory=dict)  # (check, node) -> has a finding
+    rdma: dict[str, dict[str, NodeRdma]] = field(default_factory=dict)  # mesh -> node -> `rdma status`'s verdict
 
     def mesh_of(self, node: str) -> Mesh:
         return next(m for m in self.meshes if node in m.node_names)
@@ -201,43 +204,6 @@ def check_macos_build(ctx: HealthContext, node: str) -> Verdict:
     return out
 
 
-@dataclass
-class RdmaNode:
-    """What the RDMA slot says about one node: problems of its own stack, and each port's state."""
-
-    stack: list[HealthFinding]
-    ports: dict[str, tuple[str | None, bool | None]]  # rdma_enX -> (PORT_ACTIVE/PORT_DOWN, has IPv4 GID)
-    unknown: str | None = None  # why the stack could not be judged
-
-
-def rdma_node(node: str, f: NodeFacts, mesh: str) -> RdmaNode:
-    """The RDMA slot: one node's own RDMA readiness from its facts (rdma_ctl, ibv_devices, ibv_devinfo -v)."""
-    if "ibv-devinfo:verbose" in f.timed_out or "ibv-devinfo" in f.timed_out:
-        return RdmaNode(stack=[HealthFinding(
-            node=node, check="rdma", severity="error",
-            message=f"RDMA wedged on {node}: `ibv_devinfo` hangs (gave no answer within its timeout)",
-            fix=f"reboot the whole mesh together: `macfleet reboot --mesh {mesh}` (stop exo first; rebooting "
-                f"{node} alone does not release the RDMA state its peers hold)",
-            evidence=f.why("ibv-devinfo:verbose"))], ports={})
-    if f.rdma_ctl is None:
-        return RdmaNode(stack=[], ports={}, unknown=f.why("rdma-ctl"))
-    if not f.rdma_ctl.enabled:
-        return RdmaNode(stack=[HealthFinding(
-            node=node, check="rdma", severity="error", message=f"RDMA is disabled on {node} (rdma_ctl status)",
-            fix=f"switch it on in Recovery mode at the Mac: `macfleet rdma enable {node}` walks you through it",
-            evidence=f"rdma_ctl status: {f.rdma_ctl.status}")], ports={})
-    if f.ibv_devices is not None and not f.ibv_devices.devices:
-        return RdmaNode(stack=[HealthFinding(
-            node=node, check="rdma", severity="error",
-            message=f"rdma_ctl says enabled on {node} but ibv_devices lists no RDMA device",
-            fix="a Thunderbolt 4-only Mac can never do RDMA; on a TB5 Mac reboot it and check again",
-            evidence="ibv_devices: header only")], ports={})
-    if f.ibv_devinfo is None:
-        return RdmaNode(stack=[], ports={}, unknown=f.why("ibv-devinfo:verbose"))
-    ports = {d.name: (d.state, d.has_ipv4_gid) for d in f.ibv_devinfo.devices}
-    return RdmaNode(stack=[], ports=ports)
-
-
 def _ok_cable_ends(report: TopologyReport, node: str) -> dict[str, str]:
     """This node's devices (enX) whose cable the cabling check found good, with the peer on the other end."""
     out = {}
@@ -250,44 +216,56 @@ def _ok_cable_ends(report: TopologyReport, node: str) -> dict[str, str]:
     return out
 
 
+# `rdma status`'s judgement, read by doctor: the problems of a node's own RDMA stack and ports. What the cabling
+# check already says (a slow cable, a hub, a port that cannot do RDMA, a cable to a stranger), the macOS check
+# (the build) and the peer's own finding (its RDMA off) are not said twice.
+RDMA_FINDINGS = ("not-tb5", "rdma-off", "no-rdma-devices", "rdma-wedged", "port-down", "no-ipv4-gid")
+RDMA_UNKNOWNS = ("rdma-unknown", "devices-unread", "devinfo-unread", "ports-unknown")
+
+
+def rdma_facts(f: NodeFacts) -> NodeRdmaFacts:
+    """doctor's facts of a node as `rdma status` reads them (doctor asks `ibv_devinfo -v` as its own kind)."""
+    kind = {"ibv-devinfo:verbose": "ibv-devinfo"}
+    return NodeRdmaFacts(
+        sw_vers=f.sw_vers, thunderbolt=f.thunderbolt, hardware_ports=f.hardware_ports, ifconfig=f.ifconfig,
+        rdma_ctl=f.rdma_ctl, ibv_devices=f.ibv_devices, ibv_devinfo=f.ibv_devinfo,
+        timed_out=[kind.get(k, k) for k in f.timed_out],
+        problems=[f"{kind.get(k, k)}: {why}" for k, why in f.problems.items()])
+
+
+def _rdma_finding(node: str, p: Problem) -> HealthFinding:
+    return HealthFinding(node=node, check="rdma", severity="error", message=p.message, fix=p.fix,
+                         evidence=p.evidence or p.code)
+
+
+def _rdma_of(ctx: HealthContext, mesh: Mesh) -> dict[str, NodeRdma]:
+    if mesh.name not in ctx.rdma:
+        unreachable = {n: (ctx.facts[n].unreachable_reason or "no answer") if n in ctx.facts else "not read"
+                       for n in mesh.node_names if not ctx.up(n)}
+        facts = {n: rdma_facts(ctx.facts[n]) for n in mesh.node_names if ctx.up(n)}
+        ctx.rdma[mesh.name] = {r.name: r for r in check_rdma_mesh(mesh, facts, unreachable)}
+    return ctx.rdma[mesh.name]
+
+
 def check_rdma(ctx: HealthContext, node: str) -> Verdict:
-    mesh = ctx.mesh_of(node).name
-    mine = rdma_node(node, ctx.facts[node], mesh)
-    if mine.stack:
-        return mine.stack
-    if mine.unknown:
-        return Unknown(reason=mine.unknown)
-    report = ctx.cabling.get(mesh)
+    mesh = ctx.mesh_of(node)
+    me = _rdma_of(ctx, mesh)[node]
+    own = [p for p in me.problems if p.code in RDMA_FINDINGS and p.port is None]
+    if own:
+        return [_rdma_finding(node, p) for p in own]
+    unknown = [p.message for p in me.problems if p.code in RDMA_UNKNOWNS]
+    if unknown:
+        return Unknown(reason="; ".join(unknown))
+    report = ctx.cabling.get(mesh.name)
     if report is None:
         return Unknown(reason="the cabling could not be judged")
-    out: list[HealthFinding] = []
-    for device, peer in sorted(_ok_cable_ends(report, node).items()):
-        if not ctx.up(peer):
-            continue
-        theirs = rdma_node(peer, ctx.facts[peer], mesh)
-        if theirs.stack or theirs.unknown:
-            continue  # the peer's own RDMA problem is reported on the peer
-        state, gid = mine.ports.get(f"rdma_{device}", (None, None))
-        if state is None:
-            out.append(HealthFinding(node=node, check="rdma", severity="error",
-                                     message=f"{node} has no RDMA device rdma_{device} for its cable to {peer}",
-                                     fix="reboot the node; if it persists, check `ibv_devices`",
-                                     evidence=f"ibv_devinfo -v: no rdma_{device}"))
-        elif state != "PORT_ACTIVE":
-            out.append(HealthFinding(
-                node=node, check="rdma", severity="error",
-                message=f"rdma_{device} ({node}'s cable to {peer}) is {state} although the cable is a direct "
-                        "80 Gb/s one and both ends have RDMA on",
-                fix=f"reseat the {node}–{peer} cable; if it stays down, reboot the mesh (`macfleet reboot`)",
-                evidence=f"ibv_devinfo -v: rdma_{device} state {state}"))
-        elif gid is False:
-            out.append(HealthFinding(
-                node=node, check="rdma", severity="error",
-                message=f"rdma_{device} ({node}'s cable to {peer}) has no IPv4-mapped GID: JACCL fails with "
-                        "'Changing queue pair to RTR failed with errno 22'",
-                fix="give the port its planned address: `macfleet topology apply`",
-                evidence=f"ibv_devinfo -v: rdma_{device} has no ::ffff: GID"))
-    return out
+    good = _ok_cable_ends(report, node)  # a port on a bad cable is the cabling check's finding
+    found = [_rdma_finding(node, p) for p in me.problems if p.code in RDMA_FINDINGS and p.port in good]
+    if found:
+        return found
+    unread = [f"{p.port}: {p.why}" for p in me.ports
+              if p.port in good and (p.state == "unknown" or p.why == "GID table not read")]
+    return Unknown(reason="RDMA ports not read: " + "; ".join(unread)) if unread else []
 
 
 def check_cabling_node(ctx: HealthContext, node: str) -> Verdict:

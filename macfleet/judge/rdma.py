@@ -57,6 +57,8 @@ class Problem(_Model):
     code: str
     message: str
     fix: str
+    evidence: str | None = None  # what was read that shows it (doctor prints it; `rdma status --json` does not)
+    port: str | None = None  # the port (enX) a port's problem is about
 
 
 class PortRdma(_Model):
@@ -343,14 +345,17 @@ def _ports(me: _Node, nodes: Mapping[str, _Node], ends: Mapping) -> tuple[list[P
                     code="no-ipv4-gid", message=f"{port} (to {peer.name if peer else 'its peer'}) is active but has "
                     f"no IPv4-mapped GID{bridge}: JACCL fails with \"{RTR_ERRNO_22}\"",
                     fix="apply the IP plan (Thunderbolt Bridge off, an address on every Thunderbolt port): "
-                    "`macfleet topology apply`"))
+                    "`macfleet topology apply`", evidence=f"ibv_devinfo -v: rdma_{port} has no ::ffff: GID",
+                    port=port))
             elif info is None or info.has_ipv4_gid is None:
                 why = "GID table not read"
         elif state == "down" and me.rdma is True and me.tb5 is not False and not me.wedged:
             via = [h for _, v in macs for h in v]
             why, problem = _down_reason(me, p, port, peer, end, via)
             if problem is not None:
-                problems.append(problem)
+                seen = info.state if info is not None and info.state else "not listed"
+                problems.append(problem.model_copy(update={"evidence": f"ibv_devinfo -v: rdma_{port} {seen}",
+                                                           "port": port}))
         elif state == "down":
             why = "RDMA off" if me.rdma is False else "no RDMA device"
         else:
@@ -388,7 +393,8 @@ def _rdma_problems(me: _Node, mesh: Mesh, peers: Sequence[str]) -> list[Problem]
         return [Problem(code="not-tb5", message=f"{name} ({what}) has only Thunderbolt 4 ports: it can never do RDMA "
                         f"over Thunderbolt, which needs a Mac with Thunderbolt 5{cables}",
                         fix=f"replace {name} with a Thunderbolt 5 Mac (e.g. Mac mini M4 Pro, Mac Studio M4 Max or "
-                        f"M3 Ultra), or take it out of mesh {mesh.name}")]
+                        f"M3 Ultra), or take it out of mesh {mesh.name}",
+                        evidence=f"{what}: no Thunderbolt 5 port")]
     if me.has_too_old_os:
         return []
     if me.rdma is None:
@@ -398,19 +404,25 @@ def _rdma_problems(me: _Node, mesh: Mesh, peers: Sequence[str]) -> list[Problem]
     if me.rdma is False:
         return [Problem(code="rdma-off", message=f"RDMA is off on {name} (`rdma_ctl status`: disabled)",
                         fix=f"`macfleet rdma enable {name}`: at the Mac, in Recovery, Utilities → Terminal, "
-                        "`rdma_ctl enable`, restart (it cannot be switched on remotely)")]
+                        "`rdma_ctl enable`, restart (it cannot be switched on remotely)",
+                        evidence=f"rdma_ctl status: {me.facts.rdma_ctl.status if me.facts.rdma_ctl else 'disabled'}")]
     out = []
     devices = me.facts.ibv_devices
     if devices is not None and not devices.devices:
         out.append(Problem(code="no-rdma-devices", message=f"RDMA is enabled on {name} but `ibv_devices` lists no "
                            "device: a Thunderbolt 5 Mac in a broken state (reported on macOS 26.5.1, 25F80)",
                            fix=f"restart {name}; if the list stays empty, run `macfleet rdma enable {name}` to "
-                           "disable and enable RDMA again in Recovery"))
+                           "disable and enable RDMA again in Recovery", evidence="ibv_devices: no device listed"))
     if me.wedged:
         out.append(Problem(code="rdma-wedged", message=f"RDMA wedged on {name}: `ibv_devinfo` gave no answer in time",
                            fix=f"reboot every node of mesh {mesh.name} together: `macfleet reboot --mesh {mesh.name}` "
-                           f"(stop exo first; rebooting {name} alone leaves it wedged)"))
-    elif me.facts.ibv_devinfo is None and devices is not None and devices.devices:
+                           f"(stop exo first; rebooting {name} alone leaves it wedged)",
+                           evidence=f"ibv_devinfo: {me.facts.problem_of('ibv-devinfo') or 'no answer in time'}"))
+    if devices is None:  # not read is not "none": the ports are not judged without it
+        why = me.facts.problem_of("ibv-devices") or "not collected"
+        out.append(Problem(code="devices-unread", message=f"cannot list the RDMA devices of {name}: `ibv_devices` "
+                           f"({why})", fix=f"run `ibv_devices` on {name} by hand"))
+    if not me.wedged and me.facts.ibv_devinfo is None and (devices is None or devices.devices):
         why = me.facts.problem_of("ibv-devinfo") or "not collected"
         out.append(Problem(code="devinfo-unread", message=f"cannot read the RDMA ports of {name}: `ibv_devinfo -v` "
                            f"({why})", fix=f"run `ibv_devinfo -v` on {name} by hand"))

@@ -21,7 +21,6 @@ from macfleet.judge.health import (
     Unknown,
     judge_health,
     match_signature,
-    rdma_node,
     select_checks,
 )
 from tests.judge.builders import mesh
@@ -124,15 +123,20 @@ def test_filevault_on_warns_off_is_ok() -> None:
     assert verdict("filevault", all_nodes(fdesetup=off)) == []
 
 
-def test_rdma_slot_wedge_disabled_and_enabled() -> None:
-    wedged = NodeFacts(timed_out=["ibv-devinfo:verbose"], problems={"ibv-devinfo:verbose": "no answer in 10 s"})
-    [f] = rdma_node("s1", wedged, "mesh1").stack
-    assert "wedged" in f.message and "macfleet reboot --mesh mesh1" in f.fix
+def test_rdma_is_rdma_status_judgement_wedge_disabled_and_enabled() -> None:
+    """doctor's `rdma` check is `rdma status`'s judgement (judge/rdma) of the same facts."""
+    on = parse_rdma_ctl(capture("rdma-ctl", "macos__rdma_ctl_status_enabled_1.txt"))
+    wedged = NodeFacts(rdma_ctl=on, timed_out=["ibv-devinfo:verbose"],
+                       problems={"ibv-devinfo:verbose": "no answer in 10 s"})
+    [f] = verdict("rdma", {**all_nodes(rdma_ctl=on), "s1": wedged})
+    assert "wedged" in f.message and "macfleet reboot --mesh mesh1" in f.fix and "no answer in 10 s" in f.evidence
     off = NodeFacts(rdma_ctl=parse_rdma_ctl("disabled\n"))
-    [f] = rdma_node("s1", off, "mesh1").stack
-    assert "Recovery" in f.fix
-    on = NodeFacts(rdma_ctl=parse_rdma_ctl(capture("rdma-ctl", "macos__rdma_ctl_status_enabled_1.txt")))
-    assert rdma_node("s1", on, "mesh1").unknown  # enabled, but no ibv_devinfo read: cannot tell the ports
+    [f] = verdict("rdma", {**all_nodes(rdma_ctl=on), "s1": off})
+    assert "Recovery" in f.fix and f.evidence == "rdma_ctl status: disabled"
+    v = verdict("rdma", all_nodes(rdma_ctl=on))  # enabled, but no ibv_devinfo read: cannot tell the ports
+    assert isinstance(v, Unknown) and "ibv_devinfo -v" in v.reason and "ibv_devices" in v.reason
+    v = verdict("rdma", {**all_nodes(rdma_ctl=on), "s2": off})  # s2's RDMA off is s2's finding, not s1's
+    assert isinstance(v, Unknown) and "off" not in v.reason
 
 
 # ---------------------------------------------------------------------------------------------- exo
