@@ -90,7 +90,7 @@ def bench_size(size: str, repeat: int, workdir: Path) -> dict:
     from macfleet.inventory.load import load_inventory
     from macfleet.lab import control
 
-    name = "bd" + size.replace("x", "p")
+    name = os.environ.get("MACFLEET_TEST_LAB_PREFIX", "") + "bd" + size.replace("x", "p")
     up_args = ["--pods", size] if "x" in size else ["--nodes", size]
     _run(["lab", "down", "--name", name], workdir)
     up = _run(["lab", "up", "--name", name, *up_args], workdir)

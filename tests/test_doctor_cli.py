@@ -126,14 +126,26 @@ def test_only_leaves_out_the_probes_no_selected_check_reads(monkeypatch) -> None
 
     asked: dict = {}
 
-    def fake_gather(fleet, nodes, specs, **kw):
-        asked["keys"] = {s.key for s in specs}
-        asked["per_node"] = kw.get("per_node")
-        return Gathered(unreachable={n.name: "not dialled" for n in nodes})
+    class NotDialled:
+        def __init__(self, nodes):
+            self.nodes = nodes
 
-    monkeypatch.setattr(flow, "gather", fake_gather)
+        def result(self):
+            return Gathered(unreachable={n.name: "not dialled" for n in self.nodes})
+
+        def abandon(self):
+            raise AssertionError("the pass was not given up")
+
+    def fake_start_gather(fleet, nodes, specs, **kw):
+        nodes = list(nodes)
+        asked["keys"] = {s.key for s in specs}
+        per_node = kw.get("per_node")
+        asked["pings"] = [s for n in nodes for s in (per_node(n.name) if per_node else ())]
+        return NotDialled(nodes)
+
+    monkeypatch.setattr(flow, "start_gather", fake_start_gather)
     fleet = load_inventory(EXAMPLE_INVENTORY)
     flow.run_doctor(fleet, list(fleet.meshes), only=["rdma"])
-    assert not asked["keys"] & {"date", "df", "softwareupdate", "pf-info", "pf-rules"} and not asked["per_node"]
+    assert not asked["keys"] & {"date", "df", "softwareupdate", "pf-info", "pf-rules"} and not asked["pings"]
     flow.run_doctor(fleet, list(fleet.meshes))
-    assert {"date", "df", "softwareupdate", "pf-info", "pf-rules"} <= asked["keys"] and any(asked["per_node"].values())
+    assert {"date", "df", "softwareupdate", "pf-info", "pf-rules"} <= asked["keys"] and asked["pings"]

@@ -18,8 +18,10 @@ from macfleet.flow.doctor import (
 )
 from macfleet.flow.meshes import select_meshes
 from macfleet.inventory.load import load_inventory
-from macfleet.render.doctor import render_catalogue, render_doctor, render_fix
 from macfleet.render.output import emit, info, mode
+
+# macfleet.render.doctor (and the judges it names) is imported once it is needed: a doctor run imports the
+# judges while the nodes answer (flow.doctor.run_doctor), not before it dials them.
 
 app = typer.Typer(help="Every health probe, each with its fix.", invoke_without_command=True,
                   context_settings={"help_option_names": ["-h", "--help"]})
@@ -41,6 +43,8 @@ def doctor(
 
     Exit 0 healthy, 1 findings (or a check that could not tell), 3 a node unreachable (the rest still judged)."""
     if list_checks:
+        from macfleet.render.doctor import render_catalogue
+
         specs = check_catalogue()
         emit({"checks": [c.model_dump() for c in specs]}, human=lambda _: render_catalogue(specs))
         return
@@ -49,11 +53,15 @@ def doctor(
     meshes = select_meshes(fleet, mesh)
     info(f"doctor: probing {sum(len(m.nodes) for m in meshes)} node(s) in one pass…")
     if fix:
+        from macfleet.render.doctor import render_fix
+
         run = fix_doctor(fleet, meshes, apply_fix_step, only=codes)
         final = run.after or run.before
         emit(fix_payload(run), human=lambda _: render_fix(run.before, run.after, run.steps, run.not_fixed),
              exit_code=doctor_exit_code(final))
         return
     report = run_doctor(fleet, meshes, only=codes).report
+    from macfleet.render.doctor import render_doctor
+
     emit(report.json_payload(), human=lambda _: render_doctor(report, verbose=mode.verbose),
          exit_code=doctor_exit_code(report))

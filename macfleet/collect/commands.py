@@ -1,4 +1,4 @@
-"""The command specs the collector runs, built from the one table of KINDs (`facts/registry.py`).
+"""The command specs the collector runs, built from the one table of KIND commands (`facts/kinds.py`).
 
 Each spec's `kind` is a facts KIND: the same string names the parser, the fixture folder of real captures
 (tests/fixtures/captures/<kind>/), the lab's stand-in and the --json key. The command line, timeout and
@@ -12,7 +12,7 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from macfleet.facts.registry import KINDS
+from macfleet.facts.kinds import KIND_COMMANDS
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class CommandSpec:
 
 def spec_for(kind: str, variant: str | None = None) -> CommandSpec:
     """KIND's command as the collector runs it (KeyError for a KIND that is not in the table)."""
-    k = KINDS[kind]
+    k = KIND_COMMANDS[kind]
     extra = k.variants[variant] if variant is not None else ()
     return CommandSpec(kind, (*k.argv, *extra), timeout_s=k.timeout_s, needs_sudo=k.needs_sudo, variant=variant)
 
@@ -49,7 +49,7 @@ def specs_for(kinds: Iterable[str]) -> tuple[CommandSpec, ...]:
 # Every command macfleet may run to read a node, variants included.
 ALL_SPECS: tuple[CommandSpec, ...] = tuple(
     s
-    for k in KINDS.values()
+    for k in KIND_COMMANDS.values()
     if k.collected
     for s in (spec_for(k.kind), *(spec_for(k.kind, v) for v in k.variants))
 )

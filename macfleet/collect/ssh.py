@@ -13,22 +13,39 @@ This module moves bytes and nothing else: it never parses what it reads.
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import hashlib
+import importlib
 import os
 import shlex
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import paramiko
-
 from macfleet.collect.batch import LANES, NO_TMPDIR_EXIT, FrameReader, batch_script, new_mark, remote_command
 from macfleet.collect.commands import CommandSpec
 from macfleet.errors import UsageError
 from macfleet.inventory.model import Fleet, Node
+
+
+def _import_paramiko() -> Any:
+    """paramiko, without the `invoke` it imports at start-up (as much CPU as paramiko itself) only to run an ssh
+    config's `Match exec`: `_read_config` brings invoke in when a config file asks for that."""
+    if "paramiko" in sys.modules or "invoke" in sys.modules:
+        return importlib.import_module("paramiko")
+    sys.modules["invoke"] = None  # type: ignore[assignment]  # `import invoke` raises ImportError; paramiko allows it
+    try:
+        return importlib.import_module("paramiko")
+    finally:
+        if sys.modules.get("invoke", 0) is None:
+            del sys.modules["invoke"]
+
+
+paramiko = _import_paramiko()
 
 # What ssh reads when no -F is given. A module setting, so tests can point it at a file of their own.
 USER_SSH_CONFIG = Path("~/.ssh/config")
@@ -259,9 +276,20 @@ def _read_config(path: Path | None, node: str) -> paramiko.SSHConfig | None:
             raise UsageError(f"{node}: ssh config file {path} (from -F) does not exist")
         return None
     try:
-        return paramiko.SSHConfig.from_text(path.read_bytes().decode("utf-8"))
+        text = path.read_bytes().decode("utf-8")
+        config = paramiko.SSHConfig.from_text(text)
     except (OSError, UnicodeDecodeError, paramiko.ConfigParseError, ValueError) as exc:
         raise UsageError(f"{node}: cannot read ssh config file {path}: {exc}") from None
+    if "exec" in text.lower() and paramiko.config.invoke is None:
+        _bring_invoke()
+    return config
+
+
+def _bring_invoke() -> None:
+    """What paramiko runs a `Match exec` with, imported now that a config file may ask for one (when invoke is
+    not installed, paramiko says so at the match, as it always did)."""
+    with contextlib.suppress(ImportError):
+        paramiko.config.invoke = importlib.import_module("invoke")
 
 
 def _config_keys(cfg: dict) -> list[Path]:

@@ -14,6 +14,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from macfleet.errors import FactsParseError
+from macfleet.facts.kinds import KIND_COMMANDS
 
 
 class Facts(BaseModel):
@@ -22,18 +23,11 @@ class Facts(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-# The command line each KIND's output comes from, named in parse errors. `facts/registry.py` declares every
-# KIND with its command and registers it here, so the parsers (which the registry imports) can name it.
-_COMMAND_LINES: dict[str, str] = {}
-
-
-def register_command_line(kind: str, command: str) -> None:
-    _COMMAND_LINES[kind] = command
-
-
 def command_line(kind: str) -> str:
-    """The command KIND stands for, as the user would type it (the KIND itself if none is registered)."""
-    return _COMMAND_LINES.get(kind, kind)
+    """The command KIND's output comes from, as the user would type it (the KIND itself if it has none in
+    `facts/kinds.py`): parse errors name it."""
+    known = KIND_COMMANDS.get(kind)
+    return known.command if known is not None else kind
 
 
 # The programs whose typed command lines mark the start of an output in a pasted terminal transcript.

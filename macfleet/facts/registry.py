@@ -1,4 +1,4 @@
-"""The KINDs, defined once: each names the command macfleet runs, its timeout, its parser and its model.
+"""The KINDs, defined once: each KIND's command (from `facts/kinds.py`) with its parser, model and detector.
 
 The same strings name the CLI argument (`macfleet facts parse KIND FILE`), the fixture folders
 (`tests/fixtures/captures/<kind>/`), the collector's command specs (built from this table by
@@ -18,9 +18,8 @@ from pydantic import BaseModel
 
 from macfleet.errors import FactsParseError
 from macfleet.facts import network, rdma, sockets, system, thunderbolt
-from macfleet.facts._common import register_command_line, split_transcript
-
-DEFAULT_TIMEOUT_S = 15.0
+from macfleet.facts._common import split_transcript
+from macfleet.facts.kinds import DEFAULT_TIMEOUT_S, KIND_COMMANDS
 
 
 @dataclass(frozen=True)
@@ -78,60 +77,52 @@ def _ifconfig(text: str) -> bool:
     return bool(body) and all(re.match(r"^\s+(inet6?|ether|member:|status:|media:|options=)\s*", t) for t in body)
 
 
+# Each KIND's parser, model and detector; its command comes from facts/kinds.py.
 # Order matters for `auto`: the first detector that matches wins.
-_SPECS = (
-    KindSpec("thunderbolt", ("system_profiler", "SPThunderboltDataType", "-json"), thunderbolt.parse_thunderbolt,
-             thunderbolt.ThunderboltFacts, _has(r"SPThunderboltDataType|^\s*(?:Thunderbolt(?:/USB4)?|USB4) Bus\b"),
-             timeout_s=30),
-    KindSpec("hardware", ("system_profiler", "SPHardwareDataType", "-json"), system.parse_hardware,
-             system.HardwareFacts, _has(r"SPHardwareDataType"), timeout_s=30),
-    KindSpec("hardware-ports", ("networksetup", "-listallhardwareports"), network.parse_hardware_ports,
-             network.HardwarePortsFacts, _has(r"^Hardware Port: .*\n\s*Device: ")),
-    KindSpec("service-order", ("networksetup", "-listnetworkserviceorder"), network.parse_service_order,
-             network.ServiceOrderFacts, _has(r"^\((?:\d+|\*)\) .*\n\(Hardware Port: ")),
-    KindSpec("services", ("networksetup", "-listallnetworkservices"), network.parse_services,
-             network.ServicesFacts, _has(r"\A\s*An asterisk \(\*\) denotes")),
-    # Needs a service name; the IP plan reads the same from ifconfig and the service order instead.
-    KindSpec("getinfo", ("networksetup", "-getinfo"), network.parse_getinfo, network.GetInfoFacts, _getinfo,
-             collected=False),
-    # ibv_devices/ibv_devinfo hang on a wedged RDMA stack: a short timeout is itself a finding.
-    KindSpec("ibv-devices", ("ibv_devices",), rdma.parse_ibv_devices, rdma.IbvDevicesFacts,
-             _has(r"^\s*device\s+node GUID\s*$"), timeout_s=10),
-    KindSpec("ibv-devinfo", ("ibv_devinfo",), rdma.parse_ibv_devinfo, rdma.IbvDevinfoFacts,
-             _has(r"^\s*hca_id:\s*\S"), timeout_s=10, variants={"verbose": ("-v",)}),
-    KindSpec("ifconfig", ("ifconfig",), network.parse_ifconfig, network.IfconfigFacts, _ifconfig),
-    KindSpec("rdma-ctl", ("rdma_ctl", "status"), rdma.parse_rdma_ctl, rdma.RdmaCtlFacts,
-             _only_word("enabled", "disabled"), timeout_s=10),
-    # No real capture of `nvram rdma-enable` exists yet; `rdma_ctl status` answers the same question.
-    KindSpec("nvram", ("nvram", "rdma-enable"), rdma.parse_nvram, rdma.NvramFacts,
-             _has(r"^rdma-enable\s|^nvram: Error getting variable"), timeout_s=10, collected=False),
-    KindSpec("sw-vers", ("sw_vers",), system.parse_sw_vers, system.SwVersFacts, _has(r"^ProductVersion:"),
-             timeout_s=10),
-    KindSpec("pmset", ("pmset", "-g"), system.parse_pmset, system.PmsetFacts,
-             _has(r"^(?:Currently in use|System-wide power settings):"), timeout_s=10),
-    KindSpec("fdesetup", ("fdesetup", "status"), system.parse_fdesetup, system.FdesetupFacts,
-             _has(r"\A\s*FileVault is (?:On|Off)"), timeout_s=10),
-    KindSpec("csrutil", ("csrutil", "status"), system.parse_csrutil, system.CsrutilFacts,
-             _has(r"^System Integrity Protection status:|\A\s*(?:Kext Signing|Apple Internal|"
-                  r"Filesystem Protections|Debugging Restrictions|DTrace Restrictions|NVRAM Protections): "
-                  r"(?:enabled|disabled)\s*\Z"), timeout_s=10),
-    KindSpec("remote-login", ("systemsetup", "-getremotelogin"), system.parse_remote_login,
-             system.RemoteLoginFacts,
-             _has(r"\A\s*(?:Remote Login: (?:On|Off)|You need administrator access to run this tool)"),
-             timeout_s=10, needs_sudo=True),
-    # The IPv4 routing table: the IP plan must not take addresses a node already routes elsewhere (a VPN).
-    KindSpec("netstat-routes", ("netstat", "-rn", "-f", "inet"), network.parse_netstat_routes, network.RoutesFacts,
-             _has(r"^Routing tables\s*$|^\s*Destination\s+Gateway\s+Flags\s"), timeout_s=10),
-    # Every TCP socket: doctor's llama-rpc check reads where rpc-server listens.
-    KindSpec("netstat-listen", ("netstat", "-an", "-p", "tcp"), sockets.parse_netstat_listen,
-             sockets.TcpSocketsFacts, _has(r"^\s*tcp(?:4|6|46)\s+\d+\s+\d+\s+\S+\.(?:\d+|\*)\s+\S+"),
-             timeout_s=10),
-    KindSpec("sysctl", ("sysctl", "hw.memsize", "hw.ncpu", "hw.model", "iogpu.wired_limit_mb"), system.parse_sysctl,
-             system.SysctlFacts, _sysctl, timeout_s=10),
+_PARSERS: tuple[tuple[str, Callable[[str], BaseModel], type[BaseModel], Callable[[str], bool]], ...] = (
+    ("thunderbolt", thunderbolt.parse_thunderbolt, thunderbolt.ThunderboltFacts,
+     _has(r"SPThunderboltDataType|^\s*(?:Thunderbolt(?:/USB4)?|USB4) Bus\b")),
+    ("hardware", system.parse_hardware, system.HardwareFacts, _has(r"SPHardwareDataType")),
+    ("hardware-ports", network.parse_hardware_ports, network.HardwarePortsFacts,
+     _has(r"^Hardware Port: .*\n\s*Device: ")),
+    ("service-order", network.parse_service_order, network.ServiceOrderFacts,
+     _has(r"^\((?:\d+|\*)\) .*\n\(Hardware Port: ")),
+    ("services", network.parse_services, network.ServicesFacts, _has(r"\A\s*An asterisk \(\*\) denotes")),
+    ("getinfo", network.parse_getinfo, network.GetInfoFacts, _getinfo),
+    ("ibv-devices", rdma.parse_ibv_devices, rdma.IbvDevicesFacts, _has(r"^\s*device\s+node GUID\s*$")),
+    ("ibv-devinfo", rdma.parse_ibv_devinfo, rdma.IbvDevinfoFacts, _has(r"^\s*hca_id:\s*\S")),
+    ("ifconfig", network.parse_ifconfig, network.IfconfigFacts, _ifconfig),
+    ("rdma-ctl", rdma.parse_rdma_ctl, rdma.RdmaCtlFacts, _only_word("enabled", "disabled")),
+    ("nvram", rdma.parse_nvram, rdma.NvramFacts, _has(r"^rdma-enable\s|^nvram: Error getting variable")),
+    ("sw-vers", system.parse_sw_vers, system.SwVersFacts, _has(r"^ProductVersion:")),
+    ("pmset", system.parse_pmset, system.PmsetFacts, _has(r"^(?:Currently in use|System-wide power settings):")),
+    ("fdesetup", system.parse_fdesetup, system.FdesetupFacts, _has(r"\A\s*FileVault is (?:On|Off)")),
+    ("csrutil", system.parse_csrutil, system.CsrutilFacts,
+     _has(r"^System Integrity Protection status:|\A\s*(?:Kext Signing|Apple Internal|"
+          r"Filesystem Protections|Debugging Restrictions|DTrace Restrictions|NVRAM Protections): "
+          r"(?:enabled|disabled)\s*\Z")),
+    ("remote-login", system.parse_remote_login, system.RemoteLoginFacts,
+     _has(r"\A\s*(?:Remote Login: (?:On|Off)|You need administrator access to run this tool)")),
+    ("netstat-routes", network.parse_netstat_routes, network.RoutesFacts,
+     _has(r"^Routing tables\s*$|^\s*Destination\s+Gateway\s+Flags\s")),
+    ("netstat-listen", sockets.parse_netstat_listen, sockets.TcpSocketsFacts,
+     _has(r"^\s*tcp(?:4|6|46)\s+\d+\s+\d+\s+\S+\.(?:\d+|\*)\s+\S+")),
+    ("sysctl", system.parse_sysctl, system.SysctlFacts, _sysctl),
 )
+
+
+def _spec(kind: str, parser: Callable[[str], BaseModel], model: type[BaseModel],
+          detect: Callable[[str], bool]) -> KindSpec:
+    c = KIND_COMMANDS[kind]
+    return KindSpec(kind, c.argv, parser, model, detect, timeout_s=c.timeout_s, needs_sudo=c.needs_sudo,
+                    collected=c.collected, variants=c.variants)
+
+
+_SPECS = tuple(_spec(*entry) for entry in _PARSERS)
+_UNPAIRED = {s.kind for s in _SPECS} ^ set(KIND_COMMANDS)
+if _UNPAIRED:  # every KIND has both a command and a parser
+    raise ImportError(f"facts/kinds.py and facts/registry.py disagree on: {', '.join(sorted(_UNPAIRED))}")
 KINDS: dict[str, KindSpec] = {spec.kind: spec for spec in _SPECS}
-for _spec in _SPECS:
-    register_command_line(_spec.kind, _spec.command)
 
 KIND_NAMES: tuple[str, ...] = tuple(KINDS)
 

@@ -7,9 +7,10 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from macfleet.collect.commands import DOCTOR_SPECS, CommandSpec, exo_specs, ping_spec, probe_specs, spec_for
-from macfleet.collect.gather import Gathered, gather
+from macfleet.collect.gather import Gathered, start_gather
 from macfleet.errors import (
     EXIT_PROBLEMS,
     EXIT_UNREACHABLE,
@@ -18,22 +19,12 @@ from macfleet.errors import (
     UsageError,
     most_severe_exit,
 )
-from macfleet.facts.disk import parse_df
-from macfleet.facts.exo import log_since_start, parse_exo_state, parse_http_response, parse_node_id
-from macfleet.facts.probes import parse_epoch, parse_pf_info, parse_pf_rules, parse_ping, parse_softwareupdate_list
-from macfleet.facts.registry import parse
-from macfleet.flow.bench_links import links_bench_inputs
 from macfleet.inventory.model import Fleet, Mesh
-from macfleet.judge.health import (
-    CHECK_CODES,
-    CHECKS,
-    ClockReading,
-    HealthReport,
-    NodeFacts,
-    judge_health,
-    ping_targets,
-    wired_limit_target,
-)
+
+# The parsers and judges are imported where they are used, not here: a doctor run dials every node first and
+# imports them while the nodes answer (`run_doctor`), which hides most of the CLI's start-up behind the pass.
+if TYPE_CHECKING:
+    from macfleet.judge.health import HealthReport, NodeFacts
 
 # NodeFacts field -> (gather key, KIND)
 FACT_KEYS: dict[str, tuple[str, str]] = {
@@ -54,8 +45,13 @@ FACT_KEYS: dict[str, tuple[str, str]] = {
 CURL_REFUSED = 7  # curl: "Failed to connect": nothing listens on the port
 
 
-# NodeFacts field -> (gather key, parser) for doctor's small probes (facts/probes.py, facts/disk.py)
-PROBE_KEYS = {"df": ("df", parse_df), "pf_info": ("pf-info", parse_pf_info), "pf_rules": ("pf-rules", parse_pf_rules)}
+
+def _probe_parsers() -> dict[str, tuple[str, Callable]]:
+    """NodeFacts field -> (gather key, parser) for doctor's small probes (facts/probes.py, facts/disk.py)."""
+    from macfleet.facts.disk import parse_df
+    from macfleet.facts.probes import parse_pf_info, parse_pf_rules
+
+    return {"df": ("df", parse_df), "pf_info": ("pf-info", parse_pf_info), "pf_rules": ("pf-rules", parse_pf_rules)}
 
 
 # check -> the probes only it reads ("tb-ping": each node's pings to its peers)
@@ -74,6 +70,8 @@ def doctor_specs(meshes: list[Mesh]) -> tuple[CommandSpec, ...]:
 
 def ping_specs(fleet: Fleet, meshes: list[Mesh]) -> dict[str, tuple[CommandSpec, ...]]:
     """Each node's one short ping to every peer of the IP plan, at the peer's address on their link."""
+    from macfleet.judge.health import ping_targets
+
     return {n: tuple(ping_spec(a) for a in ping_targets(fleet, m.name, n)) for m in meshes for n in m.node_names}
 
 
@@ -95,6 +93,8 @@ def _read(gathered: Gathered, node: str, key: str, problems: dict[str, str], tim
 
 
 def _exo_facts(gathered: Gathered, node: str, problems: dict[str, str], timed_out: list[str]) -> dict:
+    from macfleet.facts.exo import log_since_start, parse_exo_state, parse_http_response, parse_node_id
+
     out: dict = {}
     raw = gathered.outputs.get(node, {}).get("exo-node-id")
     if raw is not None and raw.rc == CURL_REFUSED:
@@ -123,6 +123,9 @@ def _exo_facts(gathered: Gathered, node: str, problems: dict[str, str], timed_ou
 
 def node_facts(gathered: Gathered, node: str) -> NodeFacts:
     """One node's outputs of the pass, parsed; each fact that could not be read says why."""
+    from macfleet.facts.registry import parse
+    from macfleet.judge.health import NodeFacts
+
     if node in gathered.unreachable:
         return NodeFacts(reachable=False, unreachable_reason=gathered.unreachable[node])
     problems: dict[str, str] = {}
@@ -156,8 +159,11 @@ def _parsed(text: str | None, parser: Callable, key: str, problems: dict[str, st
 
 def _probe_facts(gathered: Gathered, node: str, problems: dict[str, str], timed_out: list[str]) -> dict:
     """The clock, disk, updates, packet filter and ping probes, parsed; what could not be read says why."""
+    from macfleet.facts.probes import parse_epoch, parse_ping, parse_softwareupdate_list
+    from macfleet.judge.health import ClockReading
+
     out: dict = {}
-    for name, (key, parser) in PROBE_KEYS.items():
+    for name, (key, parser) in _probe_parsers().items():
         if (value := _parsed(_read(gathered, node, key, problems, timed_out), parser, key, problems)) is not None:
             out[name] = value
     raw = gathered.outputs.get(node, {}).get("date")
@@ -191,6 +197,29 @@ class DoctorRun:
     facts: dict[str, NodeFacts] = field(default_factory=dict)
 
 
+def _pings_once(fleet: Fleet, meshes: list[Mesh]) -> Callable[[str], tuple[CommandSpec, ...]]:
+    """`ping_specs` as a function of the node, worked out once, on the first node thread that asks for it (the
+    IP plan behind it imports the judges: that happens while the other nodes shake hands)."""
+    lock = threading.Lock()
+    table: list[dict[str, tuple[CommandSpec, ...]]] = []
+
+    def of(node: str) -> tuple[CommandSpec, ...]:
+        with lock:
+            if not table:
+                table.append(ping_specs(fleet, meshes))
+        return table[0].get(node, ())
+
+    return of
+
+
+def _judging_modules() -> None:
+    """Import what parses and judges the pass (the parsers, the judges, the saved links bench), so it is done
+    while the nodes answer, not after."""
+    import macfleet.facts.registry
+    import macfleet.flow.bench_links
+    import macfleet.judge.health  # noqa: F401
+
+
 def run_doctor(fleet: Fleet, meshes: list[Mesh], *, only: list[str] | None = None, now: datetime | None = None,
                cancel: threading.Event | None = None, deadline_s: float | None = None) -> DoctorRun:
     """One bounded pass over every node of `meshes`, judged. Never raises for a node's sake."""
@@ -199,8 +228,17 @@ def run_doctor(fleet: Fleet, meshes: list[Mesh], *, only: list[str] | None = Non
     # Apple's catalogue: `watch` should not pay for it at every tick)
     skip = {k for check, keys in PROBE_OF_CHECK.items() if only and check not in only for k in keys}
     specs = tuple(s for s in doctor_specs(meshes) if s.key not in skip)
-    gathered = gather(fleet, nodes, specs, cancel=cancel, deadline_s=deadline_s,
-                      per_node={} if "tb-ping" in skip else ping_specs(fleet, meshes))
+    pending = start_gather(fleet, nodes, specs, cancel=cancel, deadline_s=deadline_s,
+                           per_node=None if "tb-ping" in skip else _pings_once(fleet, meshes))
+    try:
+        _judging_modules()
+    except BaseException:  # Ctrl-C (or a broken install) while the nodes answer: stop the pass too
+        pending.abandon()
+        raise
+    gathered = pending.result()
+    from macfleet.flow.bench_links import links_bench_inputs
+    from macfleet.judge.health import judge_health
+
     facts = {n.name: node_facts(gathered, n.name) for n in nodes}
     report = judge_health(fleet, meshes, facts, now or datetime.now(UTC), only=only,
                           links_bench=links_bench_inputs(fleet, meshes))
@@ -257,6 +295,8 @@ def fix_vars(step: FixStep, meshes: list[Mesh], facts: dict[str, NodeFacts]) -> 
     """The judge's values a fix playbook applies (the inventory's pmset, each node's planned wired limit)."""
     if step.playbook != "power":
         return {}
+    from macfleet.judge.health import wired_limit_target
+
     mesh_of = {n: m for m in meshes for n in m.node_names}
     wired = {}
     for n in step.nodes:
@@ -304,6 +344,8 @@ def apply_fix_step(step: FixStep, fleet: Fleet, meshes: list[Mesh]) -> None:
 
 def check_catalogue() -> list:
     """`doctor --list`: every check with its stable code."""
+    from macfleet.judge.health import CHECKS
+
     return list(CHECKS)
 
 
@@ -311,6 +353,8 @@ def parse_only(value: str | None) -> list[str] | None:
     """`--only a,b`: known check codes, or UsageError naming the unknown ones."""
     if not value:
         return None
+    from macfleet.judge.health import CHECK_CODES
+
     codes = [c.strip() for c in value.split(",") if c.strip()]
     bad = [c for c in codes if c not in CHECK_CODES]
     if bad:

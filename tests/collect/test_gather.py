@@ -16,7 +16,7 @@ import pytest
 from macfleet.collect import ssh as ssh_module
 from macfleet.collect.batch import LANES
 from macfleet.collect.commands import ALL_SPECS, CommandSpec
-from macfleet.collect.gather import gather
+from macfleet.collect.gather import gather, start_gather
 from macfleet.errors import UsageError
 from macfleet.inventory.load import load_inventory
 from tests import sshd
@@ -121,6 +121,33 @@ def test_cancel_stops_the_pass(server) -> None:
     result = gather(fleet, fleet.nodes[:1], [CommandSpec("hang", ("sleep", "30"), timeout_s=25)], cancel=cancel)
     assert "hang" in result.failed["node-1"]
     assert result.took_s < 10
+
+
+def test_a_started_pass_runs_while_the_caller_works_and_asks_per_node_commands_once_logged_in(server) -> None:
+    """start_gather returns at once; a per-node function is asked on each node's thread after its login
+    (doctor works out its pings to peers from the IP plan meanwhile), and its commands are read with the rest."""
+    fleet = load_inventory(server.inventory)
+    asked: list[tuple[str, str]] = []
+
+    def extra(node: str) -> tuple[CommandSpec, ...]:
+        asked.append((node, threading.current_thread().name))
+        return (CommandSpec("me", ("echo", node)),)
+
+    pending = start_gather(fleet, fleet.nodes, [CommandSpec("t", ("true",))], deadline_s=20, per_node=extra)
+    result = pending.result()
+    assert sorted(asked) == [("node-1", "gather-node-1"), ("node-2", "gather-node-2")]
+    assert {n: o["me"].stdout for n, o in result.outputs.items()} == {"node-1": "node-1\n", "node-2": "node-2\n"}
+    assert all(o["t"].rc == 0 for o in result.outputs.values()) and not result.failed and not result.unreachable
+
+
+def test_an_abandoned_pass_stops(server) -> None:
+    fleet = load_inventory(server.inventory)
+    pending = start_gather(fleet, fleet.nodes, [CommandSpec("hang", ("sleep", "30"), timeout_s=25)], deadline_s=30)
+    started = time.monotonic()
+    pending.abandon()
+    result = pending.result()
+    assert time.monotonic() - started < 10
+    assert not any(o.get("hang") for o in result.outputs.values())
 
 
 def test_every_command_we_run_has_a_real_capture() -> None:
@@ -382,15 +409,16 @@ def _hung_inventory(server, tmp_path: Path) -> tuple[Path, object]:
     return inv, silent
 
 
-@pytest.mark.parametrize("presses", [1, 2])
-def test_ctrl_c_with_a_hung_node_returns_at_once(server, tmp_path: Path, presses: int) -> None:
+@pytest.mark.parametrize(("presses", "command"), [(1, "topology check"), (2, "topology check"), (1, "doctor")])
+def test_ctrl_c_with_a_hung_node_returns_at_once(server, tmp_path: Path, presses: int, command: str) -> None:
+    """(doctor dials first and imports its judges while the nodes answer: Ctrl-C then stops the pass too.)"""
     inv, silent = _hung_inventory(server, tmp_path)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    proc = subprocess.Popen([sys.executable, "-m", "macfleet", "topology", "check", "-i", str(inv)],
+    proc = subprocess.Popen([sys.executable, "-m", "macfleet", *command.split(), "-i", str(inv)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline = time.monotonic() + 20
-        while "collecting" not in (line := proc.stderr.readline()):  # the pass has started
+        while "collecting" not in (line := proc.stderr.readline()) and "probing" not in line:  # pass started
             assert line and time.monotonic() < deadline, "macfleet did not start collecting"
         time.sleep(0.5)  # let node-2's connect begin (it would hang for 60 s)
         pressed = time.monotonic()
