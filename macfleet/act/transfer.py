@@ -52,8 +52,9 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def local_manifest(root: Path, *, sha256: Mapping[str, str] | None = None) -> Manifest:
-    """Every regular file under `root` (symlinks and special files refused: a build is plain files)."""
+def local_manifest(root: Path, *, sha256: Mapping[str, str] | None = None, digests: bool = True) -> Manifest:
+    """Every regular file under `root` (symlinks and special files refused: a build is plain files).
+    `digests=False`: paths and sizes only (digest ""), at the cost of a directory walk."""
     files = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
@@ -63,7 +64,7 @@ def local_manifest(root: Path, *, sha256: Mapping[str, str] | None = None) -> Ma
             if p.is_symlink() or not p.is_file():
                 raise UsageError(f"{p}: not a regular file", hint="a release or model holds plain files only")
             st = p.stat()
-            files.append(ManifestFile(path=safe_relpath(rel), size=st.st_size, digest=file_digest(p),
+            files.append(ManifestFile(path=safe_relpath(rel), size=st.st_size, digest=file_digest(p) if digests else "",
                                       executable=bool(st.st_mode & 0o111), sha256=(sha256 or {}).get(rel)))
     return make_manifest(files)
 
@@ -513,9 +514,11 @@ class NodeSession:
                                      str(a["stderr"]))
 
     def preflight(self, models_dir: str, name: str, manifest: Manifest, *, timeout_s: float = 1800) -> dict:
-        """What the node has of the model, what is staged, and free space (see NODE_PREFLIGHT)."""
-        a = self._call({"op": "preflight", "models": models_dir, "name": name,
-                        "manifest": json.loads(manifest.model_dump_json())}, timeout_s)
+        """What the node has of the model, what is staged, and free space (see NODE_PREFLIGHT). It reads only
+        the manifest's paths and sizes (the digests of what is there are compared by the caller)."""
+        files = [{"path": f.path, "size": f.size} for f in manifest.files]
+        a = self._call({"op": "preflight", "models": models_dir, "name": name, "manifest": {"files": files}},
+                       timeout_s)
         a.pop("id", None)
         return a
 

@@ -205,23 +205,29 @@ def push_model(fleet: Fleet, model: str, source: Path | None, *, hf: bool = Fals
         source = fetch_hf(model, transfer_cache(fleet) / name)
     if source is None or not source.is_dir():
         raise UsageError(f"--from {source}: not a directory")
-    t0 = time.monotonic()
-    with _links(fleet, targets) as links:
-        manifest = transfer.local_manifest(source)
-        say(f"{model}: {len(manifest.files)} files, {manifest.total_bytes / 1e6:.1f} MB, digests in "
-            f"{time.monotonic() - t0:.1f} s")
+    listing = transfer.local_manifest(source, digests=False)  # paths and sizes: all the preflight reads
+    with _links(fleet, targets) as links, ThreadPoolExecutor(max_workers=1) as side:
         lock = ClusterLock(lock_path(fleet.root))
         with lock.hold("rollout model", f"push {model} to {m.name}") as held:
             if held.taken_over is not None:
                 say(held.explain() or "")
-            return _push(fleet, m, targets, model, name, source, manifest, say, progress, links)
+            # the source's digests while the nodes answer the preflight
+            t0 = time.monotonic()
+            digests = side.submit(transfer.local_manifest, source)
+            pre = _on_sessions(links.sessions, targets,
+                               lambda s: s.preflight(m.settings.exo.models_dir, name, listing))
+            say(f"preflight of {len(targets)} nodes in {time.monotonic() - t0:.1f} s")
+            manifest = digests.result()
+            say(f"{model}: {len(manifest.files)} files, {manifest.total_bytes / 1e6:.1f} MB, digests in "
+                f"{time.monotonic() - t0:.1f} s")
+            if [(f.path, f.size) for f in manifest.files] != [(f.path, f.size) for f in listing.files]:
+                raise UsageError(f"--from {source}: files changed while they were read",
+                                 hint="run it again once the model's directory is complete")
+            return _push(fleet, m, targets, model, name, source, manifest, pre, say, progress, links, t0)
 
 
 def _push(fleet: Fleet, m: Mesh, targets: list[str], model: str, name: str, source: Path, manifest: Manifest,
-          say: Say, progress: Progress | None, links: _Links) -> ModelPushReport:
-    t0 = time.monotonic()
-    pre = _on_sessions(links.sessions, targets, lambda s: s.preflight(m.settings.exo.models_dir, name, manifest))
-    say(f"preflight of {len(targets)} nodes in {time.monotonic() - t0:.1f} s")
+          pre: dict[str, dict], say: Say, progress: Progress | None, links: _Links, t0: float) -> ModelPushReport:
     lacking = {n: missing_files(manifest, {k: (v[0], v[1]) for k, v in pre[n]["have"].items()}) for n in targets}
     need = {n: sum(f.size - min(pre[n]["staged"].get(f.path, 0), f.size) for f in lacking[n]) for n in targets}
     refusals = _free_space_refusals(pre, need)
