@@ -89,9 +89,9 @@ class _LinkTrace:
         self._thread.join()
 
     def summary(self, rate_bits_s: float) -> dict:
-        """First and last sample where the links carried bulk bytes (over a tenth of the rate), and the time
-        between them they carried less (idle)."""
-        busy = rate_bits_s / 8 * SAMPLE_S / 10
+        """First and last sample where the links carried bulk bytes (over half the rate: SSH handshakes and
+        requests stay well under it), and the time between them they carried less (idle)."""
+        busy = rate_bits_s / 8 * SAMPLE_S / 2
         base = self.samples[0][1] if self.samples else 0
         active = [(t0, t1) for (t0, b0), (t1, b1) in zip(self.samples, self.samples[1:], strict=False)
                   if (b1 - b0) > busy * (t1 - t0) / SAMPLE_S]
