@@ -54,8 +54,9 @@ def file_digest(path: Path) -> str:
 
 def local_manifest(root: Path, *, sha256: Mapping[str, str] | None = None, digests: bool = True) -> Manifest:
     """Every regular file under `root` (symlinks and special files refused: a build is plain files).
-    `digests=False`: paths and sizes only (digest ""), at the cost of a directory walk."""
-    files = []
+    `digests=False`: paths and sizes only (digest ""), at the cost of a directory walk. The digests are
+    computed several files at once (hashlib releases the GIL), one per core."""
+    found = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
         for name in sorted(filenames) + [d for d in dirnames if Path(dirpath, d).is_symlink()]:
@@ -63,10 +64,15 @@ def local_manifest(root: Path, *, sha256: Mapping[str, str] | None = None, diges
             rel = p.relative_to(root).as_posix()
             if p.is_symlink() or not p.is_file():
                 raise UsageError(f"{p}: not a regular file", hint="a release or model holds plain files only")
-            st = p.stat()
-            files.append(ManifestFile(path=safe_relpath(rel), size=st.st_size, digest=file_digest(p) if digests else "",
-                                      executable=bool(st.st_mode & 0o111), sha256=(sha256 or {}).get(rel)))
-    return make_manifest(files)
+            found.append((p, safe_relpath(rel), p.stat()))
+    if digests and len(found) > 1:
+        with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
+            sums = list(pool.map(file_digest, [p for p, _, _ in found]))
+    else:
+        sums = [file_digest(p) if digests else "" for p, _, _ in found]
+    return make_manifest([ManifestFile(path=rel, size=st.st_size, digest=d, executable=bool(st.st_mode & 0o111),
+                                       sha256=(sha256 or {}).get(rel)) for (_, rel, st), d in zip(found, sums,
+                                                                                                  strict=True)])
 
 
 # ------------------------------------------------------------------------------------------------------
