@@ -19,13 +19,14 @@ import contextlib
 import hashlib
 import json
 import os
+import queue
 import shlex
 import shutil
 import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,9 +52,11 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def local_manifest(root: Path, *, sha256: Mapping[str, str] | None = None) -> Manifest:
-    """Every regular file under `root` (symlinks and special files refused: a build is plain files)."""
-    files = []
+def local_manifest(root: Path, *, sha256: Mapping[str, str] | None = None, digests: bool = True) -> Manifest:
+    """Every regular file under `root` (symlinks and special files refused: a build is plain files).
+    `digests=False`: paths and sizes only (digest ""), at the cost of a directory walk. The digests are
+    computed several files at once (hashlib releases the GIL), one per core."""
+    found = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
         for name in sorted(filenames) + [d for d in dirnames if Path(dirpath, d).is_symlink()]:
@@ -61,10 +64,15 @@ def local_manifest(root: Path, *, sha256: Mapping[str, str] | None = None) -> Ma
             rel = p.relative_to(root).as_posix()
             if p.is_symlink() or not p.is_file():
                 raise UsageError(f"{p}: not a regular file", hint="a release or model holds plain files only")
-            st = p.stat()
-            files.append(ManifestFile(path=safe_relpath(rel), size=st.st_size, digest=file_digest(p),
-                                      executable=bool(st.st_mode & 0o111), sha256=(sha256 or {}).get(rel)))
-    return make_manifest(files)
+            found.append((p, safe_relpath(rel), p.stat()))
+    if digests and len(found) > 1:
+        with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
+            sums = list(pool.map(file_digest, [p for p, _, _ in found]))
+    else:
+        sums = [file_digest(p) if digests else "" for p, _, _ in found]
+    return make_manifest([ManifestFile(path=rel, size=st.st_size, digest=d, executable=bool(st.st_mode & 0o111),
+                                       sha256=(sha256 or {}).get(rel)) for (_, rel, st), d in zip(found, sums,
+                                                                                                  strict=True)])
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -269,6 +277,38 @@ def digest(p):
 """
 
 
+# preflight(MODELS, NAME, manifest) on the node: where the models dir is, free space (df -k on the nearest
+# existing directory), which files are final (size, digest when the size matches) and what is staged (size).
+NODE_PREFLIGHT = r"""
+def preflight(models, name, manifest):
+    models = os.path.expanduser(models)
+    final = os.path.join(models, name)
+    staging = os.path.join(models, ".macfleet-staging", name)
+    probe = models
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    df = subprocess.run(["df", "-k", probe], capture_output=True, text=True)
+    have, staged = {}, {}
+    for f in manifest["files"]:
+        p = os.path.join(final, f["path"])
+        if os.path.isfile(p) and not os.path.islink(p):
+            size = os.path.getsize(p)
+            have[f["path"]] = [size, digest(p) if size == f["size"] else None]
+        s = os.path.join(staging, f["path"])
+        if os.path.isfile(s):
+            staged[f["path"]] = os.path.getsize(s)
+    return {"final": final, "staging": staging, "df": df.stdout, "df_rc": df.returncode,
+            "have": have, "staged": staged}
+"""
+
+# Runs on the node with the manifest on stdin. argv: MODELS NAME. Prints preflight()'s answer as JSON.
+PREFLIGHT_PROGRAM = r"""
+import hashlib, json, os, subprocess, sys
+""" + NODE_DIGEST + NODE_PREFLIGHT + r"""
+print(json.dumps(preflight(sys.argv[1], sys.argv[2], json.load(sys.stdin))))
+"""
+
+
 # land_files(MODE, STAGING, FINAL, manifest) on the node → (ok, bad {path: why}).
 # MODE "land": every staged file whose digest matches moves to FINAL/<path> (os.replace); a final file
 #              already matching stays; a staged file of full size whose digest differs is removed.
@@ -346,10 +386,32 @@ def land(args: SshArgs, manifest: Manifest, staging: str, final: str, *, check_o
 # controller died).
 #   {"op": "land", "mode", "staging", "final", "manifest"} → {"ok": [...], "bad": {path: why}}
 #   {"op": "rsync", "src_dir", "dest", "dst_dir", "files"} → {"rc": int, "stderr": str}
+#   {"op": "preflight", "models", "name", "manifest"} → preflight()'s answer
+#   {"op": "known_hosts", "text"} → {} (the mesh known_hosts, written whole and renamed into place)
+#   {"op": "size", "dirs"} → {"bytes": int} (under those directories, for progress)
 _SESSION_PROGRAM = r"""
 import hashlib, json, os, subprocess, sys, threading
 RSYNC_ARGV = json.loads(sys.argv[1])
-""" + NODE_DIGEST + NODE_LAND + r"""
+KNOWN_HOSTS = os.path.expanduser(sys.argv[2])
+""" + NODE_DIGEST + NODE_LAND + NODE_PREFLIGHT + r"""
+def put_known_hosts(text):
+    os.makedirs(os.path.dirname(KNOWN_HOSTS), mode=0o700, exist_ok=True)
+    os.chmod(os.path.dirname(KNOWN_HOSTS), 0o700)
+    tmp = KNOWN_HOSTS + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, KNOWN_HOSTS)
+def size_under(dirs):
+    total = 0
+    for top in dirs:
+        for d, _, files in os.walk(top):
+            for f in files:
+                try:
+                    total += os.lstat(os.path.join(d, f)).st_size
+                except OSError:
+                    pass
+    return total
 out = threading.Lock()
 env = dict(os.environ, PATH="/opt/homebrew/bin:" + os.environ.get("PATH", ""))
 def handle(req):
@@ -361,6 +423,13 @@ def handle(req):
             argv = RSYNC_ARGV + [req["src_dir"] + "/", req["dest"] + ":" + req["dst_dir"] + "/"]
             p = subprocess.run(argv, input="\0".join(req["files"]).encode(), capture_output=True, env=env)
             ans = {"rc": p.returncode, "stderr": p.stderr.decode(errors="replace")[-2000:]}
+        elif req["op"] == "preflight":
+            ans = preflight(req["models"], req["name"], req["manifest"])
+        elif req["op"] == "known_hosts":
+            put_known_hosts(req["text"])
+            ans = {}
+        elif req["op"] == "size":
+            ans = {"bytes": size_under(req["dirs"])}
         else:
             ans = {"error": "unknown op"}
     except Exception as exc:
@@ -384,8 +453,9 @@ class NodeSession:
         self.node = args.node
         shell = shlex.join(["ssh", *SSH_OPTS, "-o", f"UserKnownHostsFile=~/{MESH_KNOWN_HOSTS}"])
         rsync = ["rsync", *RSYNC_FLAGS, "--mkpath", "-e", shell, "--files-from=-", "--from0"]
-        cmd = shlex.join([REMOTE_PYTHON, "-c", _SESSION_PROGRAM, json.dumps(rsync)])
-        self._proc = subprocess.Popen(args.argv(cmd, forward_agent=True), stdin=subprocess.PIPE,
+        cmd = shlex.join([REMOTE_PYTHON, "-c", _SESSION_PROGRAM, json.dumps(rsync), f"~/{MESH_KNOWN_HOSTS}"])
+        # the agent only when given one (never the controller user's own)
+        self._proc = subprocess.Popen(args.argv(cmd, forward_agent=bool(agent_env)), stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       env={**os.environ, **agent_env})
         self._lock = threading.Lock()
@@ -393,7 +463,8 @@ class NodeSession:
         self._waiting: dict[int, Future] = {}
         self._next = 0
         self._ended: BaseException | None = None
-        threading.Thread(target=self._read, daemon=True, name=f"session-{self.node}").start()
+        self._reader = threading.Thread(target=self._read, daemon=True, name=f"session-{self.node}")
+        self._reader.start()
 
     def _read(self) -> None:
         assert self._proc.stdout is not None and self._proc.stderr is not None
@@ -448,6 +519,21 @@ class NodeSession:
             raise RemoteCommandError(self.node, f"rsync to {dst_address} over the Thunderbolt cable", int(a["rc"]),
                                      str(a["stderr"]))
 
+    def preflight(self, models_dir: str, name: str, manifest: Manifest, *, timeout_s: float = 1800) -> dict:
+        """What the node has of the model, what is staged, and free space (see NODE_PREFLIGHT). It reads only
+        the manifest's paths and sizes (the digests of what is there are compared by the caller)."""
+        files = [{"path": f.path, "size": f.size} for f in manifest.files]
+        a = self._call({"op": "preflight", "models": models_dir, "name": name, "manifest": {"files": files}},
+                       timeout_s)
+        a.pop("id", None)
+        return a
+
+    def put_known_hosts(self, text: str, *, timeout_s: float = 30) -> None:
+        self._call({"op": "known_hosts", "text": text}, timeout_s)
+
+    def size_under(self, dirs: list[str], *, timeout_s: float = 20) -> int:
+        return int(self._call({"op": "size", "dirs": dirs}, timeout_s)["bytes"])
+
     def close(self) -> None:
         with contextlib.suppress(OSError):
             assert self._proc.stdin is not None
@@ -457,6 +543,7 @@ class NodeSession:
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
+        self._reader.join(timeout=5)  # it marks the session ended: a later request says so
 
 
 @contextlib.contextmanager
@@ -469,3 +556,141 @@ def node_sessions(fleet: Fleet, nodes: list[str], agent_env: Mapping[str, str]) 
     finally:
         with ThreadPoolExecutor(max_workers=max(1, len(sessions))) as pool:
             list(pool.map(NodeSession.close, sessions.values()))
+
+
+# ------------------------------------------------------------------------------------------------------
+# The controller's copy to the seed: one stream for the whole push
+# ------------------------------------------------------------------------------------------------------
+
+# Runs on the seed (/usr/bin/python3) for the whole push, reading binary frames on stdin: a JSON header line
+# {"dir", "path", "offset", "size"}, then the file's bytes from `offset` to `size`. The bytes go into
+# DIR/PATH from `offset` (what is staged there is kept: a partial file continues); then it answers one JSON
+# line {"path", "digest"}: the blake2b of the whole file as it now is on disk (the bytes kept, then those
+# received), so the controller knows at once whether it arrived intact. A stream cut mid-file leaves a
+# partial file in staging, never anything under a final name.
+_FEED_PROGRAM = r"""
+import hashlib, json, os, sys
+inp = sys.stdin.buffer
+while True:
+    line = inp.readline()
+    if not line:
+        break
+    h = json.loads(line)
+    rel, off, size = h["path"], int(h["offset"]), int(h["size"])
+    if os.path.isabs(rel) or ".." in rel.split("/") or not 0 <= off <= size:
+        sys.exit("bad frame " + repr(line[:200]))
+    p = os.path.join(h["dir"], rel)
+    os.makedirs(os.path.dirname(p), exist_ok=True)
+    d = hashlib.blake2b(digest_size=32)
+    with os.fdopen(os.open(p, os.O_RDWR | os.O_CREAT, 0o644), "r+b") as f:
+        f.truncate(off)
+        for c in iter(lambda: f.read(min(4 << 20, off - f.tell())), b""):
+            d.update(c)
+        f.seek(off)
+        left = size - off
+        while left:
+            c = inp.read(min(left, 1 << 20))
+            if not c:
+                sys.exit(0)
+            f.write(c)
+            d.update(c)
+            left -= len(c)
+    sys.stdout.write(json.dumps({"path": rel, "digest": d.hexdigest()}) + "\n")
+    sys.stdout.flush()
+"""
+FEED_BLOCK = 1 << 20
+
+
+class Feed:
+    """The controller → seed copy over the management network as one long-lived SSH stream (`_FEED_PROGRAM`
+    on the seed): files are written back to back, so no copy pays for an rsync or SSH start-up and the link
+    never idles between them. Opened before the preflight answers; no byte of the model is written until
+    `send` is called. A file whose digest does not match after continuing a staged part is sent again whole.
+    """
+
+    def __init__(self, args: SshArgs) -> None:
+        self.node = args.node
+        cmd = shlex.join([REMOTE_PYTHON, "-c", _FEED_PROGRAM])
+        self._proc = subprocess.Popen(args.argv(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE)
+
+    def _failed(self, what: str) -> BaseException:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(timeout=15)
+        assert self._proc.stderr is not None
+        err = self._proc.stderr.read().decode(errors="replace").strip()[-300:] if self._proc.poll() is not None \
+            else ""
+        if self._proc.returncode == 255:
+            return UnreachableError({self.node: err or "ssh failed"})
+        return RemoteCommandError(self.node, "copy from the controller", self._proc.returncode or -1,
+                                  err or what)
+
+    def send(self, src: Path, dest_dir: str, files: list[tuple[ManifestFile, int]],
+             arrived: Callable[[str], None]) -> None:
+        """Each (file, bytes already staged) in order into `dest_dir`; `arrived(path)` as each one's digest
+        matched on the node (called from another thread). Raises on a file that does not arrive intact."""
+        by_path = {f.path: f for f, _ in files}
+        todo: queue.Queue[tuple[ManifestFile, int] | None] = queue.Queue()
+        for item in files:
+            todo.put(item)
+        failure: list[BaseException] = []
+        sent_whole: set[str] = set()
+        left = len(files)
+
+        def read() -> None:
+            nonlocal left
+            assert self._proc.stdout is not None
+            try:
+                while left:
+                    line = self._proc.stdout.readline()
+                    if not line:
+                        failure.append(self._failed("the stream ended"))
+                        return
+                    answer = json.loads(line)
+                    f = by_path[answer["path"]]
+                    if answer["digest"] == f.digest:
+                        left -= 1
+                        arrived(f.path)
+                    elif f.path not in sent_whole:  # the staged part was not this file's: send it whole
+                        todo.put((f, 0))
+                    else:
+                        failure.append(RemoteCommandError(self.node, "copy from the controller", 1,
+                                                          f"{f.path}: digest differs after a whole copy"))
+                        return
+            except Exception as exc:  # an answer we cannot read, or `arrived` failed: the send fails with it
+                failure.append(exc)
+            finally:
+                todo.put(None)
+
+        reader = threading.Thread(target=read, daemon=True, name=f"feed-{self.node}")
+        reader.start()
+        assert self._proc.stdin is not None
+        try:
+            while (item := todo.get()) is not None:
+                f, offset = item
+                offset = min(max(0, offset), f.size)
+                if offset == 0:
+                    sent_whole.add(f.path)
+                header = {"dir": dest_dir, "path": f.path, "offset": offset, "size": f.size}
+                self._proc.stdin.write(json.dumps(header).encode() + b"\n")
+                with (src / f.path).open("rb") as fh:
+                    fh.seek(offset)
+                    while block := fh.read(FEED_BLOCK):
+                        self._proc.stdin.write(block)
+                self._proc.stdin.flush()
+        except BrokenPipeError:  # the stream ended: the reader says why
+            reader.join(timeout=30)
+            raise (failure[0] if failure else self._failed("the stream broke")) from None
+        reader.join()
+        if failure:
+            raise failure[0]
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            assert self._proc.stdin is not None
+            self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()

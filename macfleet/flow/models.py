@@ -1,11 +1,13 @@
 """`rollout model`: model weights fetched once, sent once over the management network, fanned out over the
 Thunderbolt cables, every file landing under exo's layout only after its digest matched.
 
-Order: lock → manifest of the source → preflight on every node (what it has, what is staged, free space;
-refuse before a byte moves) → the model cut into chunks, pipelined: the controller sends chunks to the seed over
-management (two at a time) while the ones already there go seed → a peer → every other peer, each hop over its
-own cable, and the last ones seed → every peer at once → anything a failed cable left missing comes from the
-controller over management → unlock.
+Order: one SSH session per node and the controller's stream to the first node are opened (their start-ups
+overlap the manifest of the source) → lock → preflight on every node, as requests on those sessions (what it
+has, what is staged, free space; refuse before a byte moves) → the model cut into chunks, pipelined: the
+controller sends the chunks to the seed in order over its one stream while the ones already there go seed → a
+peer → every other peer, each hop over its own cable; the last chunk's files go seed → every peer at once, each
+as soon as it is there → anything a failed cable left missing comes from the controller over management →
+unlock.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ import shlex
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from macfleet.act import transfer
 from macfleet.act.lock import ClusterLock, lock_path
@@ -41,50 +45,12 @@ from .rollout import Say, _quiet, link_addresses
 
 DISK_MARGIN_BYTES = 256 * 1024 * 1024  # room left for exo's logs and the OS after the push
 PROGRESS_EVERY_S = 2.0
-CONTROLLER_STREAMS = TAIL_CHUNKS  # controller → seed copies at once; the last ones spread in one hop
 Progress = Callable[[str, int, int], None]  # (node, bytes received so far, bytes it needs)
-
-# Runs on the node: bytes under the final and staging directories (for progress).
-_SIZE_PROGRAM = r"""
-import os, sys
-total = 0
-for top in sys.argv[1:]:
-    for d, _, files in os.walk(top):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(d, f)).st_size
-            except OSError:
-                pass
-print(total)
-"""
-
-# Runs on the node: where the models dir is, free space (df -k), what is final and what is staged.
-_PREFLIGHT = r"""
-import hashlib, json, os, subprocess, sys
-models, name = os.path.expanduser(sys.argv[1]), sys.argv[2]
-manifest = json.load(sys.stdin)
-final = os.path.join(models, name)
-staging = os.path.join(models, ".macfleet-staging", name)
-probe = models
-while not os.path.exists(probe):
-    probe = os.path.dirname(probe)
-df = subprocess.run(["df", "-k", probe], capture_output=True, text=True)
-""" + transfer.NODE_DIGEST + r"""have, staged = {}, {}
-for f in manifest["files"]:
-    p = os.path.join(final, f["path"])
-    if os.path.isfile(p) and not os.path.islink(p):
-        size = os.path.getsize(p)
-        have[f["path"]] = [size, digest(p) if size == f["size"] else None]
-    s = os.path.join(staging, f["path"])
-    if os.path.isfile(s):
-        staged[f["path"]] = os.path.getsize(s)
-print(json.dumps({"final": final, "staging": staging, "df": df.stdout, "df_rc": df.returncode,
-                  "have": have, "staged": staged}))
-"""
 
 
 def _preflight(fleet: Fleet, nodes: list[str], models_dir: str, name: str, manifest: Manifest) -> dict[str, dict]:
-    cmd = shlex.join([transfer.REMOTE_PYTHON, "-c", _PREFLIGHT, models_dir, name])
+    """One SSH command per node (for `--verify`, which opens no sessions)."""
+    cmd = shlex.join([transfer.REMOTE_PYTHON, "-c", transfer.PREFLIGHT_PROGRAM, models_dir, name])
 
     def one(a: transfer.SshArgs) -> dict:
         out = transfer.run_remote(a, cmd, stdin=manifest.model_dump_json(), timeout_s=1800)
@@ -94,6 +60,28 @@ def _preflight(fleet: Fleet, nodes: list[str], models_dir: str, name: str, manif
             raise RemoteCommandError(a.node, "preflight", 0, f"unexpected answer {out[-200:]!r}") from None
 
     return transfer.on_nodes(fleet, nodes, one)  # type: ignore[return-value]
+
+
+def _on_sessions(sessions: dict[str, transfer.NodeSession], nodes: list[str], fn: Callable) -> dict[str, Any]:
+    """fn(session) on every node's session at once; the results by node. The first error is raised after all
+    finish; unreachable nodes are gathered into one UnreachableError."""
+    results: dict[str, Any] = {}
+    errors: dict[str, BaseException] = {}
+
+    def one(n: str) -> None:
+        try:
+            results[n] = fn(sessions[n])
+        except Exception as exc:  # collected, re-raised below
+            errors[n] = exc
+
+    with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
+        list(pool.map(one, nodes))
+    unreachable = {n: str(e.nodes.get(n, e)) for n, e in errors.items() if isinstance(e, UnreachableError)}
+    if unreachable:
+        raise UnreachableError(unreachable)
+    if errors:
+        raise next(iter(errors.values()))
+    return results
 
 
 def _free_space_refusals(pre: dict[str, dict], need: dict[str, int]) -> dict[str, str]:
@@ -145,39 +133,33 @@ def _run_hops(fleet: Fleet, hops: list[Hop], where: Callable[[str, str], str], d
     return failed
 
 
-def _land_all(fleet: Fleet, manifest: Manifest, nodes: list[str], pre: dict[str, dict],
-              only: dict[str, set[str]] | None = None) -> dict[str, transfer.LandResult]:
+def _land_all(sessions: dict[str, transfer.NodeSession], manifest: Manifest, pre: dict[str, dict],
+              only: dict[str, set[str]]) -> dict[str, transfer.LandResult]:
     """Verify and put in place what each node received (`only[node]`: the files it was sent)."""
-    def part(node: str) -> Manifest:
-        if only is None:
-            return manifest
-        return Manifest(files=tuple(f for f in manifest.files if f.path in only.get(node, set())))
-
-    nodes = [n for n in nodes if only is None or only.get(n)]
-    return transfer.on_nodes(fleet, nodes, lambda a: transfer.land(a, part(a.node), pre[a.node]["staging"],  # type: ignore[return-value]
-                                                                   pre[a.node]["final"]))
+    nodes = [n for n in only if only[n]]
+    return _on_sessions(sessions, nodes, lambda s: s.land(
+        Manifest(files=tuple(f for f in manifest.files if f.path in only[s.node])),
+        pre[s.node]["staging"], pre[s.node]["final"]))
 
 
 @contextlib.contextmanager
-def _watch(fleet: Fleet, pre: dict[str, dict], base: dict[str, int], need: dict[str, int],
-           progress: Progress | None) -> Iterator[None]:
-    """While the transfer runs, report each receiving node's bytes every few seconds (one SSH command each)."""
+def _watch(sessions: dict[str, transfer.NodeSession], pre: dict[str, dict], base: dict[str, int],
+           need: dict[str, int], progress: Progress | None) -> Iterator[None]:
+    """While the transfer runs, report each receiving node's bytes every few seconds (a request on its
+    session)."""
     if progress is None:
         yield
         return
     stop = threading.Event()
     nodes = [n for n in need if need[n]]
 
-    def size(a: transfer.SshArgs) -> int:
-        out = transfer.run_remote(a, shlex.join([transfer.REMOTE_PYTHON, "-c", _SIZE_PROGRAM,
-                                                 pre[a.node]["final"], pre[a.node]["staging"]]), timeout_s=20)
-        return int(out.strip() or 0)
-
     def loop() -> None:
         while not stop.wait(PROGRESS_EVERY_S):
             with contextlib.suppress(Exception):  # progress is best effort; the transfer reports its own errors
-                for n, got in transfer.on_nodes(fleet, nodes, size).items():
-                    progress(n, max(0, min(int(got) - base[n], need[n])), need[n])  # type: ignore[call-overload]
+                got = _on_sessions(sessions, nodes, lambda s: s.size_under([pre[s.node]["final"],
+                                                                             pre[s.node]["staging"]]))
+                for n, size in got.items():
+                    progress(n, max(0, min(size - base[n], need[n])), need[n])
 
     for n in nodes:
         progress(n, 0, need[n])
@@ -192,6 +174,27 @@ def _watch(fleet: Fleet, pre: dict[str, dict], base: dict[str, int], need: dict[
             progress(n, need[n], need[n])
 
 
+@dataclass
+class _Links:
+    """What the push talks over, opened before the preflight so that their SSH start-ups overlap the digests
+    of the source and each other: one session per node, and the controller's stream to the node that will be
+    the seed if it needs anything (the first target; it carries nothing until the preflight passed)."""
+
+    sessions: dict[str, transfer.NodeSession]
+    feed: transfer.Feed
+
+
+@contextlib.contextmanager
+def _links(fleet: Fleet, targets: list[str]) -> Iterator[_Links]:
+    with (transfer.transfer_agent(fleet, fleet.node(targets[0])) if len(targets) > 1
+          else contextlib.nullcontext({})) as agent, transfer.node_sessions(fleet, targets, agent) as sessions:
+        feed = transfer.Feed(transfer.SshArgs.for_node(fleet, fleet.node(targets[0])))
+        try:
+            yield _Links(sessions=sessions, feed=feed)
+        finally:
+            feed.close()
+
+
 def push_model(fleet: Fleet, model: str, source: Path | None, *, hf: bool = False, mesh: str | None = None,
                nodes: list[str] | None = None, say: Say = _quiet, progress: Progress | None = None,
                ) -> ModelPushReport:
@@ -202,22 +205,29 @@ def push_model(fleet: Fleet, model: str, source: Path | None, *, hf: bool = Fals
         source = fetch_hf(model, transfer_cache(fleet) / name)
     if source is None or not source.is_dir():
         raise UsageError(f"--from {source}: not a directory")
-    t0 = time.monotonic()
-    manifest = transfer.local_manifest(source)
-    say(f"{model}: {len(manifest.files)} files, {manifest.total_bytes / 1e6:.1f} MB, digests in "
-        f"{time.monotonic() - t0:.1f} s")
-    lock = ClusterLock(lock_path(fleet.root))
-    with lock.hold("rollout model", f"push {model} to {m.name}") as held:
-        if held.taken_over is not None:
-            say(held.explain() or "")
-        return _push(fleet, m, targets, model, name, source, manifest, say, progress)
+    listing = transfer.local_manifest(source, digests=False)  # paths and sizes: all the preflight reads
+    with _links(fleet, targets) as links, ThreadPoolExecutor(max_workers=1) as side:
+        lock = ClusterLock(lock_path(fleet.root))
+        with lock.hold("rollout model", f"push {model} to {m.name}") as held:
+            if held.taken_over is not None:
+                say(held.explain() or "")
+            # the source's digests while the nodes answer the preflight
+            t0 = time.monotonic()
+            digests = side.submit(transfer.local_manifest, source)
+            pre = _on_sessions(links.sessions, targets,
+                               lambda s: s.preflight(m.settings.exo.models_dir, name, listing))
+            say(f"preflight of {len(targets)} nodes in {time.monotonic() - t0:.1f} s")
+            manifest = digests.result()
+            say(f"{model}: {len(manifest.files)} files, {manifest.total_bytes / 1e6:.1f} MB, digests in "
+                f"{time.monotonic() - t0:.1f} s")
+            if [(f.path, f.size) for f in manifest.files] != [(f.path, f.size) for f in listing.files]:
+                raise UsageError(f"--from {source}: files changed while they were read",
+                                 hint="run it again once the model's directory is complete")
+            return _push(fleet, m, targets, model, name, source, manifest, pre, say, progress, links, t0)
 
 
 def _push(fleet: Fleet, m: Mesh, targets: list[str], model: str, name: str, source: Path, manifest: Manifest,
-          say: Say, progress: Progress | None) -> ModelPushReport:
-    t0 = time.monotonic()
-    pre = _preflight(fleet, targets, m.settings.exo.models_dir, name, manifest)
-    say(f"preflight of {len(targets)} nodes in {time.monotonic() - t0:.1f} s")
+          pre: dict[str, dict], say: Say, progress: Progress | None, links: _Links, t0: float) -> ModelPushReport:
     lacking = {n: missing_files(manifest, {k: (v[0], v[1]) for k, v in pre[n]["have"].items()}) for n in targets}
     need = {n: sum(f.size - min(pre[n]["staged"].get(f.path, 0), f.size) for f in lacking[n]) for n in targets}
     refusals = _free_space_refusals(pre, need)
@@ -232,10 +242,11 @@ def _push(fleet: Fleet, m: Mesh, targets: list[str], model: str, name: str, sour
     if not needing:
         return ModelPushReport(model=model, directory=name, files=len(manifest.files), bytes=manifest.total_bytes,
                                result="already", took_s=round(time.monotonic() - t0, 2), nodes=report_nodes)
+    # the seed: a node that has the whole model, else the first target (the one the controller's stream goes to)
     seed = holders[0] if holders else needing[0]
     base = {n: sum(v[0] for v in pre[n]["have"].values()) + sum(pre[n]["staged"].values()) for n in targets}
-    with _watch(fleet, pre, base, need, progress):
-        rerouted = _transfer(fleet, m, manifest, source, seed, needing, lacking, need, pre, say)
+    with _watch(links.sessions, pre, base, need, progress):
+        rerouted = _transfer(fleet, m, manifest, source, seed, needing, lacking, pre, say, links)
     say(f"pushed in {time.monotonic() - t0:.1f} s after the lock")
     return ModelPushReport(model=model, directory=name, files=len(manifest.files), bytes=manifest.total_bytes,
                            result="pushed", took_s=round(time.monotonic() - t0, 2), seed=seed, nodes=report_nodes,
@@ -243,15 +254,10 @@ def _push(fleet: Fleet, m: Mesh, targets: list[str], model: str, name: str, sour
 
 
 def _transfer(fleet: Fleet, m: Mesh, manifest: Manifest, source: Path, seed: str, needing: list[str],
-              lacking: dict[str, list], need: dict[str, int], pre: dict[str, dict], say: Say,
-              ) -> list[tuple[str, str]]:
+              lacking: dict[str, list], pre: dict[str, dict], say: Say, links: _Links) -> list[tuple[str, str]]:
     peers = [n for n in needing if n != seed]
     lack = {n: {f.path for f in lacking[n]} for n in needing}
-    if not peers:
-        _from_controller(fleet, manifest, source, seed, sorted(lack[seed]), pre)
-        say(f"{seed}: {need[seed] / 1e6:.1f} MB from the controller")
-        return []
-    fan = _pipeline(fleet, m, manifest, source, seed, peers, lack, pre, say)
+    fan = _pipeline(fleet, m, manifest, source, seed, peers, lack, pre, say, links)
     # Whatever a failed cable did not carry (to a node, or to the node that was to pass it on) comes from the
     # controller over the management network: what every node landed is known, whichever hop failed.
     rerouted = list(fan.via_seed)
@@ -262,17 +268,11 @@ def _transfer(fleet: Fleet, m: Mesh, manifest: Manifest, source: Path, seed: str
         why = next((w for (src, dst), w in sorted(fan.failed.items()) if dst == node), None) or \
             "; ".join(sorted(set(fan.failed.values()))) or "files missing after the fan-out"
         say(f"{node}: {why}; {len(files)} files come from the controller over the management network")
-        _from_controller(fleet, manifest, source, node, files, pre)
-        rerouted.append((node, why))
-    return rerouted
-
-
-def _from_controller(fleet: Fleet, manifest: Manifest, source: Path, node: str, files: list[str],
-                     pre: dict[str, dict]) -> None:
-    if files:
         transfer.rsync_from_controller(transfer.SshArgs.for_node(fleet, fleet.node(node)), source,
                                        pre[node]["staging"], files)
-        _raise_bad({n: r.bad for n, r in _land_all(fleet, manifest, [node], pre, {node: set(files)}).items()})
+        _raise_bad({n: r.bad for n, r in _land_all(links.sessions, manifest, pre, {node: set(files)}).items()})
+        rerouted.append((node, why))
+    return rerouted
 
 
 class _Fanout:
@@ -349,50 +349,97 @@ class _Fanout:
                 f"verified everywhere +{time.monotonic() - t:.1f} s")
 
 
+class _SeedCopy:
+    """The controller's copy to the seed, chunk by chunk in order over the one stream (`transfer.Feed`):
+    `arrived[k]` is done once every file of chunk k the seed lacked is there intact (or failed with the
+    stream's error)."""
+
+    def __init__(self, chunks: list[tuple[str, tuple[str, ...]]], lack: set[str], say: Say, t0: float,
+                 sizes: dict[str, int]) -> None:
+        self.mine = [sorted(f for f in files if f in lack) for _, files in chunks]
+        self.left = [set(m) for m in self.mine]
+        self.arrived: list[Future] = [Future() for _ in chunks]
+        self.file_arrived: dict[str, Future] = {f: Future() for m in self.mine for f in m}
+        self.chunk_of = {f: k for k, m in enumerate(self.mine) for f in m}
+        self.lock = threading.Lock()
+        self.say, self.t0, self.sizes, self.count = say, t0, sizes, len(chunks)
+        for k, m in enumerate(self.mine):
+            if not m:
+                self.arrived[k].set_result([])
+
+    def got(self, path: str) -> None:
+        self.file_arrived[path].set_result([path])
+        k = self.chunk_of[path]
+        with self.lock:
+            self.left[k].discard(path)
+            done = not self.left[k]
+        if done:
+            self.say(f"chunk {k + 1}/{self.count} ({sum(self.sizes[f] for f in self.mine[k]) / 1e6:.1f} MB) "
+                     f"from the controller (t+{time.monotonic() - self.t0:.1f} s)")
+            self.arrived[k].set_result(self.mine[k])
+
+    def run(self, feed: transfer.Feed, manifest: Manifest, source: Path, staging: str, staged: dict[str, int],
+            ) -> None:
+        by_path = {f.path: f for f in manifest.files}
+        order = [(by_path[f], staged.get(f, 0)) for m in self.mine for f in m]
+        try:
+            if order:
+                feed.send(source, staging, order, self.got)
+        except BaseException as exc:
+            for fut in [*self.arrived, *self.file_arrived.values()]:
+                if not fut.done():
+                    fut.set_exception(exc)
+            raise
+
+
 def _pipeline(fleet: Fleet, m: Mesh, manifest: Manifest, source: Path, seed: str, peers: list[str],
-              lack: dict[str, set[str]], pre: dict[str, dict], say: Say) -> _Fanout:
-    """The model in chunks (`plan_chunks`). The controller sends them to the seed over management, two at a
-    time (one's start-up hides under the other's bytes: the link never idles); as soon as one has arrived it
-    spreads over the mesh (`_Fanout.spread`) while the controller sends the next ones. The mesh's known hosts
-    are installed meanwhile."""
+              lack: dict[str, set[str]], pre: dict[str, dict], say: Say, links: _Links) -> _Fanout:
+    """The model in chunks (`plan_chunks`). The controller sends them to the seed in order over its one
+    stream; as soon as one has arrived it spreads over the mesh (`_Fanout.spread`) while the next ones
+    arrive. The mesh's known hosts are installed meanwhile (a request on each session)."""
     addresses = link_addresses(fleet, m)
     everyone = [seed, *peers]
-    chunks = plan_chunks(manifest, peers)
+    chunks = plan_chunks(manifest, peers) if peers else [(seed, tuple(sorted(lack[seed])))]
     sizes = {f.path: f.size for f in manifest.files}
-    seed_args = transfer.SshArgs.for_node(fleet, fleet.node(seed))
     t0 = time.monotonic()
+    copy = _SeedCopy(chunks, lack.get(seed, set()), say, t0, sizes)
+    fan = _Fanout(fleet, manifest, seed, peers, lack, pre, addresses, links.sessions)
 
-    def send(k: int, files: tuple[str, ...]) -> list[str]:
-        mine = sorted(f for f in files if f in lack.get(seed, set()))
-        if mine:
-            t = time.monotonic()
-            transfer.rsync_from_controller(seed_args, source, pre[seed]["staging"], mine)
-            say(f"{seed}: chunk {k + 1}/{len(chunks)} ({sum(sizes[f] for f in mine) / 1e6:.1f} MB) from the "
-                f"controller in {time.monotonic() - t:.1f} s (t+{time.monotonic() - t0:.1f} s)")
-        return mine
-
-    def spread(fan: _Fanout, ready: Future, k: int, mine: list[str]) -> None:
+    def spread(ready: Future, k: int) -> None:
+        mine = copy.arrived[k].result()
         ready.result()
+        if not peers:
+            fan.land({seed: set(mine)})
+            return
         peer, files = chunks[k]
-        how = fan.spread(files, peer, mine, direct=k >= len(chunks) - TAIL_CHUNKS)
+        how = fan.spread(files, peer, mine, direct=False)
         say(f"chunk {k + 1}/{len(chunks)} ({sum(sizes[f] for f in files) / 1e6:.1f} MB) spread {how} "
             f"(t+{time.monotonic() - t0:.1f} s)")
 
-    with transfer.transfer_agent(fleet, fleet.node(seed)) as agent, \
-            transfer.node_sessions(fleet, everyone, agent) as sessions, \
-            ThreadPoolExecutor(max_workers=1 + len(chunks), thread_name_prefix="chunk") as pool, \
-            ThreadPoolExecutor(max_workers=CONTROLLER_STREAMS, thread_name_prefix="send") as sends:
-        fan = _Fanout(fleet, manifest, seed, peers, lack, pre, addresses, sessions)
-        ready = pool.submit(lambda: transfer.install_mesh_known_hosts(fleet, everyone, transfer.mesh_known_hosts(
-            fleet, {k: v for k, v in addresses.items() if k[0] in everyone and k[1] in everyone})))
-        pending = {sends.submit(send, k, files): k for k, (_, files) in enumerate(chunks)}
-        try:
-            spreads = [pool.submit(spread, fan, ready, pending[f], f.result()) for f in as_completed(pending)]
-        finally:
-            sends.shutdown(wait=True, cancel_futures=True)  # a failed send stops the ones not begun
-        for f in spreads:
+    def spread_file(ready: Future, k: int, path: str) -> None:
+        """A file of the last chunks, from the seed to every peer as soon as it is there (so that after the
+        management link's last byte only the last file's hop remains)."""
+        mine = copy.file_arrived[path].result() if path in copy.file_arrived else []
+        ready.result()
+        how = fan.spread((path,), chunks[k][0], mine, direct=True)
+        if path == chunks[k][1][-1]:
+            say(f"chunk {k + 1}/{len(chunks)}: its last file spread {how} (t+{time.monotonic() - t0:.1f} s)")
+
+    if lack.get(seed) and links.feed.node != seed:  # the first target lacks nothing, so it would be the seed
+        raise RolloutFailed(f"{seed} needs files but the controller's copy goes to {links.feed.node}")
+    known = transfer.mesh_known_hosts(fleet, {k: v for k, v in addresses.items()
+                                              if k[0] in everyone and k[1] in everyone}) if peers else ""
+    tail = range(max(0, len(chunks) - TAIL_CHUNKS) if peers else len(chunks), len(chunks))
+    with ThreadPoolExecutor(max_workers=2 + len(chunks) + sum(len(chunks[k][1]) for k in tail),
+                            thread_name_prefix="chunk") as pool:
+        ready = pool.submit(_on_sessions, links.sessions, everyone if peers else [],
+                            lambda s: s.put_known_hosts(known))
+        sending = pool.submit(copy.run, links.feed, manifest, source, pre[seed]["staging"], pre[seed]["staged"])
+        spreads = [pool.submit(spread, ready, k) for k in range(len(chunks)) if k not in tail]
+        spreads += [pool.submit(spread_file, ready, k, f) for k in tail for f in chunks[k][1]]
+        for f in [sending, *spreads]:
             f.result()
-    say(f"sessions closed (t+{time.monotonic() - t0:.1f} s)")
+    say(f"spread done (t+{time.monotonic() - t0:.1f} s)")
     return fan
 
 

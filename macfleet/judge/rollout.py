@@ -134,12 +134,13 @@ def missing_files(manifest: Manifest, have: Mapping[str, tuple[int, str | None]]
 
 
 # A chunk is what one peer receives from the seed and passes on; each node verifies a chunk as soon as it has
-# it, so the last chunks' spread is what the push waits for after the management link is done. Big models are
+# it, so the last chunk's spread is what the push waits for after the management link is done. Big models are
 # cut finer, so that tail stays short (1 GiB verifies in about a second on Apple silicon); small ones go in one
-# chunk per peer (each chunk costs every peer an rsync over SSH), the smallest last. The last TAIL_CHUNKS go from
-# the seed to every peer itself (one hop instead of two).
+# chunk per peer (each chunk costs every peer an rsync over SSH), the smallest last. The controller sends the
+# chunks in order, so only the last one arrives when the management link is done: its files go from the seed to
+# every peer itself, each as soon as it is there (one hop instead of two).
 CHUNK_BYTES = 1 << 30
-TAIL_CHUNKS = 2
+TAIL_CHUNKS = 1
 
 
 def plan_chunks(manifest: Manifest, peers: list[str], *, chunk_bytes: int = CHUNK_BYTES, extra: int = 0,

@@ -68,3 +68,69 @@ def test_one_session_lands_several_requests_at_once_and_an_ended_one_says_so(ser
                             options=(*args.options[:-4], "-p", "1", *args.options[-2:]))
     with pytest.raises(UnreachableError):
         transfer.NodeSession(gone, {}).land(manifest, str(staging), str(final), timeout_s=60)
+
+
+def test_the_feed_continues_staged_parts_resends_a_wrong_one_whole_and_says_when_each_arrived(
+        server, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    for name, size in (("fresh", 3_000_000), ("partial", 2_500_000), ("wrong", 2_000_000), ("sub/empty", 0)):
+        (src / name).write_bytes(os.urandom(size))
+    manifest = transfer.local_manifest(src)
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    (staging / "partial").write_bytes((src / "partial").read_bytes()[:1_000_000])  # a good prefix: continued
+    (staging / "wrong").write_bytes(b"x" * 500_000)  # a prefix that is not this file's: sent again whole
+    staged = {"partial": 1_000_000, "wrong": 500_000}
+    fleet = load_inventory(server.inventory)
+    feed = transfer.Feed(transfer.SshArgs.for_node(fleet, fleet.node("node-1")))
+    arrived: list[str] = []
+    try:
+        feed.send(src, str(staging), [(f, staged.get(f.path, 0)) for f in manifest.files], arrived.append)
+    finally:
+        feed.close()
+    assert sorted(arrived) == sorted(f.path for f in manifest.files)
+    for f in manifest.files:
+        assert (staging / f.path).read_bytes() == (src / f.path).read_bytes(), f.path
+
+
+def test_the_feed_refuses_a_path_outside_its_directory_and_an_unreachable_node(server, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a").write_bytes(b"a" * 10)
+    (tmp_path / "escape").write_bytes(b"e" * 10)  # the source side exists; the node must not write outside
+    bad = transfer.ManifestFile.model_construct(path="../escape", size=10, digest="0" * 64, executable=False,
+                                                sha256=None)
+    fleet = load_inventory(server.inventory)
+    args = transfer.SshArgs.for_node(fleet, fleet.node("node-1"))
+    feed = transfer.Feed(args)
+    try:
+        with pytest.raises(RemoteCommandError, match="bad frame"):
+            feed.send(src, str(tmp_path / "in" / "staging"), [(bad, 0)], lambda p: None)
+    finally:
+        feed.close()
+    assert not (tmp_path / "in").exists()
+    gone = transfer.SshArgs(node="node-1", destination="root@127.0.0.1",
+                            options=(*args.options[:-4], "-p", "1", *args.options[-2:]))
+    with pytest.raises(UnreachableError):
+        transfer.Feed(gone).send(src, str(tmp_path / "staging"),
+                                 [(f, 0) for f in transfer.local_manifest(src).files], lambda p: None)
+
+
+def test_a_session_answers_the_preflight_and_writes_the_mesh_known_hosts(server, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "w").write_bytes(b"w" * 5000)
+    manifest = transfer.local_manifest(src)
+    models = tmp_path / "models"
+    (models / "org--m").mkdir(parents=True)
+    (models / "org--m" / "w").write_bytes(b"w" * 5000)
+    fleet = load_inventory(server.inventory)
+    session = transfer.NodeSession(transfer.SshArgs.for_node(fleet, fleet.node("node-1")), {})
+    try:
+        pre = session.preflight(str(models), "org--m", manifest)
+        assert pre["have"] == {"w": [5000, manifest.files[0].digest]} and pre["staged"] == {}
+        assert pre["df_rc"] == 0 and pre["final"] == str(models / "org--m")
+        assert session.size_under([str(models)]) == 5000
+    finally:
+        session.close()
