@@ -127,15 +127,15 @@ def run_remote(args: SshArgs, command: str, *, stdin: str | None = None, timeout
     return p.stdout
 
 
-def on_nodes(fleet: Fleet, nodes: list[str], fn, *, parallel: int = 8) -> dict[str, object]:
-    """fn(SshArgs) on every node at once; the results by node. The first error is raised after all finish;
+def each_node(nodes: list[str], fn: Callable[[str], object], *, parallel: int = 8) -> dict[str, object]:
+    """fn(node) for every node at once; the results by node. The first error is raised after all finish;
     unreachable nodes are gathered into one UnreachableError."""
     results: dict[str, object] = {}
     errors: dict[str, BaseException] = {}
 
     def one(name: str) -> None:
         try:
-            results[name] = fn(SshArgs.for_node(fleet, fleet.node(name)))
+            results[name] = fn(name)
         except Exception as exc:  # collected, re-raised below
             errors[name] = exc
 
@@ -147,6 +147,11 @@ def on_nodes(fleet: Fleet, nodes: list[str], fn, *, parallel: int = 8) -> dict[s
     if errors:
         raise next(iter(errors.values()))
     return results
+
+
+def on_nodes(fleet: Fleet, nodes: list[str], fn, *, parallel: int = 8) -> dict[str, object]:
+    """fn(SshArgs) on every node at once, as `each_node`."""
+    return each_node(nodes, lambda name: fn(SshArgs.for_node(fleet, fleet.node(name))), parallel=parallel)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -443,6 +448,18 @@ for line in sys.stdin:
 """
 
 
+def _end(proc: subprocess.Popen) -> None:
+    """Close a node program's stdin (its signal to finish) and wait for it; kill it if it does not end."""
+    with contextlib.suppress(OSError):
+        assert proc.stdin is not None
+        proc.stdin.close()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 class NodeSession:
     """One SSH session to a node for a whole push, running `_SESSION_PROGRAM` there: verifying and landing
     files and rsync to a peer over its cable are requests on it, several at once, so none of them pays for
@@ -535,14 +552,7 @@ class NodeSession:
         return int(self._call({"op": "size", "dirs": dirs}, timeout_s)["bytes"])
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            assert self._proc.stdin is not None
-            self._proc.stdin.close()
-        try:
-            self._proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+        _end(self._proc)
         self._reader.join(timeout=5)  # it marks the session ended: a later request says so
 
 
@@ -686,11 +696,4 @@ class Feed:
             raise failure[0]
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            assert self._proc.stdin is not None
-            self._proc.stdin.close()
-        try:
-            self._proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+        _end(self._proc)

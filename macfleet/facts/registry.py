@@ -9,9 +9,8 @@ KIND of a pasted capture.
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
@@ -19,25 +18,21 @@ from pydantic import BaseModel
 from macfleet.errors import FactsParseError
 from macfleet.facts import network, rdma, sockets, system, thunderbolt
 from macfleet.facts._common import split_transcript
-from macfleet.facts.kinds import DEFAULT_TIMEOUT_S, KIND_COMMANDS
+from macfleet.facts.kinds import KIND_COMMANDS
 
 
 @dataclass(frozen=True)
 class KindSpec:
+    """A KIND's parser, model and detector; its command (argv, timeout, sudo, variants) is `facts/kinds.py`'s."""
+
     kind: str
-    argv: tuple[str, ...]  # the command line macfleet runs (and names in parse errors)
     parser: Callable[[str], BaseModel]
     model: type[BaseModel]
     detect: Callable[[str], bool]  # does this text look like this KIND's output (cheap, for `auto`)
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    needs_sudo: bool = False  # run as `sudo -n`: scoped, non-interactive, never a password prompt
-    # False: parsed from saved captures only (it needs an argument per service, or no real capture proves it)
-    collected: bool = True
-    variants: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # name -> extra arguments
 
     @property
     def command(self) -> str:
-        return shlex.join(self.argv)
+        return KIND_COMMANDS[self.kind].command
 
 
 def _has(pattern: str, flags: int = re.MULTILINE) -> Callable[[str], bool]:
@@ -111,14 +106,7 @@ _PARSERS: tuple[tuple[str, Callable[[str], BaseModel], type[BaseModel], Callable
 )
 
 
-def _spec(kind: str, parser: Callable[[str], BaseModel], model: type[BaseModel],
-          detect: Callable[[str], bool]) -> KindSpec:
-    c = KIND_COMMANDS[kind]
-    return KindSpec(kind, c.argv, parser, model, detect, timeout_s=c.timeout_s, needs_sudo=c.needs_sudo,
-                    collected=c.collected, variants=c.variants)
-
-
-_SPECS = tuple(_spec(*entry) for entry in _PARSERS)
+_SPECS = tuple(KindSpec(*entry) for entry in _PARSERS)
 _UNPAIRED = {s.kind for s in _SPECS} ^ set(KIND_COMMANDS)
 if _UNPAIRED:  # every KIND has both a command and a parser
     raise ImportError(f"facts/kinds.py and facts/registry.py disagree on: {', '.join(sorted(_UNPAIRED))}")

@@ -63,25 +63,8 @@ def _preflight(fleet: Fleet, nodes: list[str], models_dir: str, name: str, manif
 
 
 def _on_sessions(sessions: dict[str, transfer.NodeSession], nodes: list[str], fn: Callable) -> dict[str, Any]:
-    """fn(session) on every node's session at once; the results by node. The first error is raised after all
-    finish; unreachable nodes are gathered into one UnreachableError."""
-    results: dict[str, Any] = {}
-    errors: dict[str, BaseException] = {}
-
-    def one(n: str) -> None:
-        try:
-            results[n] = fn(sessions[n])
-        except Exception as exc:  # collected, re-raised below
-            errors[n] = exc
-
-    with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
-        list(pool.map(one, nodes))
-    unreachable = {n: str(e.nodes.get(n, e)) for n, e in errors.items() if isinstance(e, UnreachableError)}
-    if unreachable:
-        raise UnreachableError(unreachable)
-    if errors:
-        raise next(iter(errors.values()))
-    return results
+    """fn(session) on every node's session at once, as `transfer.each_node`."""
+    return transfer.each_node(nodes, lambda n: fn(sessions[n]), parallel=max(1, len(nodes)))
 
 
 def _free_space_refusals(pre: dict[str, dict], need: dict[str, int]) -> dict[str, str]:
