@@ -58,21 +58,30 @@ def test_sudoers_drop_in_passes_visudo(tmp_path: Path, allow_ansible: bool) -> N
 def test_sudoers_ansible_line_matches_what_ansible_runs_and_nothing_wider() -> None:
     from ansible.plugins.loader import become_loader, shell_loader
 
+    from macfleet.flow.bootstrap import BECOME_PROBE
+
     become = become_loader.get("sudo")
     become.set_options(direct={"become_user": "root"})
     shell = shell_loader.get("sh")
     shell.executable = "/bin/sh"  # what Ansible's action plugins set before a module runs
-    line = become.build_become_command("/usr/bin/python3", shell)
-    words = shlex.split(line)
-    command, args = words[words.index("root") + 1], words[words.index("root") + 2:]
-    text = sudoers()
-    alias = re.search(r"^Cmnd_Alias MACFLEET_ANSIBLE = (\S+) (.*)$", text, re.M)
+    text = sudoers().replace("\\\n", "")  # sudoers continues a line with a backslash
+    alias = re.search(r"^Cmnd_Alias MACFLEET_ANSIBLE = (.*)$", text, re.M)
     assert alias is not None
-    assert command == alias.group(1) == "/bin/sh"
-    assert fnmatch.fnmatchcase(" ".join(args), alias.group(2))  # sudo matches arguments as one string
-    probe = ["-c", "echo BECOME-SUCCESS-macfleetprobe ; /usr/bin/python3"]  # macfleet's own `sudo -n -l` probe
-    assert fnmatch.fnmatchcase(" ".join(probe), alias.group(2))
-    assert not fnmatch.fnmatchcase("-c rm -rf /", alias.group(2))
+    entries = [entry.strip().split(" ", 1) for entry in alias.group(1).split(", ")]
+
+    def allowed(argv: list[str]) -> bool:  # sudo matches the arguments as one string
+        return any(argv[0] == command and fnmatch.fnmatchcase(" ".join(argv[1:]), args) for command, args in entries)
+
+    def as_root(line: str) -> list[str]:
+        words = shlex.split(become.build_become_command(line, shell))
+        return words[words.index("root") + 1:]
+
+    assert allowed(as_root("/usr/bin/python3"))  # a module, with pipelining
+    probe = "/usr/bin/python3 -I -c " + shlex.quote("import sys\nprint(1)") + " " + shlex.quote('{"files": []}')
+    assert allowed(as_root(probe))  # bootstrap's probe (a raw task)
+    assert allowed(list(BECOME_PROBE.argv[2:]))  # macfleet's own check that sudo runs the probe
+    assert not allowed(["/bin/sh", "-c", "rm -rf /"])
+    assert not allowed(["/bin/sh", "-c", "echo BECOME-SUCCESS-abc ; /bin/rm -rf /"])
 
 
 @pytest.mark.parametrize(("role", "template", "values"), [

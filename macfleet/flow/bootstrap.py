@@ -34,10 +34,12 @@ from macfleet.judge.bootstrap import filevault_record, rdma_needs
 STEPS = ("preflight", "clt", "sudoers", "homebrew", "pmset", "gpu", "exo", "spotlight", "pf", "ipplan", "filevault")
 READ_ROLES = ("probe",)
 PYTHON = "/usr/bin/python3"  # ansible_python_interpreter on the Macs
-# The exact command line Ansible's sudo runs (with pipelining); `sudo -n -l CMD` exits 0 only when sudoers
-# lets this account run it without a password. Only its exit status is used, never its text.
-BECOME_PROBE = CommandSpec("sudo-become", ("sudo", "-n", "-l", "/bin/sh", "-c",
-                                           f"echo BECOME-SUCCESS-macfleetprobe ; {PYTHON}"), timeout_s=10)
+# Whether sudo runs the playbook's probe (a script given to Python: the drop-in's widest line) without a
+# password. It is run, not asked about: `sudo -l CMD` says yes to any command some rule allows, and every Mac's
+# admin may run anything with a password. A drop-in from before the probe ran this way asks for it once.
+BECOME_MARK = "BECOME-SUCCESS-macfleetprobe"
+BECOME_PROBE = CommandSpec("sudo-become", ("sudo", "-n", "/bin/sh", "-c", f"echo {BECOME_MARK} ; {PYTHON} -I -c pass"),
+                           timeout_s=10)
 NEEDS_HUMAN = "needs a human: "
 NOTE = "note: "
 # The playbook's word that every role found a Mac as it should be; it ends the play there, so the roles after
@@ -175,7 +177,8 @@ def bootstrap(
         if not check:
             write_generated_hostvars(fleet, n, {"macfleet_filevault": filevault_record(fde)}, by="bootstrap")
     needs_password = [n for n in reachable
-                      if (raw := gathered.outputs.get(n, {}).get(BECOME_PROBE.key)) is None or raw.rc != 0]
+                      if (raw := gathered.outputs.get(n, {}).get(BECOME_PROBE.key)) is None
+                      or BECOME_MARK not in raw.stdout]
     password = become_password(needs_password) if needs_password else None
     run_nodes = reachable
     if needs_password and password is None:

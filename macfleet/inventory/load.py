@@ -84,7 +84,9 @@ class _DuplicateKey(Exception):
         self.key, self.line, self.first_line = key, line, first_line
 
 
-class _Loader(yaml.SafeLoader):
+# libyaml's parser where PyYAML was built with it (the wheels are): the pure-Python one was most of the time an
+# inventory took to read. Either gives the same nodes, with their line marks, to the constructors below.
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     pass
 
 

@@ -1,6 +1,6 @@
 """macfleet's one read of a Mac: every file and command the bootstrap roles compare against, in one run.
 
-Reads a JSON request on stdin, {"files": [path, ...], "commands": [[argv...], ...], "admin": name,
+Reads a JSON request (its one argument, or stdin without one), {"files": [path, ...], "commands": [[argv...], ...], "admin": name,
 "admin_commands": [[argv...], ...]}, and prints one JSON object: {"files": {path: record or null},
 "commands": {"argv joined by spaces": {"rc", "stdout", "stderr"}}, "admin_commands": {same}}. Admin commands
 run as the named account (its uid, groups, home and a plain PATH): Homebrew refuses to run as root.
@@ -75,7 +75,7 @@ def run_as(name):
 
 
 def main():
-    request = json.load(sys.stdin)
+    request = json.loads(sys.argv[1]) if len(sys.argv) > 1 else json.load(sys.stdin)
     commands = [[str(word) for word in argv] for argv in request.get("commands", [])]
     admin_commands = [[str(word) for word in argv] for argv in request.get("admin_commands", [])]
     as_admin = run_as(str(request.get("admin", "")))
