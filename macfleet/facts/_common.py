@@ -20,7 +20,9 @@ from macfleet.facts.kinds import KIND_COMMANDS
 class Facts(BaseModel):
     """Base of every facts model: frozen, unknown keys refused."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Each model's validator is built when first used, not at import: a command uses a few of the facts models,
+    # and building all of them was a tenth of doctor's CPU.
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 def command_line(kind: str) -> str:
