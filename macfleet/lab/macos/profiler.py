@@ -7,10 +7,9 @@ string / switch UID, the RDMA service (64087) only when the PEER has RDMA on, sp
 
 from __future__ import annotations
 
-import json
 import sys
 
-from .common import Links, Node
+from .common import CORES, Links, Node
 
 SERVICE_KEY_RDMA = "\u02c7" * 6 + "AD"  # the mojibake key of macOS 26.5+ captures
 SPEED_BY_KIND = {"tb5": "80 Gb/s", "tb4": "40 Gb/s"}
@@ -213,6 +212,8 @@ def _item_text(item: dict, indent: int) -> list[str]:
 def _json(data_type: str, items: list[dict]) -> str:
     # Real output: 2-space indent, `"key" : value`, keys sorted (`_items` sorts first), raw UTF-8,
     # no trailing newline.
+    import json
+
     return json.dumps({data_type: items}, indent=2, sort_keys=True, separators=(",", " : "), ensure_ascii=False)
 
 
@@ -244,7 +245,6 @@ def _xml(data_type: str, items: list[dict], reporter: str) -> bytes:
     return plistlib.dumps(doc, sort_keys=True)
 
 
-CORES = {"Apple M3 Ultra": (32, 24, 8), "Apple M4 Max": (16, 12, 4), "Apple M4 Pro": (14, 10, 4)}
 
 
 def hardware_items(node: Node) -> list[dict]:
