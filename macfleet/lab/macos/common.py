@@ -4,10 +4,10 @@ A node directory `<state>/nodes/<node>/` holds:
   persist.json  settings that survive a reboot (network services, RDMA, pmset, FileVault, host names, OS)
   boot.json     this boot only (power state, boot id and time, domain UUIDs, service UUIDs, wired limit)
   lock          flock'ed around every read-modify-write of the two files above
-Each JSON state file has a marshal twin (`.<name>.marshal`, see write_json) that a stand-in reads instead, so
-that a call need not import json (json's decoder pulls in re and enum: a third of a simple call's CPU).
   request       a power request for the supervisor ("reboot" / "halt"), written by shutdown/reboot
 The lab directory `<state>/` holds lab.json (nodes, models, cables, addresses), the plan all nodes share.
+Each JSON state file has a marshal twin (`.<name>.marshal`, see write_json) that a stand-in reads instead, so
+that a call need not import json (json's decoder pulls in re and enum: a third of a simple call's CPU).
 """
 
 from __future__ import annotations
@@ -257,7 +257,7 @@ class Links:
     (cheap), IPv4 addresses from one rtnetlink dump (only when asked)."""
 
     def __init__(self):
-        self._addrs: dict[str, dict] | None = None
+        self._addrs: dict[str, list[tuple[str, int]]] | None = None
 
     @staticmethod
     def _read(dev: str, attr: str) -> str | None:
