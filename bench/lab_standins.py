@@ -3,11 +3,11 @@
 Brings a small prepared lab up (2 nodes, no exo stand-in, so nothing else runs on the nodes) and, in ONE ssh
 session to its first node, runs each command doctor runs (`doctor_specs` + that node's `ping_specs`, as
 bench/doctor.py's `probe_script` does) and bootstrap's probe reads, --repeat times each, timing every call with
-bash's $EPOCHREALTIME (the lab's `date` is a BSD-date stand-in, without %N) and the CPU of each command's calls
-with bash's `times` (user+sys of the children). The floor is the interpreter every stand-in runs on,
-`python3.11 -S -E -c pass`, timed the same way in the same session. Prints per-command medians in ms; the mean
-ratio to the floor is taken over the stand-in commands only (curl and tail are the host's own). Needs the lab
-(Linux, root). The last line printed is one JSON object:
+bash's $EPOCHREALTIME (the lab's `date` is a BSD-date stand-in, without %N) and its CPU with bash's `times`
+(user+sys of the children), in rounds: every command once per round. The floor is the interpreter every
+stand-in runs on, `python3.11 -S -E -c pass`, timed the same way in the same session. Prints per-command
+medians in ms; the mean ratio to the floor is taken over the stand-in commands only (curl and tail are the
+host's own). Needs the lab (Linux, root). The last line printed is one JSON object:
 `{"bench": "lab_standins", "per_call_ms": {...}, "cpu_ms": {...}, "python_start_ms": x,
 "mean_vs_python_start": r, "script_ms": total}`.
 
@@ -61,15 +61,16 @@ def commands(fleet, node: str) -> list[tuple[str, str]]:
 
 
 def timing_script(cmds: list[tuple[str, str]], python: str, repeat: int) -> str:
-    """A bash script printing `T key t0 t1` per call and, before and after each command's calls, `C key` then
-    bash's `times` (its own user and sys, then its children's); the commands' outputs go to /dev/null."""
-    lines = []
-    for key, line in [(FLOOR, f"{python} -S -E -c pass"), *cmds]:
-        k = shlex.quote(key)
-        lines.append(f"echo C {k}; times")  # in this shell: a $(times) would report its subshell's children
-        lines.append(f"for ((i = 0; i < {repeat}; i++)); do t0=$EPOCHREALTIME; "
-                     f"{{ {line} ; }} >/dev/null 2>&1 </dev/null; t1=$EPOCHREALTIME; echo T {k} $t0 $t1; done")
-        lines.append(f"echo C {k}; times")
+    """A bash script that runs every command once per round, --repeat rounds (so a load that comes and goes on
+    the machine weighs on all commands alike), printing `T key t0 t1` after each call, then bash's `times` (its
+    own user and sys, then its children's: cumulative, so a call's CPU is the difference to the previous
+    reading); the commands' outputs go to /dev/null. `times` runs in this shell: a $(times) would report its
+    subshell's children."""
+    lines = ["times"]
+    calls = [(FLOOR, f"{python} -S -E -c pass"), *cmds]
+    body = "".join(f"t0=$EPOCHREALTIME; {{ {line} ; }} >/dev/null 2>&1 </dev/null; t1=$EPOCHREALTIME; "
+                   f"echo T {shlex.quote(key)} $t0 $t1; times\n" for key, line in calls)
+    lines.append(f"for ((i = 0; i < {repeat}; i++)); do\n{body}done")
     return "\n".join(lines) + "\n"
 
 
@@ -79,22 +80,26 @@ def _seconds(bash_time: str) -> float:
     return int(minutes) * 60 + float(rest.rstrip("s"))
 
 
+def _children_s(times_line: str) -> float:
+    user, system = times_line.split()
+    return _seconds(user) + _seconds(system)
+
+
 def parse(out: str) -> tuple[dict[str, float], dict[str, float]]:
-    """Per-command median wall ms and mean CPU ms per call, from the script's output."""
+    """Per-command median wall ms and mean CPU ms per call (user+sys), from the script's output."""
     walls: dict[str, list[float]] = {}
-    cpu_marks: dict[str, list[float]] = {}
-    counts: dict[str, int] = {}
+    cpus: dict[str, list[float]] = {}
     rows = out.splitlines()
+    last = _children_s(rows[1])
     for i, row in enumerate(rows):
         parts = row.split()
-        if len(parts) == 4 and parts[0] == "T":
+        if len(parts) == 4 and parts[0] == "T" and i + 2 < len(rows):
             walls.setdefault(parts[1], []).append((float(parts[3]) - float(parts[2])) * 1000)
-            counts[parts[1]] = counts.get(parts[1], 0) + 1
-        elif len(parts) == 2 and parts[0] == "C" and i + 2 < len(rows):
-            children = rows[i + 2].split()
-            cpu_marks.setdefault(parts[1], []).append(_seconds(children[0]) + _seconds(children[1]))
+            now = _children_s(rows[i + 2])
+            cpus.setdefault(parts[1], []).append((now - last) * 1000)
+            last = now
     wall = {k: round(statistics.median(v), 2) for k, v in walls.items()}
-    cpu = {k: round((m[1] - m[0]) * 1000 / counts[k], 2) for k, m in cpu_marks.items() if len(m) == 2 and k in counts}
+    cpu = {k: round(statistics.mean(v), 2) for k, v in cpus.items()}
     return wall, cpu
 
 
