@@ -84,3 +84,22 @@ def test_standin_is_a_python_script(tmp_path):
     assert first == f"#!{NODE_PYTHON} -SE"  # Linux passes one shebang argument: the flags in one word
     compile(text, "pmset", "exec")
     assert repr(str(tmp_path / "nodes" / "studio-1")) in text and "'pmset'" in text
+
+
+def test_standins_import_only_cheap_modules():
+    """What keeps a stand-in call near the interpreter's start: importing the stand-ins (each command's module)
+    loads none of the stdlib modules whose imports cost milliseconds; a function that needs one imports it."""
+    import sys
+
+    from macfleet.lab.state import NODE_PYTHON
+
+    python = NODE_PYTHON if os.path.exists(NODE_PYTHON) else sys.executable
+    lab_dir = os.path.join(os.path.dirname(common.__file__), os.pardir)
+    mods = "cli, devtools, launchd, network, pf, ping, prefs, profiler, rdma, rtnl, system, tools"
+    code = (f"import sys; sys.path.insert(0, {lab_dir!r}); from macos import {mods}; "
+            "print(' '.join(sorted(sys.modules)))")
+    loaded = set(subprocess.run([python, "-S", "-E", "-c", code], capture_output=True, text=True,
+                                check=True).stdout.split())
+    costly = {"json", "re", "enum", "subprocess", "contextlib", "pathlib", "plistlib", "shutil", "socket", "hashlib",
+              "ipaddress", "importlib", "collections", "functools", "datetime", "tempfile"}
+    assert not loaded & costly
