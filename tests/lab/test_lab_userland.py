@@ -95,7 +95,7 @@ def test_standins_import_only_cheap_modules():
 
     python = NODE_PYTHON if os.path.exists(NODE_PYTHON) else sys.executable
     lab_dir = os.path.join(os.path.dirname(common.__file__), os.pardir)
-    mods = "cli, devtools, launchd, network, pf, ping, prefs, profiler, rdma, rtnl, system, tools"
+    mods = "cli, devtools, launchd, network, pf, ping, prefs, profiler, rdma, rtnl, sound, system, tools"
     code = (f"import sys; sys.path.insert(0, {lab_dir!r}); from macos import {mods}; "
             "print(' '.join(sorted(sys.modules)))")
     loaded = set(subprocess.run([python, "-S", "-E", "-c", code], capture_output=True, text=True,
