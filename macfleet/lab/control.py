@@ -242,6 +242,18 @@ def _prepare_node(lab: dict, d: Path, node: str, run_py: Path, pubkey: str, uid:
     userland.write_json(nd / "boot.json", {"power": "off"})
 
 
+def standin_wrapper(userland_dir: Path, nd: Path, cmd: str) -> str:
+    """A stand-in command: a Python script the kernel hands to the lab's own interpreter (one shebang argument,
+    `-SE`: no site, no PYTHON* variables), which calls the stand-ins' dispatcher for this node. A script rather
+    than `/bin/sh` + exec spares each call a shell's start; NODE_PYTHON, not the node's /usr/bin/python3 (the
+    Command Line Tools' stub on a fresh Mac)."""
+    return (f"#!{NODE_PYTHON} -SE\n"
+            f"import sys\n"
+            f"sys.path[0] = {str(userland_dir)!r}\n"
+            f"from macos.cli import main\n"
+            f"sys.exit(main([{str(nd)!r}, {cmd!r}, *sys.argv[1:]]))\n")
+
+
 def _write_standins(nd: Path, run_py: Path) -> None:
     """The macOS commands in front of /usr/bin; /usr/sbin gets links to them (one file per command, so sudo
     matches a /sbin/x rule and a /usr/bin/x rule alike); /usr/bin/python3 is the Command Line Tools stub."""
@@ -253,7 +265,7 @@ def _write_standins(nd: Path, run_py: Path) -> None:
         if cmd == "brew":
             continue  # Homebrew's, in /opt/homebrew/bin
         w = nd / "standins" / cmd
-        w.write_text(f'#!/bin/sh\nexec {NODE_PYTHON} -S -E {run_py} {nd} {cmd} "$@"\n')
+        w.write_text(standin_wrapper(run_py.parent, nd, cmd))
         os.chmod(w, 0o755)
         (nd / "standins-sbin" / cmd).symlink_to(f"/usr/bin/{cmd}")
     stub = nd / "standins" / "python3"
@@ -345,8 +357,7 @@ def _write_homebrew(nd: Path, uid: int, gid: int, *, formulae: bool) -> None:
     from .macos import devtools
 
     brew = nd / "fs/homebrew/bin/brew"
-    run_py = nd.parent.parent / "userland" / "run.py"
-    brew.write_text(f'#!/bin/sh\nexec {NODE_PYTHON} -S -E {run_py} {nd} brew "$@"\n')
+    brew.write_text(standin_wrapper(nd.parent.parent / "userland", nd, "brew"))
     os.chmod(brew, 0o755)
     os.lchown(brew, uid, gid)
     if formulae:

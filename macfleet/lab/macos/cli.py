@@ -1,8 +1,8 @@
-"""Dispatch: `run.py <node dir> <command> ARGS...` (wrappers in <node>/standins/ call it)."""
+"""Dispatch: `main([<node dir>, <command>, ARGS...])`, called by each stand-in (a script in <node>/standins/) and by
+`run.py <node dir> <command> ARGS...` (the lab's own calls: __init__, __netapply__, recovery)."""
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 from .common import Lab, Path
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"{cmd}: command not found\n")
         return 127
     mod, func = target.split(":")
-    fn = getattr(importlib.import_module(f".{mod}", __package__), func)
+    fn = getattr(__import__(mod, globals(), None, (func,), 1), func)  # importlib's import costs more than this
     try:
         return fn(node, args)
     except BrokenPipeError:

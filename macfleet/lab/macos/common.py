@@ -6,19 +6,23 @@ A node directory `<state>/nodes/<node>/` holds:
   lock          flock'ed around every read-modify-write of the two files above
   request       a power request for the supervisor ("reboot" / "halt"), written by shutdown/reboot
 The lab directory `<state>/` holds lab.json (nodes, models, cables, addresses), the plan all nodes share.
+Each JSON state file has a marshal twin (`.<name>.marshal`, see write_json) that a stand-in reads instead, so
+that a call need not import json (json's decoder pulls in re and enum: a third of a simple call's CPU).
 """
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
-import json
+import marshal
 import os
 import sys
 
-# Stand-ins run many times a second (Ansible, exo): keep imports to the cheap part of the stdlib
-# (no pathlib, re, subprocess or tempfile at import time).
+# Stand-ins run many times a second (Ansible, exo, doctor): a call should cost little more than the interpreter's
+# start, so import only builtin modules at import time (no json, re, contextlib, pathlib, subprocess or tempfile);
+# a function that needs more imports it where it needs it.
 IP = "/usr/sbin/ip" if os.path.exists("/usr/sbin/ip") else "/sbin/ip"
+# chip -> (cores, performance cores, efficiency cores), for sysctl and system_profiler
+CORES = {"Apple M3 Ultra": (32, 24, 8), "Apple M4 Max": (16, 12, 4), "Apple M4 Pro": (14, 10, 4)}
 
 
 class Path(str):
@@ -45,28 +49,61 @@ class Path(str):
         return os.path.exists(self)
 
 
-def write_json(path, data: object) -> None:
-    """Atomic write (temp file + rename), readable by the node's admin user."""
-    path = os.fspath(path)
+def _twin(path: str) -> str:
+    """The marshal twin of a JSON state file: `.<name>.marshal` next to it."""
+    head, name = os.path.split(path)
+    return os.path.join(head, f".{name}.marshal")
+
+
+def _write_atomic(path: str, payload: bytes) -> None:
     tmp = f"{os.path.dirname(path)}/.{os.path.basename(path)}.{os.getpid()}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1)
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(OSError):
+        try:  # noqa: SIM105  (not contextlib.suppress: see the imports above)
             os.unlink(tmp)
+        except OSError:
+            pass
         raise
 
 
-def read_json(path: Path, default: object = None) -> object:
+def write_json(path, data: object) -> None:
+    """Atomic write (temp file + rename), readable by the node's admin user; then its marshal twin: the JSON
+    text's bytes and the value read back from them, so a reader that finds the same bytes in the JSON file
+    gets exactly what json would give it (a file written by anything else, or a twin left stale, does not
+    match and is read as JSON)."""
+    import json
+
+    path = os.fspath(path)
+    raw = json.dumps(data, indent=1).encode()
+    _write_atomic(path, raw)
+    try:  # noqa: SIM105
+        _write_atomic(_twin(path), marshal.dumps((raw, json.loads(raw)), 4))
+    except OSError:
+        pass  # no twin: readers fall back to the JSON
+
+
+def read_json(path, default: object = None) -> object:
+    path = os.fspath(path)
     try:
-        with open(path) as f:
-            return json.load(f)
+        with open(path, "rb") as f:
+            raw = f.read()
     except FileNotFoundError:
         return default
+    try:
+        with open(_twin(path), "rb") as f:
+            twin_raw, value = marshal.load(f)
+        if twin_raw == raw:
+            return value
+    except (OSError, EOFError, ValueError, TypeError):
+        pass
+    import json
+
+    return json.loads(raw)
 
 
 class Lab:
@@ -116,14 +153,8 @@ class Node:
         """launchd jobs loaded this boot (in run/, which the admin user owns: gui/<uid> jobs are theirs)."""
         return read_json(self.dir / "run" / "jobs.json", {})
 
-    @contextlib.contextmanager
-    def locked(self, lock: str = "lock"):
-        with open(self.dir / lock, "a") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+    def locked(self, lock: str = "lock") -> _Flock:
+        return _Flock(self.dir / lock)
 
     def update(self, which: str, fn) -> dict:
         """Read-modify-write persist.json, boot.json or jobs (run/jobs.json) under a lock; fn mutates it."""
@@ -174,6 +205,28 @@ class Node:
         return bool(self.persist.get("rdma"))
 
 
+class _Flock:
+    """`with node.locked():` an exclusive flock on one of the node's lock files (a class, not a
+    contextlib.contextmanager: contextlib's import costs as much as the rest of a call)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __enter__(self) -> None:
+        self.file = open(self.path, "a")
+        try:
+            fcntl.flock(self.file, fcntl.LOCK_EX)
+        except BaseException:
+            self.file.close()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        try:
+            fcntl.flock(self.file, fcntl.LOCK_UN)
+        finally:
+            self.file.close()
+
+
 def is_root() -> bool:
     return os.geteuid() == 0
 
@@ -185,6 +238,8 @@ def run(argv: list[str], *, input: str | None = None, check: bool = False):
 
 
 def ip_json(*args: str) -> list:
+    import json
+
     out = run([IP, "-j", *args]).stdout
     try:
         return json.loads(out) if out.strip() else []
@@ -199,10 +254,10 @@ def ip_batch(lines: list[str]) -> None:
 
 class Links:
     """Live link state of the current network namespace: flags, carrier, MAC, MTU and master from /sys
-    (cheap), IPv4 addresses from `ip -j addr` (only when asked)."""
+    (cheap), IPv4 addresses from one rtnetlink dump (only when asked)."""
 
     def __init__(self):
-        self._addrs: dict[str, dict] | None = None
+        self._addrs: dict[str, list[tuple[str, int]]] | None = None
 
     @staticmethod
     def _read(dev: str, attr: str) -> str | None:
@@ -224,9 +279,10 @@ class Links:
 
     def ipv4(self, dev: str) -> list[tuple[str, int]]:
         if self._addrs is None:
-            self._addrs = {x["ifname"]: x for x in ip_json("-4", "addr", "show")}
-        x = self._addrs.get(dev) or {}
-        return [(a["local"], a["prefixlen"]) for a in x.get("addr_info", []) if a.get("family") == "inet"]
+            from .rtnl import ipv4_addresses
+
+            self._addrs = ipv4_addresses()
+        return list(self._addrs.get(dev, ()))
 
     def master(self, dev: str) -> str | None:
         try:
@@ -243,6 +299,14 @@ class Links:
 
 def prefix_to_mask(prefix: int) -> str:
     bits = (0xFFFFFFFF << (32 - prefix)) & 0xFFFFFFFF if prefix else 0
+    return ".".join(str((bits >> s) & 0xFF) for s in (24, 16, 8, 0))
+
+
+def broadcast(ip: str, prefix: int) -> str:
+    """The broadcast address of ip/prefix (what ipaddress.IPv4Network(..., strict=False) says, without its
+    import)."""
+    a, b, c, d = (int(x) for x in ip.split("."))
+    bits = ((a << 24) | (b << 16) | (c << 8) | d) | ((1 << (32 - prefix)) - 1)
     return ".".join(str((bits >> s) & 0xFF) for s in (24, 16, 8, 0))
 
 
@@ -267,10 +331,16 @@ def eui64_fe80(mac: str) -> str:
     return "fe80::" + ":".join(f"{g:x}" for g in groups)
 
 
-def secured_fe80(seed: str) -> str:
-    import hashlib
+def sha256(data: bytes) -> bytes:
+    try:
+        from _sha256 import sha256 as new  # builtin in Debian's python3.11; hashlib would load OpenSSL (~5 ms)
+    except ImportError:
+        from hashlib import sha256 as new
+    return new(data).digest()
 
-    h = hashlib.sha256(seed.encode()).digest()
+
+def secured_fe80(seed: str) -> str:
+    h = sha256(seed.encode())
     groups = [int.from_bytes(h[i : i + 2], "big") for i in range(0, 8, 2)]
     return "fe80::" + ":".join(f"{g:x}" for g in groups)
 

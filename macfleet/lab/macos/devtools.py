@@ -12,7 +12,6 @@ node's own /Library), a link to the Python the lab runs. The node's /usr/bin/pyt
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 
 from .common import Node, err, is_root
@@ -136,6 +135,8 @@ def install_formula(name: str, prefix: str, userland: str) -> None:
         return
     keg_bin = f"{prefix}/Cellar/{name}/{version}/bin"
     os.makedirs(keg_bin, exist_ok=True)
+    import shutil
+
     shutil.copy2(os.path.join(userland, IPERF3_COPY), f"{keg_bin}/{name}")
     os.symlink(f"../Cellar/{name}/{version}/bin/{name}", f"{prefix}/bin/{name}")
 

@@ -9,21 +9,21 @@ Messages follow launchctl's ("Bootstrap failed: 5: Input/output error" for an al
 
 from __future__ import annotations
 
-import contextlib
 import os
-import plistlib
 import pwd
-import signal
 import sys
 import time
-from pathlib import Path
 
 from .common import Node, err, is_root
 
-DAEMONS = Path("/Library/LaunchDaemons")
+# plistlib, pathlib, signal and contextlib are imported where they are used: their imports cost more than a
+# `launchctl print` or `list` does
+DAEMONS = "/Library/LaunchDaemons"
 
 
-def agents_dir(user: str) -> Path:
+def agents_dir(user: str):
+    from pathlib import Path
+
     return Path(pwd.getpwnam(user).pw_dir) / "Library" / "LaunchAgents"
 
 
@@ -39,6 +39,8 @@ def alive(pid: int | None) -> bool:
 
 
 def load_plist(path: str) -> dict:
+    import plistlib
+
     with open(path, "rb") as f:
         return plistlib.load(f)
 
@@ -102,7 +104,7 @@ def load_job(node: Node, domain: str, path: str, *, start: bool | None = None) -
     try:
         job = load_plist(path)
         label = job["Label"]
-    except (OSError, plistlib.InvalidFileException, KeyError, ValueError):
+    except (OSError, KeyError, ValueError):  # a plist that does not parse: plistlib.InvalidFileException(ValueError)
         return 5, "Bootstrap failed: 5: Input/output error"
     jobs = node.jobs
     if label in jobs:
@@ -123,6 +125,9 @@ def load_job(node: Node, domain: str, path: str, *, start: bool | None = None) -
 
 
 def stop(pid: int | None, timeout: float = 3.0) -> None:
+    import contextlib
+    import signal
+
     if not alive(pid):
         return
     try:
@@ -186,6 +191,9 @@ def _bootout(node: Node, sub: str, rest: list[str]) -> int:
     else:
         for p in [a for a in rest if not a.startswith("-")]:
             if p.endswith(".plist") or ("/" in p and os.path.exists(p)):
+                import plistlib
+                from pathlib import Path
+
                 try:
                     labels.append(load_plist(p)["Label"])
                 except (OSError, KeyError, plistlib.InvalidFileException):
@@ -339,7 +347,9 @@ def boot_jobs(node: Node, user: str) -> None:
     # A gui/<uid> domain exists only once the user logs in: at boot that is automatic login, set in
     # loginwindow's autoLoginUser, and impossible while FileVault is on. LaunchDaemons start at every boot.
     logged_in = persist.get("auto_login_user") == user and not persist.get("filevault")
-    folders = [(DAEMONS, "system")] + ([(agents_dir(user), f"gui/{uid}")] if logged_in else [])
+    from pathlib import Path
+
+    folders = [(Path(DAEMONS), "system")] + ([(agents_dir(user), f"gui/{uid}")] if logged_in else [])
     for folder, domain in folders:
         if folder.is_dir():
             for p in sorted(folder.glob("*.plist")):

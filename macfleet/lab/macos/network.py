@@ -9,7 +9,19 @@ from __future__ import annotations
 
 import sys
 
-from .common import Links, Node, err, eui64_fe80, ip_batch, is_root, mask_to_prefix, prefix_to_mask, secured_fe80
+from .common import (
+    Links,
+    Node,
+    broadcast,
+    err,
+    eui64_fe80,
+    ip_batch,
+    is_root,
+    mask_to_prefix,
+    prefix_to_mask,
+    secured_fe80,
+    sha256,
+)
 
 MGMT_DEV = "en0"
 WIFI_DEV = "en1"
@@ -64,9 +76,7 @@ def bridge_address(node: Node) -> str:
 
 def apipa_address(node: Node, device: str) -> str:
     """A self-assigned 169.254/16 address (what macOS picks for a DHCP service with no server)."""
-    import hashlib
-
-    h = hashlib.sha256(f"{node.info['mac_base']}/{device}".encode()).digest()
+    h = sha256(f"{node.info['mac_base']}/{device}".encode())
     return f"169.254.{h[0] % 254 + 1}.{h[1] % 253 + 1}"
 
 
@@ -424,11 +434,8 @@ def _block(node: Node, links: Links, name: str, scope: int) -> str:
     if up and (v4 or links.carrier(name)) and not member:
         lines.append(f"\tinet6 {secured_fe80(mac + node.boot.get('boot_id', ''))}%{name} prefixlen 64 secured "
                      f"scopeid 0x{scope:x}")
-    import ipaddress
-
     for ip, prefix in v4:
-        net = ipaddress.IPv4Network(f"{ip}/{prefix}", strict=False)
-        lines.append(f"\tinet {ip} netmask {_hexmask(prefix)} broadcast {net.broadcast_address}")
+        lines.append(f"\tinet {ip} netmask {_hexmask(prefix)} broadcast {broadcast(ip, prefix)}")
     if name == BRIDGE:
         lines += [
             "\tConfiguration:",

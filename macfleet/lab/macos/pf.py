@@ -11,8 +11,6 @@ Status and error lines follow pfctl's; the rule listing is simplified (docs/lab.
 from __future__ import annotations
 
 import os
-import re
-import subprocess
 import sys
 import time
 
@@ -20,10 +18,11 @@ from .common import Node, err, is_root
 
 NFT = "/usr/sbin/nft"
 TABLE = "macfleet_pf"
-_TABLE_DEF = re.compile(r"^table <(?P<name>\w+)> const \{ (?P<items>[0-9A-Fa-f:./, ]+) \}$")
-_RULE = re.compile(r"^(?P<action>pass|block) in quick(?: on (?P<iface>[a-z]+[0-9]+))? proto (?P<proto>tcp|udp)"
-                   r"(?: from <(?P<table>\w+)>)? to any port \{ (?P<ports>[0-9, ]+) \}$")
-_ADDR = re.compile(r"^[0-9A-Fa-f:.]+(/[0-9]{1,3})?$")
+# The anchor syntax the lab understands (compiled in parse(): re's import would cost every pfctl call)
+_TABLE_DEF = r"^table <(?P<name>\w+)> const \{ (?P<items>[0-9A-Fa-f:./, ]+) \}$"
+_RULE = (r"^(?P<action>pass|block) in quick(?: on (?P<iface>[a-z]+[0-9]+))? proto (?P<proto>tcp|udp)"
+         r"(?: from <(?P<table>\w+)>)? to any port \{ (?P<ports>[0-9, ]+) \}$")
+_ADDR = r"^[0-9A-Fa-f:.]+(/[0-9]{1,3})?$"
 
 
 class PfSyntaxError(Exception):
@@ -31,16 +30,19 @@ class PfSyntaxError(Exception):
 
 
 def parse(text: str, source: str) -> list[dict]:
+    import re
+
+    table_def, rule, addr = re.compile(_TABLE_DEF), re.compile(_RULE), re.compile(_ADDR)
     tables: dict[str, list[str]] = {}
     rules: list[dict] = []
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        t, r = _TABLE_DEF.match(line), _RULE.match(line)
+        t, r = table_def.match(line), rule.match(line)
         if t:
             items = [i.strip() for i in t.group("items").split(",") if i.strip()]
-            if not all(_ADDR.match(i) for i in items):
+            if not all(addr.match(i) for i in items):
                 raise PfSyntaxError(f"{source}:{number}: syntax error")
             tables[t.group("name")] = items
         elif r:
@@ -83,6 +85,8 @@ def apply_nft(anchors: dict[str, list[dict]], enabled: bool) -> str | None:
         body = [rule for name in sorted(anchors) for rule in _nft_rules(anchors[name])]
         lines += [f"table inet {TABLE} {{", "  chain input {",
                   "    type filter hook input priority 0; policy accept;", *(f"    {b}" for b in body), "  }", "}"]
+    import subprocess
+
     p = subprocess.run([NFT, "-f", "-"], input="\n".join(lines) + "\n", capture_output=True, text=True)
     if p.returncode != 0:
         return p.stderr.strip() or "nft failed"

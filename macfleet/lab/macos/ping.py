@@ -6,11 +6,11 @@ namespace). Exit 0 when any reply came back, 2 when none, 68 for an unknown host
 
 from __future__ import annotations
 
-import contextlib
+# _socket, not socket: socket.py's import (enum, selectors) costs more than the rest of a call
+import _socket as socket
 import math
 import os
 import select
-import socket
 import struct
 import sys
 import time
@@ -157,7 +157,8 @@ def ping(args: list[str]) -> int:
         return o
     host = o["host"]
     try:
-        addr = socket.gethostbyname(host)
+        # an address as bytes: a str would load the idna codec (re, stringprep, unicodedata) to encode it
+        addr = socket.gethostbyname(host.encode() if host.replace(".", "").isdigit() else host)
     except OSError:
         err(f"ping: cannot resolve {host}: Unknown host")
         return 68
@@ -168,8 +169,10 @@ def ping(args: list[str]) -> int:
     sys.stdout.flush()
     rtts: list[float] = []
     o["sent"] = 0
-    with contextlib.suppress(KeyboardInterrupt):
+    try:  # noqa: SIM105  (contextlib's import costs more than the rest of a call)
         _exchange(sock, addr, o, rtts)
+    except KeyboardInterrupt:
+        pass
     sent, received = o["sent"], len(rtts)
     loss = 0.0 if sent == 0 else (sent - received) * 100.0 / sent
     sys.stdout.write(f"\n--- {host} ping statistics ---\n")

@@ -6,7 +6,6 @@ The real afplay prints nothing and exits 0; its message for an unreadable file i
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -23,6 +22,8 @@ def afplay(node: Node, args: list[str]) -> int:
     if not path.startswith("/System/Library/Sounds/") and not os.path.exists(path):
         err(f"Error: AudioFileOpen failed ('wht?') for {path}")
         return 1
+    import json
+
     with open(node.dir / "run" / "afplay.log", "a") as f:
         f.write(json.dumps({"at": time.time(), "args": args, "user": os.getuid()}) + "\n")
     sys.stdout.flush()

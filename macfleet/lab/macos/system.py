@@ -9,8 +9,7 @@ import os
 import sys
 import time
 
-from .common import Node, err, is_root, write_json
-from .profiler import CORES
+from .common import CORES, Node, err, is_root, write_json
 
 # ---------------------------------------------------------------------------------------------
 # sw_vers

@@ -332,7 +332,9 @@ def netstat(node: Node, args: list[str]) -> int:
     out = ["Routing tables", "", "Internet:",
            f"{'Destination':<19}{'Gateway':<19}{'Flags':<16}{'Netif':>9} Expire"]
     rows = []
-    for rt in ip_json("-4", "route", "show", "table", "main"):
+    from .rtnl import ipv4_routes
+
+    for rt in ipv4_routes():
         dev = _mac_dev(rt.get("dev", ""))
         dst = rt.get("dst", "")
         if dst == "default":
