@@ -211,57 +211,10 @@ def _item_text(item: dict, indent: int) -> list[str]:
 
 def _json(data_type: str, items: list[dict]) -> str:
     # Real output: 2-space indent, `"key" : value`, keys sorted (`_items` sorts first), raw UTF-8,
-    # no trailing newline. What json.dumps(..., indent=2, sort_keys=True, separators=(",", " : "),
-    # ensure_ascii=False) writes, without json's import (its decoder pulls in re and enum: ~7 ms a call).
-    out: list[str] = []
-    try:
-        _dump(out, {data_type: items}, 0)
-    except TypeError:  # a value _dump does not write as json would (none expected): json says what it says
-        import json
+    # no trailing newline. json is imported here, for the -json form only.
+    import json
 
-        return json.dumps({data_type: items}, indent=2, sort_keys=True, separators=(",", " : "), ensure_ascii=False)
-    return "".join(out)
-
-
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
-
-
-def _string(s: str) -> str:
-    if not any(c in _ESCAPES or c < " " for c in s):
-        return f'"{s}"'
-    return '"' + "".join(_ESCAPES.get(c) or (f"\\u{ord(c):04x}" if c < " " else c) for c in s) + '"'
-
-
-def _dump(out: list[str], value: object, level: int) -> None:
-    if isinstance(value, str):
-        out.append(_string(value))
-    elif value is None:
-        out.append("null")
-    elif value is True or value is False:
-        out.append("true" if value else "false")
-    elif isinstance(value, int):
-        out.append(int.__repr__(value))
-    elif isinstance(value, float):
-        out.append(float.__repr__(value) if value == value and value not in (float("inf"), float("-inf")) else
-                   "NaN" if value != value else "Infinity" if value > 0 else "-Infinity")
-    elif isinstance(value, dict | list | tuple):
-        is_dict = isinstance(value, dict)
-        if not value:
-            out.append("{}" if is_dict else "[]")
-            return
-        pad = "\n" + "  " * (level + 1)
-        out.append("{" if is_dict else "[")
-        for i, item in enumerate(sorted(value.items()) if is_dict else value):
-            out.append(pad if i == 0 else "," + pad)
-            if is_dict:
-                if not isinstance(item[0], str):
-                    raise TypeError("a key that is not a string")
-                out.append(_string(item[0]) + " : ")
-                item = item[1]
-            _dump(out, item, level + 1)
-        out.append("\n" + "  " * level + ("}" if is_dict else "]"))
-    else:
-        raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+    return json.dumps({data_type: items}, indent=2, sort_keys=True, separators=(",", " : "), ensure_ascii=False)
 
 
 def _xml(data_type: str, items: list[dict], reporter: str) -> bytes:

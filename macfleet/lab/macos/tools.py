@@ -256,7 +256,9 @@ def _route_get(words: list[str]) -> int:
     r = got[0]
     dev = _mac_dev(r.get("dev", ""))
     destination, mask = dest, None
-    for rt in ip_json("route", "show", "table", "main"):
+    from .rtnl import ipv4_routes
+
+    for rt in ipv4_routes():
         if rt.get("dev") == r.get("dev") and "/" in rt.get("dst", "") and not r.get("gateway"):
             import ipaddress
 
@@ -369,9 +371,9 @@ def ipconfig(node: Node, args: list[str]) -> int:
     if len(args) != 2 or args[0] != "getifaddr":
         err("usage: ipconfig <command> <args>\n(only `ipconfig getifaddr IFACE` is simulated by the macfleet lab)")
         return 64
-    for a in ip_json("-4", "addr", "show", "dev", args[1]):
-        for info in a.get("addr_info", []):
-            if info.get("family") == "inet":
-                sys.stdout.write(info["local"] + "\n")
-                return 0
+    from .rtnl import ipv4_addresses
+
+    for address, _prefix in ipv4_addresses().get(args[1], [])[:1]:
+        sys.stdout.write(address + "\n")
+        return 0
     return 1
