@@ -504,7 +504,7 @@ def test_thunderbolt_bridge_reported():
                 "networksetup -getnetworkserviceenabled Thunderbolt Bridge": (0, "Enabled\n")}.get(cmd, (127, ""))
 
     app = exo.ExoStandin.__new__(exo.ExoStandin)
-    app.run = run
+    app.run, app.pace = run, exo.Pace()
     assert app._tb_bridge(exo.parse_hardware_ports(HW_PORTS_STUDIO), {}) == {
         "enabled": True, "exists": True, "serviceName": "Thunderbolt Bridge"}
 
@@ -594,6 +594,35 @@ def test_broken_node_never_becomes_healthy(start_mesh):
     assert broken_state["topology"] == {"nodes": [ids[1]], "connections": {}}
     assert [next(iter(r)) for r in broken_state["runners"].values()] == ["RunnerConnecting"]
     assert _get(apps[0].port, "/state")[2]["topology"]["nodes"] == [ids[0]]
+
+
+def test_pace_rises_with_a_starved_host_and_falls_back():
+    pace = exo.Pace()
+    pace.note(0.02)
+    assert pace.factor == 1.0  # a quiet host: timeouts and lifetimes as configured
+    pace.note(1.5)  # 32 simulated Macs busy on 2 cores: a 20 ms command took 1.5 s
+    assert pace.factor == pytest.approx(15.0)
+    pace.note(50.0)
+    assert pace.factor == exo.Pace.MAX  # bounded: a wedge still shows within MAX times its timeout
+    for _ in range(12):
+        pace.note(0.02)
+    assert pace.factor < 1.1  # back to the configured timeouts within a few quiet commands
+
+
+def test_a_slow_host_stretches_the_next_commands_timeout(tmp_path: Path):
+    asked: list[float] = []
+
+    def runner(argv: list, timeout_s: float) -> tuple[int, str]:
+        asked.append(timeout_s)
+        if len(asked) == 1:
+            time.sleep(0.5)  # the host is starved: a quick command took 0.5 s
+        return 0, ""
+
+    cfg = exo.Config(version="1.0.71", home=tmp_path, bind="127.0.0.1", api_port=0, env={}, **FAST)
+    app = exo.ExoStandin(cfg, runner=runner, peer_endpoint=lambda addr: ("127.0.0.1", 9))
+    app._cmd(["sw_vers"], 2.0)
+    app._cmd(["sw_vers"], 2.0)
+    assert asked[0] == 2.0 and asked[1] >= 2.0 * 4  # pulled cables and wedges are judged on the host's pace
 
 
 def test_rdma_wedge_logs_jaccl_signature_and_fails_runner(start_mesh):

@@ -74,6 +74,29 @@ KNOWN_MODELS = (
 Runner = Callable[[list, float], "tuple[int, str]"]
 
 
+class Pace:
+    """How many times slower than on a quiet host this node's commands answer now.
+
+    The lab's Macs share the host's cores: a doctor pass over 32 simulated Macs keeps hundreds of processes
+    runnable on 2 cores, and every command here then takes many times longer. A real Mac, with its own cores,
+    never sees that, and its exo does not drop a link because another Mac is busy. So the timeouts and
+    lifetimes that decide a peer or a link is gone (and that `ibv_devinfo` hangs) are stretched by this
+    factor: starvation of the host is not taken for a pulled cable or a wedged RDMA stack. A command that
+    never answers (the rdma-wedge fault) still times out, and is not counted. On a quiet host the factor is 1,
+    so faults show as fast as before. It rises with the slowest recent command and falls back within a few."""
+
+    QUIET_S = 0.1  # a stand-in command on a quiet host answers in 15-40 ms
+    MAX = 30.0
+    DECAY = 0.6
+
+    def __init__(self) -> None:
+        self.factor = 1.0
+
+    def note(self, took_s: float) -> None:
+        sample = min(self.MAX, max(1.0, took_s / self.QUIET_S))
+        self.factor = max(sample, self.DECAY * self.factor + (1 - self.DECAY) * sample)
+
+
 # --------------------------------------------------------------------------------------------- commands
 
 
@@ -278,8 +301,8 @@ class Config:
         peer_port: int | None = None,
         refresh_s: float = 1.0,
         probe_timeout_s: float = 1.0,
-        link_ttl_s: float = 2.5,
-        node_ttl_s: float = 5.0,
+        link_ttl_s: float | None = None,
+        node_ttl_s: float | None = None,
         ibv_timeout_s: float = 2.0,
         links_s: float = 2.0,
         config_s: float = 10.0,
@@ -295,8 +318,9 @@ class Config:
         self.peer_port = peer_port if peer_port is not None else api_port
         self.refresh_s = refresh_s
         self.probe_timeout_s = probe_timeout_s
-        self.link_ttl_s = link_ttl_s
-        self.node_ttl_s = node_ttl_s
+        # kept through missed probes: 2.5 and 5 ticks (a big lab ticks less often: EXO_LAB_REFRESH_S)
+        self.link_ttl_s = link_ttl_s if link_ttl_s is not None else 2.5 * refresh_s
+        self.node_ttl_s = node_ttl_s if node_ttl_s is not None else 5.0 * refresh_s
         self.ibv_timeout_s = ibv_timeout_s
         self.links_s = links_s
         self.config_s = config_s
@@ -394,6 +418,7 @@ class ExoStandin:
         self._runner_failed_msg: str | None = None
         self._ready = False
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="exo-probe")
+        self.pace = Pace()
         self._warned: set = set()
 
     # ---- identity
@@ -460,8 +485,15 @@ class ExoStandin:
 
     # ---- one refresh
 
+    def _run(self, argv: list, timeout_s: float) -> tuple[int, str]:
+        """Run a node command under `timeout_s` stretched by the host's pace, and note how long it took."""
+        started = time.monotonic()
+        result = self.run(argv, timeout_s * self.pace.factor)  # CommandTimeout is not a sample: it never ended
+        self.pace.note(time.monotonic() - started)
+        return result
+
     def _cmd(self, argv: list, timeout_s: float = 5.0) -> str | None:
-        rc, out = self.run(argv, timeout_s)
+        rc, out = self._run(argv, timeout_s)
         return out if rc == 0 else None
 
     def _warn_once(self, key: str, where: str, message: str) -> None:
@@ -476,6 +508,7 @@ class ExoStandin:
         targets = [] if self.cfg.broken else self._targets(facts)
         links = self._probe(targets)
         now = time.monotonic()
+        slow = self.pace.factor
         with self._lock:
             self._facts = facts
             for key, peer in links.items():
@@ -483,9 +516,10 @@ class ExoStandin:
             # a link is kept through a missed probe or two (link_ttl_s), but not once its interface is down
             # or has lost the address it was probed from
             self._links = {k: v for k, v in self._links.items()
-                           if k in targets and now - v["seen"] <= self.cfg.link_ttl_s}
+                           if k in targets and now - v["seen"] <= self.cfg.link_ttl_s * slow}
             self._records = {
-                nid: (rec, seen) for nid, (rec, seen) in self._records.items() if now - seen <= self.cfg.node_ttl_s
+                nid: (rec, seen) for nid, (rec, seen) in self._records.items()
+                if now - seen <= self.cfg.node_ttl_s * slow
             }
             self._update_runner(facts)
             own = self._own_record(facts)
@@ -564,7 +598,7 @@ class ExoStandin:
             ports: dict | None = None
             if not wedged:
                 try:
-                    _rc, out = self.run(["ibv_devinfo"], c.ibv_timeout_s)
+                    _rc, out = self._run(["ibv_devinfo"], c.ibv_timeout_s)
                     ports = parse_ibv_devinfo(out)
                 except CommandTimeout:
                     wedged = True
@@ -698,7 +732,7 @@ class ExoStandin:
         host, port = self.peer_endpoint(addr)
         base = f"http://{host}:{port}"
         try:
-            status, headers, body = self.http_get(base + "/node_id", self.cfg.probe_timeout_s)
+            status, headers, body = self.http_get(base + "/node_id", self.cfg.probe_timeout_s * self.pace.factor)
             if status != 200:
                 return None
             peer_id = json.loads(body)
@@ -709,7 +743,7 @@ class ExoStandin:
                 self._warn_once(f"version:{addr}:{peer_version}", "exo.routing.router:_on_peer:88",
                                 f"ignoring peer {peer_id} at {addr}: version {peer_version} != {self.version}")
                 return None
-            status, _h, body = self.http_get(base + GOSSIP_PATH, self.cfg.probe_timeout_s)
+            status, _h, body = self.http_get(base + GOSSIP_PATH, self.cfg.probe_timeout_s * self.pace.factor)
             if status != 200:
                 return None
             self._merge(json.loads(body))
