@@ -60,7 +60,7 @@ CASES = [
         SETTINGS,
         "  debounce: 3 ",
         "  debounse: 3 ",
-        "inv/group_vars/all/macfleet.yml:39 macfleet_remediation.debounse: found unknown key `debounse`, "
+        "inv/group_vars/all/macfleet.yml:40 macfleet_remediation.debounse: found unknown key `debounse`, "
         "expected a known key (did you mean `debounce`?)",
     ),
     (

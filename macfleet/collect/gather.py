@@ -38,7 +38,7 @@ class Gathered:
 
 
 def _run_all(
-    session: SshSession, specs: tuple[CommandSpec, ...], deadline: float, cancel: threading.Event
+    session: SshSession, specs: tuple[CommandSpec, ...], deadline: float, cancel: threading.Event, lanes: int
 ) -> tuple[dict[str, Raw], dict[str, str]]:
     """Every command at once in one shell on one channel (collect.batch); each keeps its own timeout, counted
     from the start, cut short by the pass's deadline."""
@@ -46,7 +46,7 @@ def _run_all(
         return {}, {s.key: f"`{s.command_line}` not run: cancelled" for s in specs}
     if deadline <= time.monotonic():
         return {}, {s.key: f"`{s.command_line}` not run: the pass's deadline had passed" for s in specs}
-    return session.run_batch(specs, deadline=deadline, cancel=cancel)
+    return session.run_batch(specs, deadline=deadline, cancel=cancel, lanes=lanes)
 
 
 def _wait(all_done: threading.Event, errors: list[BaseException], until: float, cancel: threading.Event) -> None:
@@ -163,6 +163,7 @@ def start_gather(
     if not nodes:
         return Gathering(None, Gathered())
     targets = {n.name: SshTarget.for_node(fleet, n) for n in nodes}
+    lanes = {n.name: next(m.settings.probes.lanes for m in fleet.meshes if m.name == n.mesh) for n in nodes}
     for target in targets.values():
         target.check_local_files()  # bad input is refused before any node is dialled
     st = _Pass(result=Gathered(), pending=set(targets), deadline_s=deadline_s, started=started, cancel=cancel,
@@ -178,7 +179,7 @@ def start_gather(
                 if cancel.is_set():
                     raise Unreachable("not contacted: cancelled")
                 with SshSession(targets[node], st.jumps) as session:
-                    outputs, failed = _run_all(session, specs + tuple(extra(node)), deadline, cancel)
+                    outputs, failed = _run_all(session, specs + tuple(extra(node)), deadline, cancel, lanes[node])
         except Unreachable as exc:
             why = str(exc)
         except BaseException as exc:  # handed to the caller's thread by Gathering.result

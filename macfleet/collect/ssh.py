@@ -601,9 +601,10 @@ class SshSession:
         )
 
     def run_batch(
-        self, specs: tuple[CommandSpec, ...], *, deadline: float, cancel: threading.Event | None = None
+        self, specs: tuple[CommandSpec, ...], *, deadline: float, cancel: threading.Event | None = None,
+        lanes: int = LANES,
     ) -> tuple[dict[str, Raw], dict[str, str]]:
-        """Run `specs` in one remote shell on one channel, a few at a time (collect.batch); each keeps its own
+        """Run `specs` in one remote shell on one channel, `lanes` at a time (collect.batch); each keeps its own
         timeout, counted from its start, cut short at `deadline` (monotonic). Every spec ends in the outputs, or
         in the failures with why: a hung command is its own failure, the others are still read."""
         started = time.monotonic()
@@ -617,7 +618,7 @@ class SshSession:
             return outputs, failed
         mark = new_mark()
         try:
-            channel = self._start(remote_command(batch_script(specs, mark)), deadline, cancel)
+            channel = self._start(remote_command(batch_script(specs, mark, lanes)), deadline, cancel)
         except Unreachable as exc:
             return outputs, {s.key: str(exc) for s in specs}
         reader, err = FrameReader(mark, len(specs)), bytearray()
@@ -644,7 +645,7 @@ class SshSession:
                     failed[specs[i].key] = (
                         str(CommandTimeout(specs[i], round(ends[i] - began[i], 3))) if i in running else
                         f"`{specs[i].command_line}` not started within the pass's deadline: the node's "
-                        f"{LANES} lanes were busy (hung commands hold theirs)")
+                        f"{lanes} lanes were busy (hung commands hold theirs)")
                 if not pending or channel.recv_ready() or channel.recv_stderr_ready():
                     continue
                 if cancel is not None and cancel.is_set():

@@ -245,6 +245,8 @@ class ProbeSettings(_Settings):
     clock_skew_max_s: float = Field(default=2.0, gt=0, le=DAY_S, allow_inf_nan=False)
     # doctor: less free space than this on the models volume is a warning (GB = 10^9 bytes)
     min_free_disk_gb: float = Field(default=20.0, ge=0, le=1_000_000, allow_inf_nan=False)
+    # commands one pass runs at once on a node (collect.batch); a Mac's cores take 8 with room to spare
+    lanes: int = Field(default=8, ge=1, le=16)
 
 
 class BenchSettings(_Settings):

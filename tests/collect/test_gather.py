@@ -198,6 +198,21 @@ def test_commands_behind_lanes_held_by_hung_ones_fail_with_a_reason(server) -> N
     assert result.took_s < 10
 
 
+def test_the_inventory_sets_how_many_commands_run_at_once_on_a_node(server) -> None:
+    """`macfleet_probes.lanes`: with 2, two hung commands hold the node's two lanes and a third never starts."""
+    probes = server.inventory / "group_vars" / "all" / "probes.yml"
+    probes.write_text("macfleet_probes:\n  lanes: 2\n")
+    try:
+        fleet = load_inventory(server.inventory)
+        hung = [CommandSpec(f"h{i}", ("sleep", "30"), timeout_s=1) for i in range(2)]
+        result = gather(fleet, fleet.nodes[:1], [*hung, CommandSpec("late", ("true",))], deadline_s=3)
+    finally:
+        probes.unlink()
+    failed = result.failed["node-1"]
+    assert all("no answer within 1 s" in failed[s.key] for s in hung)
+    assert "the node's 2 lanes were busy" in failed["late"]
+
+
 def test_a_refused_channel_is_recorded_with_its_reason(server) -> None:
     """Past the server's limit (12 commands at once, each on a channel of its own, as `watch` and the reboot
     runner open them), a command whose channel is refused until its timeout fails with its reason."""
