@@ -51,8 +51,9 @@ def doctor(
     codes = parse_only(only)
     fleet = load_inventory(inventory_path(inventory))
     meshes = select_meshes(fleet, mesh)
-    info(f"doctor: probing {sum(len(m.nodes) for m in meshes)} node(s) in one pass…")
+    probing = f"doctor: probing {sum(len(m.nodes) for m in meshes)} node(s) in one pass…"
     if fix:
+        info(probing)
         from macfleet.render.doctor import render_fix
 
         run = fix_doctor(fleet, meshes, apply_fix_step, only=codes)
@@ -60,7 +61,7 @@ def doctor(
         emit(fix_payload(run), human=lambda _: render_fix(run.before, run.after, run.steps, run.not_fixed),
              exit_code=doctor_exit_code(final))
         return
-    report = run_doctor(fleet, meshes, only=codes).report
+    report = run_doctor(fleet, meshes, only=codes, dialled=lambda: info(probing)).report
     from macfleet.render.doctor import render_doctor
 
     emit(report.json_payload(), human=lambda _: render_doctor(report, verbose=mode.verbose),

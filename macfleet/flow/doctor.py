@@ -221,8 +221,10 @@ def _judging_modules() -> None:
 
 
 def run_doctor(fleet: Fleet, meshes: list[Mesh], *, only: list[str] | None = None, now: datetime | None = None,
-               cancel: threading.Event | None = None, deadline_s: float | None = None) -> DoctorRun:
-    """One bounded pass over every node of `meshes`, judged. Never raises for a node's sake."""
+               cancel: threading.Event | None = None, deadline_s: float | None = None,
+               dialled: Callable[[], None] | None = None) -> DoctorRun:
+    """One bounded pass over every node of `meshes`, judged. Never raises for a node's sake. `dialled` is
+    called once every node is being dialled (the CLI says so then, and pays for its console meanwhile)."""
     nodes = [n for m in meshes for n in m.nodes]
     # a probe only one check reads is not run when that check is not selected (`softwareupdate --list` asks
     # Apple's catalogue: `watch` should not pay for it at every tick)
@@ -231,6 +233,8 @@ def run_doctor(fleet: Fleet, meshes: list[Mesh], *, only: list[str] | None = Non
     pending = start_gather(fleet, nodes, specs, cancel=cancel, deadline_s=deadline_s,
                            per_node=None if "tb-ping" in skip else _pings_once(fleet, meshes))
     try:
+        if dialled is not None:
+            dialled()
         _judging_modules()
     except BaseException:  # Ctrl-C (or a broken install) while the nodes answer: stop the pass too
         pending.abandon()

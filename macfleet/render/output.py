@@ -9,24 +9,42 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from pydantic import BaseModel
-from rich.console import Console, RenderableType
-from rich.text import Text
 
 from macfleet.errors import MacfleetError
-from macfleet.render.text import plain, text
+from macfleet.render.text import text
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from rich.text import Text
+
+# `console` (stdout) and `err_console` (stderr) are made on first use (PEP 562: `output.console` and
+# `from macfleet.render.output import err_console` both come through `__getattr__`): rich's Console costs
+# about 0.05 s of CPU to import, and doctor dials its Macs before it prints anything.
 
 
 def _console(stderr: bool) -> Console:
+    from rich.console import Console
+
     # NO_COLOR (https://no-color.org) is honoured by rich itself; CI gets no animations.
     return Console(stderr=stderr, highlight=False, soft_wrap=False)
 
 
-console = _console(stderr=False)
-err_console = _console(stderr=True)
+def _named(name: str) -> Console:
+    """The console called `name`, made the first time it is asked for and kept as the module's attribute."""
+    found = globals().get(name)
+    if found is None:
+        found = globals()[name] = _console(stderr=name == "err_console")
+    return found
+
+
+def __getattr__(name: str) -> Console:
+    if name in ("console", "err_console"):
+        return _named(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class _Mode:
@@ -70,9 +88,9 @@ def emit(
         if isinstance(rendered, str):
             rendered = text(rendered)  # a plain string from a renderer is data, not markup
         if rendered is not None:
-            console.print(rendered)
+            _named("console").print(rendered)
     else:
-        console.print_json(json.dumps(to_jsonable(result)))
+        _named("console").print_json(json.dumps(to_jsonable(result)))
     if exit_code:
         raise typer.Exit(exit_code)
 
@@ -80,12 +98,12 @@ def emit(
 def info(message: str | Text) -> None:
     """A human message (progress, notes); always on stderr so stdout stays data. A str may carry deliberate
     markup: put any data inside it through `render.text.markup()`."""
-    err_console.print(message, soft_wrap=True)
+    _named("err_console").print(message, soft_wrap=True)
 
 
 def verbose(message: str) -> None:
     if mode.verbose:
-        err_console.print(Text(plain(message), style="dim"))
+        _named("err_console").print(text(message, style="dim"))
 
 
 def fail(error: MacfleetError) -> int:
@@ -101,6 +119,7 @@ def fail(error: MacfleetError) -> int:
         }
         sys.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False, default=str) + "\n")
     lines = error.lines()
+    err_console = _named("err_console")
     err_console.print(text(f"error: {lines[0]}", style="bold red"), soft_wrap=True)
     for line in lines[1:]:
         err_console.print(text(f"  {line}"), soft_wrap=True)

@@ -9,10 +9,11 @@ replaced by U+FFFD, so the reader sees that something was there and the terminal
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.markup import escape
-from rich.text import Text
+# rich is imported when text is first made for it: a `--json` run dials its Macs before paying for rich.
+if TYPE_CHECKING:
+    from rich.text import Text
 
 # C0 controls except newline (tab becomes a space below), DEL, C1 controls, and the bidi embedding /
 # override / isolate characters (the "Trojan Source" trick, CVE-2021-42574).
@@ -28,9 +29,13 @@ def plain(value: Any) -> str:
 
 def text(value: Any, style: str = "") -> Text:
     """`value` as a rich Text: shown as it is (brackets included), with terminal controls replaced."""
+    from rich.text import Text
+
     return Text(plain(value), style=style)
 
 
 def markup(value: Any) -> str:
     """`value` to be put inside a string that carries deliberate rich markup (`f"[red]{markup(x)}[/red]"`)."""
+    from rich.markup import escape
+
     return escape(plain(value))
