@@ -37,3 +37,16 @@ def test_an_ssh_config_match_exec_still_runs_through_invoke(tmp_path: Path) -> N
         print(cfg.lookup("mac-1").get("user"), cfg.lookup("mac-1").get("port"))
     """)
     assert out == "fromexec 2222"
+
+
+def test_doctors_command_imports_no_console_until_it_prints() -> None:
+    """rich's Console is made on first use: `doctor --json` dials its Macs before paying for it."""
+    out = _fresh_python("""
+        import sys
+        import macfleet.cli.app, macfleet.cli.doctor
+        from macfleet.render import output
+        before = "rich.console" in sys.modules
+        output.info("probing")
+        print(before, "rich.console" in sys.modules, output.err_console is output.err_console)
+    """)
+    assert out == "False True True"
