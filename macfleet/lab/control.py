@@ -418,8 +418,10 @@ def exo_env(lab: dict) -> dict[str, str]:
 def probe_lanes(lab: dict) -> int:
     """Commands a pass runs at once on each simulated Mac. A real Mac has the cores for 8; the lab's Macs share
     this host's few, and 32 of them running 8 each keep hundreds of processes waiting for 2 cores, so that a
-    15 ms command outlasts its timeout. The pass's work is the same either way; only its queue is shorter."""
-    return max(1, min(8, 16 * (os.cpu_count() or 1) // max(1, len(lab["nodes"]))))
+    15 ms command outlasts its timeout. The pass's work is the same either way; only its queue is shorter.
+    Never fewer than 2: a hung `ibv_devinfo` (the rdma-wedge fault) holds its lane, and the node's other
+    commands must still be read."""
+    return max(2, min(8, 16 * (os.cpu_count() or 1) // max(1, len(lab["nodes"]))))
 
 
 def _write_inventory(lab: dict, inv: Path, key: Path, known_hosts: str) -> None:
