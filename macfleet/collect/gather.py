@@ -163,7 +163,7 @@ def start_gather(
     if not nodes:
         return Gathering(None, Gathered())
     targets = {n.name: SshTarget.for_node(fleet, n) for n in nodes}
-    lanes = {n.name: next(m.settings.probes.lanes for m in fleet.meshes if m.name == n.mesh) for n in nodes}
+    lanes = {n.name: fleet.mesh(n.mesh).settings.probes.lanes for n in nodes}
     for target in targets.values():
         target.check_local_files()  # bad input is refused before any node is dialled
     st = _Pass(result=Gathered(), pending=set(targets), deadline_s=deadline_s, started=started, cancel=cancel,

@@ -24,6 +24,7 @@ import uuid
 from pathlib import Path
 
 from macfleet.errors import LabError, UsageError
+from macfleet.inventory.model import ProbeSettings
 
 from . import faults, netns
 from . import spec as specmod
@@ -410,18 +411,22 @@ def _fs_relative(path: str) -> str:
     raise ValueError(path)
 
 
+# What a Mac's pass runs at once: the inventory's default, which a lab inventory leaves out when it matches.
+MAC_LANES: int = ProbeSettings.model_fields["lanes"].default
+
+
 def exo_env(lab: dict) -> dict[str, str]:
     """exo's environment in the lab: each exo polls its node's commands less often in a big lab."""
     return {"EXO_LAB_REFRESH_S": f"{max(1.0, len(lab['nodes']) / 4):g}"}
 
 
-def probe_lanes(lab: dict) -> int:
-    """Commands a pass runs at once on each simulated Mac. A real Mac has the cores for 8; the lab's Macs share
-    this host's few, and 32 of them running 8 each keep hundreds of processes waiting for 2 cores, so that a
-    15 ms command outlasts its timeout. The pass's work is the same either way; only its queue is shorter.
-    Never fewer than 2: a hung `ibv_devinfo` (the rdma-wedge fault) holds its lane, and the node's other
-    commands must still be read."""
-    return max(2, min(8, 16 * (os.cpu_count() or 1) // max(1, len(lab["nodes"]))))
+def probe_lanes(nodes: int, cores: int) -> int:
+    """Commands a pass runs at once on each of `nodes` simulated Macs sharing `cores`. A real Mac has the cores
+    for the inventory's default (8); 32 simulated Macs running 8 each keep hundreds of processes waiting for 2
+    cores, so that a 15 ms command outlasts its timeout. The pass's work is the same either way; only its queue
+    is shorter. Never fewer than 2: a hung `ibv_devinfo` (the rdma-wedge fault) holds its lane, and the node's
+    other commands must still be read."""
+    return max(2, min(MAC_LANES, 16 * cores // max(1, nodes)))
 
 
 def _write_inventory(lab: dict, inv: Path, key: Path, known_hosts: str) -> None:
@@ -444,13 +449,12 @@ def _write_inventory(lab: dict, inv: Path, key: Path, known_hosts: str) -> None:
     (inv / "hosts.yml").write_text(text)
     gv = inv / "group_vars" / "all"
     gv.mkdir(parents=True, exist_ok=True)
-    (gv / "macfleet.yml").write_text(
-        "# Written by `macfleet lab up`.\n"
-        + yaml.safe_dump({"macfleet_ssh": {"private_key_file": "id_ed25519", "known_hosts_file": "known_hosts"},
-                          "macfleet_exo": {"env": exo_env(lab)},
-                          **({} if (lanes := probe_lanes(lab)) == 8 else {"macfleet_probes": {"lanes": lanes}})},
-                         sort_keys=False)
-    )
+    group_vars = {"macfleet_ssh": {"private_key_file": "id_ed25519", "known_hosts_file": "known_hosts"},
+                  "macfleet_exo": {"env": exo_env(lab)}}
+    lanes = probe_lanes(len(lab["nodes"]), os.cpu_count() or 1)
+    if lanes != MAC_LANES:
+        group_vars["macfleet_probes"] = {"lanes": lanes}
+    (gv / "macfleet.yml").write_text("# Written by `macfleet lab up`.\n" + yaml.safe_dump(group_vars, sort_keys=False))
     (gv / "ansible.yml").write_text(
         "# Written by `macfleet lab up`: strict host keys, the lab's client key, Debian's python on the nodes.\n"
         'ansible_ssh_private_key_file: "{{ inventory_dir }}/id_ed25519"\n'
