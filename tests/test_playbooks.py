@@ -37,3 +37,24 @@ def test_ansible_lint_production() -> None:
     p = subprocess.run([exe, "--profile", "production", "--nocolor", *(str(x) for x in PLAYBOOKS)], cwd=ROOT,
                        env=_env(), capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_the_controller_freezes_its_heap_before_each_task_forks_its_workers() -> None:
+    # Loaded from beside the playbooks without any setting (NEEDS_ENABLED False), for macfleet and plain
+    # ansible-playbook alike; each task's start freezes what the controller holds, so workers do not copy it.
+    import gc
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "macfleet_fork_gc", ROOT / "playbooks" / "callback_plugins" / "macfleet_fork_gc.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    plugin = module.CallbackModule()
+    assert plugin.CALLBACK_NEEDS_ENABLED is False and plugin.CALLBACK_TYPE == "aggregate"
+    gc.unfreeze()
+    try:
+        plugin.v2_playbook_on_task_start(None, False)
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
