@@ -33,6 +33,7 @@ class Rig:
         self.inventories: list[Path] = []
         self.generated: list[list[str]] = []
         self.events: dict[str, list[ProgressEvent]] = {}
+        self.homes: dict[str, str] = {}
         monkeypatch.setattr(flow_bootstrap, "gather", self.gather)
         monkeypatch.setattr(flow_bootstrap, "prepare_apply", self.prepare_apply)
         monkeypatch.setattr(flow_bootstrap, "run_playbook", self.run_playbook)
@@ -49,6 +50,7 @@ class Rig:
                                     else "", rc, "" if rc == 0 else "sudo: a password is required\n"),
                 "rdma-ctl": _raw(self.rdma[n.name] + "\n"),
                 "fdesetup": _raw("FileVault is Off.\n"),
+                "admin-home": _raw(self.homes.get(n.name, f"/Users/{n.name}") + "\n"),
             }
         return g
 
@@ -94,7 +96,8 @@ def test_ready_mesh_exits_0_with_exact_json(cli, example_inventory: Path, rig: R
     assert cli.json(r) == {"changed": 4, "nodes": {n: {"changed": 1, "failed": False, "needs_human": []}
                                                    for n in NODES}}
     assert rig.runs == [{"playbook": "bootstrap", "limit": tuple(NODES), "check": False,
-                         "extravars": {"bootstrap_ipplan": True}, "become_password": None}]
+                         "extravars": {"bootstrap_ipplan": True, "bootstrap_homes": {n: f"/Users/{n}" for n in NODES}},
+                         "become_password": None}]
     assert rig.prepared == [True] and rig.generated == [NODES]
     record = (example_inventory / "host_vars" / "studio-1" / "macfleet_generated.yml").read_text()
     assert "macfleet_filevault:" in record and "unattended_reboot: true" in record
@@ -139,14 +142,14 @@ def test_unreachable_node_exits_3_and_the_others_still_run(cli, example_inventor
     assert data["nodes"]["studio-4"] == {"changed": 0, "failed": True,
                                          "needs_human": ["unreachable: cannot connect to 198.18.1.13:22: timed out"]}
     assert rig.runs[0]["limit"] == ("studio-1", "studio-2", "studio-3")
-    assert rig.runs[0]["extravars"] == {"bootstrap_ipplan": False}  # the plan waits for every node
+    assert rig.runs[0]["extravars"]["bootstrap_ipplan"] is False  # the plan waits for every node
     assert rig.prepared == []
 
 
 def test_check_changes_nothing_on_the_controller_either(cli, example_inventory: Path, rig: Rig) -> None:
     r = cli("bootstrap", "-i", str(example_inventory), "--check", "--json")
     assert r.exit_code == 0, r.output
-    assert rig.runs[0]["check"] is True and rig.runs[0]["extravars"] == {"bootstrap_ipplan": True}
+    assert rig.runs[0]["check"] is True and rig.runs[0]["extravars"]["bootstrap_ipplan"] is True
     # the playbook read the plan from a private copy of the inventory, now gone; the inventory is untouched
     assert rig.inventories[0] != example_inventory and not rig.inventories[0].exists()
     assert rig.generated == [NODES]
@@ -189,8 +192,9 @@ def test_human_output_has_the_step_table_and_a_verdict(cli, example_inventory: P
 
 
 def test_a_settled_mac_shows_every_step_done(example_inventory: Path, rig: Rig) -> None:
-    """The playbook ends a Mac with nothing to change at the probe (no events from the roles after it): its word
-    "settled" marks those steps done, and the IP plan's column skipped when no plan was applied."""
+    """The playbook leaves a Mac with nothing to change after its first play's one read (no events from the
+    plays after): its word "settled" marks those steps done, and the IP plan's column skipped when no plan was
+    applied."""
     from macfleet.inventory.load import load_inventory
 
     for n in NODES:
@@ -202,7 +206,21 @@ def test_a_settled_mac_shows_every_step_done(example_inventory: Path, rig: Rig) 
                                       on_step=lambda node, step, status: steps.__setitem__((node, step), status))
     assert report.changed == 0 and report.exit_code == 0
     for n in NODES:
-        assert [steps.get((n, step)) for step in flow_bootstrap.STEPS] == ["ok"] + [None] + ["ok"] * 9
+        assert [steps.get((n, step)) for step in flow_bootstrap.STEPS] == ["ok"] * 11
+
+
+def test_the_playbook_is_given_each_admin_home_that_is_a_plain_path(example_inventory: Path, rig: Rig) -> None:
+    """The first play finds settled Macs in one read, and their paths are made of the admin's home: macfleet's
+    own pass reads it, and hands on only what is a plain absolute path (a Mac without one goes the long way)."""
+    from macfleet.inventory.load import load_inventory
+
+    rig.homes = {NODES[0]: "/Users/ops admin", NODES[1]: "relative/home", NODES[2]: "/Users/x\x1b[31m"}
+    fleet = load_inventory(example_inventory)
+    flow_bootstrap.bootstrap(fleet, fleet.meshes, check=False, become_password=lambda nodes: None)
+    homes = rig.runs[-1]["extravars"]["bootstrap_homes"]
+    assert homes[NODES[0]] == "/Users/ops admin"
+    assert NODES[1] not in homes and NODES[2] not in homes
+    assert all(homes[n] == f"/Users/{n}" for n in NODES[3:])
 
 
 def test_unknown_mesh_exits_2(cli, example_inventory: Path, rig: Rig) -> None:

@@ -10,6 +10,7 @@ memory: never argv, extravars, a file under the state directory, a log or an art
 from __future__ import annotations
 
 import os
+import re
 import stat
 import threading
 from collections.abc import Callable
@@ -40,12 +41,16 @@ PYTHON = "/usr/bin/python3"  # ansible_python_interpreter on the Macs
 BECOME_MARK = "BECOME-SUCCESS-macfleetprobe"
 BECOME_PROBE = CommandSpec("sudo-become", ("sudo", "-n", "/bin/sh", "-c", f"echo {BECOME_MARK} ; {PYTHON} -I -c pass"),
                            timeout_s=10)
+# The admin's home on each Mac: the roles' paths are made of it, and the playbook's first play, which finds the
+# Macs with nothing to change in one read each, needs it before that read (bootstrap_homes).
+HOME_PROBE = CommandSpec("admin-home", ("printenv", "HOME"), timeout_s=10)
+HOME_PATH = re.compile(r"/[^\x00-\x1f\x7f]{0,1023}")
 NEEDS_HUMAN = "needs a human: "
 NOTE = "note: "
-# The playbook's word that every role found a Mac as it should be; it ends the play there, so the roles after
-# the probe send no events for that Mac.
+# The playbook's word that every role found a Mac as it should be; the Mac leaves the run there, so the steps
+# after send no events for it.
 SETTLED = "settled: "
-SETTLED_STEPS = STEPS[STEPS.index("sudoers"):]
+SETTLED_STEPS = STEPS[STEPS.index("clt"):]
 MAX_SECRET_BYTES = 4096
 
 
@@ -113,6 +118,18 @@ def _facts(gathered: Gathered, node: str) -> tuple[RdmaCtlFacts | None, Fdesetup
     return (rdma if isinstance(rdma, RdmaCtlFacts) else None, fde if isinstance(fde, FdesetupFacts) else None)
 
 
+def _homes(gathered: Gathered, nodes: list[str]) -> dict[str, str]:
+    """Each node's home as its own pass read it; a node without one (or with one that is no plain path) goes
+    through the whole playbook."""
+    homes = {}
+    for n in nodes:
+        raw = gathered.outputs.get(n, {}).get(HOME_PROBE.key)
+        home = raw.stdout.strip() if raw is not None and raw.rc == 0 else ""
+        if HOME_PATH.fullmatch(home):
+            homes[n] = home
+    return homes
+
+
 def _prepare_ipplan(fleet: Fleet, meshes: list[Mesh], outcomes: dict[str, NodeOutcome],
                     gathered: Gathered) -> PreparedApply | None:
     """Judge the IP plan on the live cables (read in bootstrap's one pass); None when it cannot be applied now,
@@ -163,7 +180,7 @@ def bootstrap(
     outcomes = {n: NodeOutcome() for n in names}
     # one pass: sudo, RDMA, FileVault and what the IP plan is judged on
     gathered = gather(fleet, [n for m in meshes for n in m.nodes],
-                      (BECOME_PROBE, *specs_for(("rdma-ctl", "fdesetup", *NETWORK_KINDS))),
+                      (BECOME_PROBE, HOME_PROBE, *specs_for(("rdma-ctl", "fdesetup", *NETWORK_KINDS))),
                       cancel=cancel)
     unreachable = dict(gathered.unreachable)
     for n, why in unreachable.items():
@@ -209,7 +226,8 @@ def bootstrap(
     with inventory_for_run(fleet, prepared, check) if prepared else nullcontext(fleet.root) as inventory:
         result = run_playbook(
             PlaybookRun(playbook="bootstrap", inventory=inventory, limit=tuple(run_nodes), check=check, diff=check,
-                        extravars={"bootstrap_ipplan": prepared is not None}),
+                        extravars={"bootstrap_ipplan": prepared is not None,
+                                   "bootstrap_homes": _homes(gathered, run_nodes)}),
             on_event=on_event, cancel=cancel, raise_on_failure=False, become_password=password)
     if result.status == "canceled":
         raise KeyboardInterrupt
