@@ -653,6 +653,10 @@ class SshSession:
                         failed[specs[i].key] = str(CommandCancelled(specs[i]))
                     break
                 if channel.exit_status_ready() or channel.closed:
+                    # The script's last output and its exit status can both arrive between the reads above and
+                    # this check: sshd sends the output first, so once the status is in, so is the output.
+                    if channel.recv_ready() or channel.recv_stderr_ready():
+                        continue
                     why = _script_end(channel, err)
                     for i in pending:
                         failed[specs[i].key] = f"`{specs[i].command_line}` not read: {why}"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import threading
+import time
 
 import pytest
 
@@ -60,3 +62,45 @@ def test_the_script_quotes_every_word_and_makes_no_file_outside_its_own_director
     script = batch_script([CommandSpec("x", ("echo", "$(reboot)", "a'b"))], "MK")
     assert "echo '$(reboot)' 'a'\"'\"'b'" in script
     assert script.count("mktemp") == 1 and 'rm -rf "$d"' in script
+
+
+class _LateChannel:
+    """A channel whose last output and exit status both come in just after the reader found nothing to read:
+    the order a busy controller sees when paramiko's thread delivers them between two of its checks."""
+
+    def __init__(self, data: bytes):
+        self._data, self._checks, self.status_event = data, 0, threading.Event()
+        self.closed = False
+
+    def recv_ready(self) -> bool:
+        self._checks += 1
+        return self._checks > 2 and bool(self._data)  # not yet in for the reader's first two looks
+
+    def recv(self, n: int) -> bytes:
+        out, self._data = self._data[:n], self._data[n:]
+        return out
+
+    def recv_stderr_ready(self) -> bool:
+        return False
+
+    def exit_status_ready(self) -> bool:
+        return self._checks >= 2
+
+    def recv_exit_status(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_output_that_comes_with_the_exit_status_is_still_read(monkeypatch) -> None:
+    from macfleet.collect import ssh
+
+    spec = CommandSpec("sw-vers", ("sw_vers",))
+    mark = "MACFLEET-0123456789abcdef0123456789abcdef"
+    data = f"{mark} 0 -\n{mark} 0 0\nProductVersion: 26.2\n\n{mark}\n\n{mark}\n".encode()
+    session = ssh.SshSession.__new__(ssh.SshSession)
+    monkeypatch.setattr(ssh, "new_mark", lambda: mark)
+    monkeypatch.setattr(session, "_start", lambda *a, **k: _LateChannel(data), raising=False)
+    outputs, failed = session.run_batch((spec,), deadline=time.monotonic() + 5)
+    assert failed == {} and outputs["sw-vers"].stdout == "ProductVersion: 26.2\n"
