@@ -45,3 +45,20 @@ def test_atomic_write_replaces_whole_and_leaves_no_temporary(tmp_path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["f.json"]
     with pytest.raises(UsageError):
         check_plain_file_path(tmp_path)
+
+
+def test_a_read_that_did_not_answer_refuses_the_hostfile_instead_of_judging_cables_absent(
+        example_inventory, monkeypatch) -> None:
+    from macfleet.collect.gather import Gathered
+    from macfleet.errors import Refused
+    from macfleet.flow import export
+    from macfleet.inventory.load import load_inventory
+
+    fleet = load_inventory(example_inventory)
+    mesh = fleet.meshes[0]
+    got = Gathered()
+    got.failed[mesh.node_names[0]] = {"system-profiler-tb": "the shell running it ended (exit 0) before it answered"}
+    monkeypatch.setattr(export, "gather", lambda *a, **k: got)
+    with pytest.raises(Refused) as e:
+        export.export_mlx_hostfile(fleet, mesh, "ring")
+    assert "did not answer" in str(e.value) and mesh.node_names[0] in str(e.value) and "no cable" not in str(e.value)

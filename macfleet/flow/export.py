@@ -40,6 +40,11 @@ def export_mlx_hostfile(fleet: Fleet, mesh: Mesh, backend: MlxBackend, out: Path
     gathered = gather(fleet, mesh.nodes, RDMA_SPECS)
     if gathered.unreachable:
         raise UnreachableError(dict(gathered.unreachable), hint="no hostfile: every rank must be read")
+    if gathered.failed:  # a read that did not answer is not a missing cable: say which, and judge nothing
+        unread = [f"{n}: {key} ({why})" for n, keys in sorted(gathered.failed.items()) for key, why in keys.items()]
+        raise Refused("no hostfile: these reads did not answer: " + "; ".join(unread),
+                      hint="run the export again; if a read keeps failing, run it by hand on that node",
+                      details={"nodes": sorted(gathered.failed)})
     facts = {n: rdma_facts(gathered, n) for n in mesh.node_names}
     report = judge_rdma([mesh], facts)
     cabling = check_cabling(mesh, {n: _topology_facts(f) for n, f in facts.items()})
