@@ -246,7 +246,7 @@ def _old_drop_in_asks_for_the_password_once(lab: Lab, state: dict[str, str]) -> 
     n1, n2 = lab.nodes[0], lab.nodes[1]
     drop_in = STATE_ROOT / lab.name / "nodes" / n1 / "fs" / "sudoers.d" / "macfleet"
     text = drop_in.read_text()
-    old = re.sub(r", \\\n\s*/bin/sh -c echo BECOME-SUCCESS-\[a-z\]\* ; /usr/bin/python3 -I -c \*", "", text)
+    old = re.sub(r", \\\n\s*/bin/sh -c echo BECOME-SUCCESS-\S+ ; /usr/bin/python3 -I -c \*", "", text)
     assert old != text
     drop_in.write_text(old)
     rc, data = _bootstrap(lab, password=False, env=state)
