@@ -137,3 +137,9 @@ def test_an_excerpt_escapes_what_a_terminal_would_act_on(example_inventory: Path
         load_inventory(example_inventory)
     (problem,) = caught.value.problems
     assert problem.found == "'a\\x1b[2J\\u202eb\\nc'"
+
+
+def test_an_inventory_directory_that_is_itself_a_link_still_loads(example_inventory: Path, tmp_path: Path) -> None:
+    link = tmp_path / "default"
+    link.symlink_to(example_inventory, target_is_directory=True)
+    assert len(load_inventory(link).meshes[0].nodes) == 4
