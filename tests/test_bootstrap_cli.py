@@ -46,7 +46,7 @@ class Rig:
                 continue
             rc = self.sudo_rc[n.name]
             g.outputs[n.name] = {
-                "sudo-become": _raw("BECOME-SUCCESS-macfleetprobe\n" if rc == 0
+                "sudo-become": _raw(f"{flow_bootstrap.BECOME_MARK}\n" if rc == 0
                                     else "", rc, "" if rc == 0 else "sudo: a password is required\n"),
                 "rdma-ctl": _raw(self.rdma[n.name] + "\n"),
                 "fdesetup": _raw("FileVault is Off.\n"),

@@ -38,7 +38,8 @@ PYTHON = "/usr/bin/python3"  # ansible_python_interpreter on the Macs
 # Whether sudo runs the playbook's probe (a script given to Python: the drop-in's widest line) without a
 # password. It is run, not asked about: `sudo -l CMD` says yes to any command some rule allows, and every Mac's
 # admin may run anything with a password. A drop-in from before the probe ran this way asks for it once.
-BECOME_MARK = "BECOME-SUCCESS-macfleetprobe"
+# Its id has Ansible's form (32 lower-case letters), the only one the drop-in's become lines match.
+BECOME_MARK = "BECOME-SUCCESS-macfleetbootstrapprobeforsudoers"
 BECOME_PROBE = CommandSpec("sudo-become", ("sudo", "-n", "/bin/sh", "-c", f"echo {BECOME_MARK} ; {PYTHON} -I -c pass"),
                            timeout_s=10)
 # The admin's home on each Mac: the roles' paths are made of it, and the playbook's first play, which finds the

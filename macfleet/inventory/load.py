@@ -194,6 +194,13 @@ def _read_text(path: Path, shown: str, problems: list[Problem]) -> str | None:
 
 def _read_yaml(path: Path, root: Path, problems: list[Problem]) -> _Source | None:
     shown = _display(path, root)
+    real = path.resolve()
+    if not real.is_relative_to(root.resolve()):
+        # a link (the file's or a directory's on the way) out of the inventory: never read, it may be anything
+        # (`group_vars/all/x.yml -> ~/.ssh/id_ed25519`), and Ansible would read it as variables
+        problems.append(Problem(shown, "", f"a link to {real}, outside the inventory directory",
+                                "a file inside the inventory directory (copy it in, or link to a file inside it)"))
+        return None
     text = _read_text(path, shown, problems)
     if text is None:
         return None
@@ -246,12 +253,48 @@ def _suggest(key: str, known: set[str] | list[str]) -> str:
     return f"a known key (did you mean `{close[0]}`?)" if close else "one of: " + ", ".join(sorted(known))
 
 
+# What a problem shows of a value it found: enough to recognise it, never a whole file (a private key, a
+# password, /etc/passwd) echoed to a terminal, a log or --json.
+EXCERPT_CHARS = 40
+
+
+def _excerpt(value: Any) -> str:
+    """`value` as a problem shows it: escaped (repr: newlines, ESC and bidi controls as \\n, \\x1b, \\u202e) and
+    cut to EXCERPT_CHARS, saying how long it was."""
+    shown = repr(value)
+    if len(shown) <= EXCERPT_CHARS:
+        return shown
+    size = f"{len(value)} characters" if isinstance(value, str) else "cut"
+    return f"{shown[:EXCERPT_CHARS]}… ({size})"
+
+
+def _key(key: Any) -> str:
+    """A key from a file as it appears in a key path or message: as it is when short and printable, else an
+    excerpt."""
+    text = str(key)
+    return text if len(text) <= EXCERPT_CHARS and text.isprintable() else _excerpt(key)
+
+
+def _key_path(keys: list[Any]) -> str:
+    return ".".join(_key(k) for k in keys)
+
+
 def _type_name(value: Any) -> str:
     if isinstance(value, dict):
         return "a mapping"
     if isinstance(value, list):
         return "a list"
-    return f"{value!r}"
+    return _excerpt(value)
+
+
+def _document_kind(value: Any) -> str:
+    """What a whole file holds when it is not a mapping: its kind and size, none of its text (a file that is not
+    an inventory file is most likely something else, a key or a password, copied or linked in by mistake)."""
+    if isinstance(value, list):
+        return f"a list of {len(value)} items"
+    if isinstance(value, str):
+        return f"text of {len(value)} characters, not variables"
+    return f"a single {type(value).__name__} value, not variables"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -268,14 +311,15 @@ def _collect_settings(
     for src in sources:
         shown = _display(src.path, root)
         if not isinstance(src.data, dict):
-            problems.append(Problem(shown, "", _type_name(src.data), "a mapping of variables"))
+            problems.append(Problem(shown, "", _document_kind(src.data), "a mapping of variables"))
             continue
         for key, value in src.data.items():
             key = str(key)
             if key.startswith("macfleet_"):
                 if key not in SETTINGS_KEYS:
                     problems.append(
-                        Problem(shown, key, f"unknown key `{key}`", _suggest(key, set(SETTINGS_KEYS)), src.line(key))
+                        Problem(shown, _key(key), f"unknown key `{_key(key)}`", _suggest(key, set(SETTINGS_KEYS)),
+                                src.line(key))
                     )
                     continue
                 values[SETTINGS_KEYS[key]] = value
@@ -283,7 +327,8 @@ def _collect_settings(
             elif not key.startswith("ansible_"):
                 close = difflib.get_close_matches(key, sorted(SETTINGS_KEYS), n=1, cutoff=0.75)
                 if close:
-                    problems.append(Problem(shown, key, f"unknown key `{key}`", f"`{close[0]}`", src.line(key)))
+                    problems.append(Problem(shown, _key(key), f"unknown key `{_key(key)}`", f"`{close[0]}`",
+                                            src.line(key)))
     return values, origin
 
 
@@ -297,16 +342,18 @@ def _build_settings(
             loc = [str(p) for p in err["loc"]]
             src = origin.get(loc[0]) if loc else None
             file = _display(src.path, root) if src else "group_vars"
-            key_path = "macfleet_" + ".".join(loc)
+            key_path = "macfleet_" + _key_path(loc)
             line = src.line(f"macfleet_{loc[0]}", *err["loc"][1:]) if src else None
             if err["type"] == "extra_forbidden":
                 known = _known_fields(loc)
-                found, expected = f"unknown key `{loc[-1]}`", _suggest(loc[-1], known)
+                found, expected = f"unknown key `{_key(loc[-1])}`", _suggest(loc[-1], known)
             else:
                 found, expected = (
                     _type_name(err.get("input")),
                     err["msg"].replace("Input should be", "").removeprefix("Value error,").strip() or err["msg"],
                 )
+                if isinstance(err.get("input"), str) and len(err["input"]) > EXCERPT_CHARS:
+                    expected = expected.replace(repr(err["input"]), _excerpt(err["input"]))  # a message quoting it
             problems.append(Problem(file, key_path, found, expected, line))
         return None
 
@@ -326,8 +373,8 @@ def _unknown_keys(
             problems.append(
                 Problem(
                     _display(src.path, root),
-                    ".".join(str(k) for k in [*key_path, key]),
-                    f"unknown key `{key}`",
+                    _key_path([*key_path, key]),
+                    f"unknown key `{_key(key)}`",
                     _suggest(str(key), known),
                     src.line(*key_path, key),
                 )
@@ -371,14 +418,14 @@ def _read_node(
     name: Any, raw: Any, mesh: str, src: _Source, key_path: list[Any], root: Path, problems: list[Problem]
 ) -> Node | None:
     shown = _display(src.path, root)
-    path = ".".join(str(k) for k in key_path)
+    path = _key_path(key_path)
     before = len(problems)
     if not isinstance(name, str) or not NODE_NAME.match(name):
         problems.append(
             Problem(
                 shown,
                 path,
-                f"host name {name!r}",
+                f"host name {_excerpt(name)}",
                 "letters, digits, `.`, `_`, `-` (no spaces or shell characters)",
                 src.line(*key_path),
             )
@@ -396,7 +443,7 @@ def _read_node(
             Problem(
                 shown,
                 f"{path}.ansible_host",
-                f"{address!r}",
+                _excerpt(address),
                 "an IP address or a host name",
                 src.line(*key_path, "ansible_host"),
             )
@@ -407,7 +454,7 @@ def _read_node(
             Problem(
                 shown,
                 f"{path}.ansible_user",
-                f"{user!r}",
+                _excerpt(user),
                 "a user name (lower-case letters, digits, `_.-`)",
                 src.line(*key_path, "ansible_user"),
             )
@@ -416,7 +463,8 @@ def _read_node(
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         problems.append(
             Problem(
-                shown, f"{path}.ansible_port", f"{port!r}", "a port number 1-65535", src.line(*key_path, "ansible_port")
+                shown, f"{path}.ansible_port", _excerpt(port), "a port number 1-65535",
+                src.line(*key_path, "ansible_port"),
             )
         )
     model = raw.get("macfleet_model")
@@ -425,7 +473,7 @@ def _read_node(
             Problem(
                 shown,
                 f"{path}.macfleet_model",
-                f"{model!r}",
+                _excerpt(model),
                 'a model identifier such as "Mac15,14"',
                 src.line(*key_path, "macfleet_model"),
             )
@@ -462,8 +510,8 @@ def _read_hosts(src: _Source, root: Path, problems: list[Problem]) -> list[tuple
             problems.append(
                 Problem(
                     shown,
-                    str(key),
-                    f"unknown top-level group `{key}`",
+                    _key(key),
+                    f"unknown top-level group `{_key(key)}`",
                     "only `macfleet` (meshes go under macfleet.children)",
                     src.line(key),
                 )
@@ -485,8 +533,8 @@ def _read_hosts(src: _Source, root: Path, problems: list[Problem]) -> list[tuple
             problems.append(
                 Problem(
                     shown,
-                    f"macfleet.{key}",
-                    f"unknown key `{key}`",
+                    f"macfleet.{_key(key)}",
+                    f"unknown key `{_key(key)}`",
                     "`children` (one group per mesh) or `vars`",
                     src.line("macfleet", key),
                 )
@@ -498,8 +546,8 @@ def _read_hosts(src: _Source, root: Path, problems: list[Problem]) -> list[tuple
             problems.append(
                 Problem(
                     shown,
-                    ".".join(map(str, kp)),
-                    f"group name {mesh_name!r}",
+                    _key_path(kp),
+                    f"group name {_excerpt(mesh_name)}",
                     "letters, digits and `_` (Ansible group names have no dashes)",
                     src.line(*kp),
                 )
@@ -507,7 +555,7 @@ def _read_hosts(src: _Source, root: Path, problems: list[Problem]) -> list[tuple
             continue
         if not isinstance(group, dict) or not isinstance(group.get("hosts"), dict) or not group["hosts"]:
             problems.append(
-                Problem(shown, ".".join(kp) + ".hosts", "no hosts", "a mapping of the mesh's Macs", src.line(*kp))
+                Problem(shown, _key_path(kp) + ".hosts", "no hosts", "a mapping of the mesh's Macs", src.line(*kp))
             )
             continue
         _unknown_keys(group, MESH_GROUP_KEYS, src, kp, root, problems)
@@ -542,7 +590,7 @@ def _check_group_shapes(src: _Source, root: Path, problems: list[Problem]) -> No
                 problems.append(
                     Problem(
                         _display(src.path, root),
-                        ".".join(map(str, [*key_path, key])),
+                        _key_path([*key_path, key]),
                         _type_name(value),
                         "a mapping (Ansible refuses anything else here)",
                         src.line(*key_path, key),
@@ -601,7 +649,7 @@ def _ssh_command_warnings(root: Path) -> tuple[Problem, ...]:
                     found.append(
                         Problem(
                             _display(path, root),
-                            ".".join(str(k) for k in [*key_path, key]),
+                            _key_path([*key_path, key]),
                             f"the ssh option {m.group(1)}, which runs a command on this machine at every connection",
                             "ProxyJump for a jump host, unless you wrote this command yourself",
                             src.line(*key_path, key),
@@ -698,7 +746,7 @@ def _check_models(nodes: list[Node], mesh_name: str, shown: str, problems: list[
                 Problem(
                     shown,
                     f"macfleet.children.{mesh_name}.hosts.{node.name}.macfleet_model",
-                    repr(node.model),
+                    _excerpt(node.model),
                     KNOWN_MODELS_TEXT,
                 )
             )

@@ -341,7 +341,8 @@ def _write_pam(d: Path, nd: Path, node: str, password: str) -> None:
 
 
 def _new_admin_password(d: Path) -> str:
-    """A password for this lab's admin (each Mac's own), kept in the state directory for the lab's own use."""
+    """A password for this lab's admin (each Mac's own), kept in the state directory only (what the person who
+    unboxed the Macs noted; `bootstrap --become-password-file` reads it there), never in the inventory."""
     import secrets
 
     password = secrets.token_urlsafe(12)
@@ -470,10 +471,9 @@ def _write_inventory(lab: dict, inv: Path, key: Path, known_hosts: str) -> None:
     shutil.copy2(key.with_suffix(".pub"), inv / "id_ed25519.pub")
     # a fresh Mac's key is not known yet: `macfleet trust` records it
     (inv / "known_hosts").write_text("" if lab["fresh"] else known_hosts)
-    # what the person who unboxed the Macs noted: the admin's password, readable only by its owner
-    fd = os.open(inv / "admin-password", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write((lab_dir(lab["name"]) / "admin-password").read_text())
+    # The admin's password stays in the state directory (admin-password, 0600), never here: Ansible reads every
+    # file of an inventory directory as an inventory source, and a password there becomes a host name.
+    (inv / "admin-password").unlink(missing_ok=True)  # where an older `lab up` put it
 
 
 # ---------------------------------------------------------------------------------------------

@@ -81,6 +81,11 @@ class Lab:
     def inventory(self) -> Path:
         return self.workdir / "inventories" / self.name
 
+    @property
+    def password_file(self) -> Path:
+        """The admin's password (0600), in the lab's state directory, never in its inventory."""
+        return STATE_ROOT / self.name / "admin-password"
+
     def macfleet(self, *args: str, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess:
         return run_macfleet(list(args), cwd=self.workdir, check=check, timeout=timeout)
 
@@ -103,7 +108,7 @@ class Lab:
 
         from macfleet.lab import state
 
-        password = (STATE_ROOT / self.name / "admin-password").read_text()
+        password = self.password_file.read_text()
         argv = state.ssh_argv(self.name, node, f"sudo -S -p '' sh -c {shlex.quote(command)}")
         p = subprocess.run(argv, input=password, capture_output=True, text=True, timeout=timeout)
         if check and p.returncode != 0:

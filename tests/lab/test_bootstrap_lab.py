@@ -48,7 +48,7 @@ def _snapshot(lab: Lab) -> dict[str, object]:
 
 def _bootstrap(lab: Lab, *args: str, password: bool = True, env: dict[str, str] | None = None,
                timeout: float = CHECK_TIMEOUT) -> tuple[int, dict]:
-    pw = ["--become-password-file", str(lab.inventory / "admin-password")] if password else []
+    pw = ["--become-password-file", str(lab.password_file)] if password else []
     p = subprocess.run([os.sys.executable, "-m", "macfleet", "bootstrap", "-i", str(lab.inventory),
                         "--non-interactive", "--json", *pw, *args], cwd=lab.workdir, capture_output=True, text=True,
                        timeout=timeout, env={**os.environ, **(env or {})})
@@ -70,7 +70,7 @@ def fresh(tmp_path_factory) -> Lab:
 
 
 def test_fresh_lab_is_a_mac_out_of_the_box(fresh: Lab) -> None:
-    pw = fresh.inventory / "admin-password"
+    pw = fresh.password_file
     assert stat.S_IMODE(pw.stat().st_mode) == 0o600 and pw.read_text().strip()
     assert (fresh.inventory / "known_hosts").read_text().strip() == ""
     trusted = fresh.macfleet("trust", "-i", str(fresh.inventory), "--yes", "--json")
@@ -146,7 +146,7 @@ def test_fresh_to_ready_then_nothing_to_change(fresh: Lab, tmp_path: Path) -> No
     rc, again = _bootstrap(fresh, env={"MACFLEET_STATE_DIR": str(state)})
     assert rc == 0 and again["changed"] == 0, again
     assert all(n["changed"] == 0 for n in again["nodes"].values())
-    password = (fresh.inventory / "admin-password").read_text().strip()
+    password = fresh.password_file.read_text().strip()
     leaks = subprocess.run(["grep", "-rlF", "-e", password, str(state)], capture_output=True, text=True)
     assert leaks.stdout == "", f"the password is in {leaks.stdout}"
     n1 = fresh.nodes[0]
@@ -246,7 +246,7 @@ def _old_drop_in_asks_for_the_password_once(lab: Lab, state: dict[str, str]) -> 
     n1, n2 = lab.nodes[0], lab.nodes[1]
     drop_in = STATE_ROOT / lab.name / "nodes" / n1 / "fs" / "sudoers.d" / "macfleet"
     text = drop_in.read_text()
-    old = re.sub(r", \\\n\s*/bin/sh -c echo BECOME-SUCCESS-\[a-z\]\* ; /usr/bin/python3 -I -c \*", "", text)
+    old = re.sub(r", \\\n\s*/bin/sh -c echo BECOME-SUCCESS-\S+ ; /usr/bin/python3 -I -c \*", "", text)
     assert old != text
     drop_in.write_text(old)
     rc, data = _bootstrap(lab, password=False, env=state)
