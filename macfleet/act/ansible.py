@@ -194,6 +194,7 @@ def run_playbook(
         "ANSIBLE_FORCE_COLOR": "0",
         "ANSIBLE_HOST_KEY_CHECKING": "True",  # ansible-runner sets it False when absent
         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control_dir),
+        "PATH": run_path(os.environ.get("PATH", "")),
     }
     try:
         with _own_signal_handlers():
@@ -201,6 +202,14 @@ def run_playbook(
     finally:
         close_ssh_masters(control_dir)
     return _result(run, runner, failed_tasks, changes, unreachable, raise_on_failure)
+
+
+def run_path(inherited: str) -> str:
+    """ansible-playbook is found beside the Python running macfleet first: a venv or pipx install need not be on
+    the caller's PATH (`~/.venvs/macfleet/bin/macfleet doctor` still runs that venv's Ansible)."""
+    ours = str(Path(sys.executable).parent)
+    rest = [p for p in inherited.split(os.pathsep) if p and p != ours]
+    return os.pathsep.join([ours, *rest])
 
 
 def close_ssh_masters(control_dir: Path) -> None:

@@ -246,3 +246,17 @@ def test_the_cli_prints_that_line_and_exits_130(cli, example_inventory: Path, mo
     assert result.exit_code == 130
     assert "playbook network cancelled: nothing had been changed" in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_ansible_playbook_is_found_beside_the_python_running_macfleet_first():
+    """A venv or pipx install whose bin is not on the caller's PATH still runs its own ansible-playbook."""
+    import os
+    import sys
+    from pathlib import Path
+
+    from macfleet.act.ansible import run_path
+
+    ours = str(Path(sys.executable).parent)
+    assert run_path("/usr/bin:/bin").split(os.pathsep) == [ours, "/usr/bin", "/bin"]
+    assert run_path(f"/usr/bin:{ours}").split(os.pathsep) == [ours, "/usr/bin"]
+    assert run_path("") == ours
