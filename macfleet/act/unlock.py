@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import paramiko
 
 from macfleet.collect.ssh import SshTarget, fingerprint, host_entry, key_recorded, unlock_key_matches
+from macfleet.errors import AT_UNLOCK_SCREEN
 
 # paramiko's transport thread logs a dropped connection; the caller reports what happened itself
 logging.getLogger("paramiko.transport").setLevel(logging.CRITICAL)
@@ -54,10 +55,10 @@ def _connect(target: SshTarget) -> paramiko.Transport:
 
 def _judge_key(target: SshTarget, key: paramiko.PKey) -> Seen:
     fp = fingerprint(key)
-    if unlock_key_matches(target.unlock_known_hosts, _entry(target), key):
-        return Seen("unlock-screen", f"waiting at the FileVault unlock screen (its unlock-screen key {fp})", fp)
     if key_recorded(target.known_hosts, _entry(target), key):
         return Seen("normal", "up with its normal host key: not locked", fp)
+    if unlock_key_matches(target.unlock_known_hosts, _entry(target), key):
+        return Seen("unlock-screen", f"{AT_UNLOCK_SCREEN} (its unlock-screen key {fp})", fp)
     return Seen("unknown-key", f"shows a host key that is neither its known key nor its recorded unlock-screen key "
                                f"({fp}): either it was reinstalled or someone is in between; nothing was sent. If its "
                                f"console shows the unlock screen, record that key with `macfleet trust --unlock "
