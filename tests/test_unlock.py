@@ -204,3 +204,33 @@ def test_without_a_credential_the_wait_names_the_unlock_screen_and_never_calls_i
     waits = act_reboot.wait_for_nodes(_Sessions(), ["studio-2"], {}, 0.3, lambda n, s, d: None)  # type: ignore
     assert not waits["studio-2"].back
     assert AT_UNLOCK_SCREEN in waits["studio-2"].last_seen and not waits["studio-2"].last_seen.startswith("down")
+
+
+# ------------------------------------------------------------------------------------------ the healer
+
+
+def test_watch_unlocks_a_node_found_at_the_unlock_screen_once_and_audits_it(monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from macfleet.collect.gather import Gathered
+    from macfleet.watch import loop
+
+    sent: list[str] = []
+    monkeypatch.setattr(loop, "unlocker", lambda fleet, mesh: lambda n: (sent.append(n), (False, "refused"))[1])
+    w = loop.Watcher.__new__(loop.Watcher)
+    audit: list[dict] = []
+    w.fleet, w.unlock_refused, w.say = None, set(), lambda line: None
+    w.audit = SimpleNamespace(append=audit.append)
+    w.notifier = SimpleNamespace(notify=lambda entry: None)
+    kept = SimpleNamespace(retry_now=lambda: None)
+    w.probers = {"m": SimpleNamespace(sessions={"studio-1": kept, "studio-2": kept})}
+    mesh = SimpleNamespace(name="m", node_names=("studio-1", "studio-2"))
+    at_screen = Gathered(unreachable={"studio-2": str(AtUnlockScreen("studio-2", "ssh-ed25519 SHA256:abc")),
+                                      "studio-1": "cannot connect: no route to host"})
+    w.unlock_waiting(mesh, at_screen)  # type: ignore[arg-type]
+    assert sent == ["studio-2"] and audit[0]["action"] == "unlock" and "not unlocked" in audit[0]["result"]
+    w.unlock_waiting(mesh, at_screen)  # type: ignore[arg-type]
+    assert sent == ["studio-2"]  # a refused password is not tried again...
+    w.unlock_waiting(mesh, Gathered())  # type: ignore[arg-type]
+    w.unlock_waiting(mesh, at_screen)  # type: ignore[arg-type]
+    assert sent == ["studio-2", "studio-2"]  # ...until the node was seen up
