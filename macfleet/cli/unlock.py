@@ -33,8 +33,8 @@ def command(
     the unlock-screen key `macfleet trust --unlock` recorded (apple_ssh_and_filevault(7)), then wait for the node
     to come back with its normal host key. --check shows which nodes would be unlocked and sends nothing.
 
-    Exit 0 every node unlocked or not locked, 1 a key refused or the password refused, 3 a node unreachable or
-    not back in time."""
+    Exit 0 every node unlocked or not locked, 1 a key or the password refused, 2 bad input (no password file,
+    one others can read), 3 a node unreachable or not back in time."""
     fleet = load_inventory(inventory_path(inventory))
     all_nodes = [n.name for n in fleet.nodes]
     chosen = list(dict.fromkeys(nodes or all_nodes))

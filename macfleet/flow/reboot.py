@@ -359,10 +359,11 @@ class Run:
             self.phase("rebooting", critical=True)
             cred = self.fleet.path(self.mesh.settings.reboot.filevault_credential_file)
             failed = act.issue_reboots(self.sessions, self.methods, cred)
-            # authrestart refused on a node whose unlock-screen key is recorded: a plain restart, then the SSH
-            # unlock at that screen with the same password (apple_ssh_and_filevault(7), macOS 26)
+            # authrestart refused (it exited non-zero: not supported, the password refused) on a node whose
+            # unlock-screen key is recorded: a plain restart, then the SSH unlock at that screen with the same
+            # password (apple_ssh_and_filevault(7), macOS 26). A node that did not answer is left alone.
             plain = {n: "shutdown" for n, why in failed.items()
-                     if why and self.methods[n] == "authrestart" and not why.startswith("could not reach")
+                     if why and self.methods[n] == "authrestart" and "` exited " in why
                      and unlock_key_recorded(SshTarget.for_node(self.fleet, self.fleet.node(n)))}
             if plain:
                 for n in plain:
