@@ -171,3 +171,10 @@ ERROR_CODES = frozenset(
         LabError,
     )
 )
+
+
+# What a FileVault Mac waiting at its unlock screen is said to be doing, wherever it is reported (the reachability
+# of collect, doctor's `reachable`, the reboot's wait, watch): one wording, so each reader can recognise it.
+# apple_ssh_and_filevault(7) (macOS 26): with Remote Login on, such a Mac answers SSH with password
+# authentication only, and a password login there unlocks its Data volume.
+AT_UNLOCK_SCREEN = "waiting at the FileVault unlock screen"

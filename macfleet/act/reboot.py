@@ -27,7 +27,7 @@ from macfleet.act.release import LABEL, START_EXO_LINE, STOP_EXO_LINE
 from macfleet.collect.commands import CommandSpec, spec_for
 from macfleet.collect.gather import Gathered
 from macfleet.collect.kept import KeptSession, NodeSessions
-from macfleet.collect.ssh import CommandTimeout, Raw, Unreachable
+from macfleet.collect.ssh import AtUnlockScreen, CommandTimeout, Raw, Unreachable
 from macfleet.errors import FactsParseError, RemoteCommandError, UnreachableError
 from macfleet.facts.registry import parse
 from macfleet.facts.system import FdesetupFacts
@@ -216,8 +216,13 @@ def _port_answers(host: str, port: int) -> str | None:
         return exc.strerror or str(exc) or type(exc).__name__
 
 
-def _look(kept: KeptSession, before: str | None) -> tuple[bool, str]:
-    """(back from its reboot, what the node looks like now). The session that sees it back stays open."""
+UNLOCK_SCREEN = "unlock-screen"  # what _look says of a node waiting at its FileVault unlock screen
+
+
+def _look(kept: KeptSession, before: str | None) -> tuple[bool | str, str]:
+    """(back from its reboot, or UNLOCK_SCREEN; what the node looks like now). The session that sees it back
+    stays open. A node showing its recorded unlock-screen key is up, waiting for its FileVault password
+    (apple_ssh_and_filevault(7)): neither down nor an intruder."""
     t = kept.target
     if not kept.alive() and not t.jumps and not t.proxy_command:
         why = _port_answers(t.host, t.port)
@@ -225,6 +230,9 @@ def _look(kept: KeptSession, before: str | None) -> tuple[bool, str]:
             return False, f"down: {why}"
     try:
         raw = kept.get(now=True).run(BOOTTIME, timeout_s=LOOK_TIMEOUT_S)
+    except AtUnlockScreen as exc:
+        kept.drop()
+        return UNLOCK_SCREEN, str(exc)
     except Unreachable as exc:
         kept.drop()
         return False, f"down: {exc}"
@@ -244,16 +252,25 @@ def _look(kept: KeptSession, before: str | None) -> tuple[bool, str]:
 
 def wait_for_nodes(sessions: NodeSessions, nodes: list[str], boottime: dict[str, str], timeout_s: float,
                    progress: Progress, cancel: threading.Event | None = None,
-                   on_back: Callable[[str], None] | None = None) -> dict[str, NodeWait]:
+                   on_back: Callable[[str], None] | None = None,
+                   unlock: Callable[[str], tuple[bool, str]] | None = None) -> dict[str, NodeWait]:
     """Poll every node until each one answers with a new boot time, or the timeout. `on_back(node)` runs as
-    soon as that node is back (the next step may start on it while the others still boot)."""
+    soon as that node is back (the next step may start on it while the others still boot). `unlock(node)`:
+    called once for a node found waiting at its FileVault unlock screen ((sent, what happened)); without it, or
+    once it failed, the node is left there and waited for (someone may unlock it at the console)."""
     started = time.monotonic()
     state = {n: NodeWait() for n in nodes}
 
     def poll(node: str) -> None:
         pause = POLL_FIRST_S
+        tried = False
         while time.monotonic() - started < timeout_s and not (cancel and cancel.is_set()):
-            back, seen = _look(sessions.sessions[node], boottime.get(node))
+            look, seen = _look(sessions.sessions[node], boottime.get(node))
+            back = look is True
+            if look == UNLOCK_SCREEN and unlock is not None and not tried:
+                tried = True
+                _, what = unlock(node)
+                seen = f"{seen}; unlocking with the stored password: {what}"
             if seen != state[node].last_seen:
                 progress(node, "back" if back else "waiting", seen)
             state[node].last_seen = seen

@@ -26,10 +26,16 @@ def command(
         show_default=False)] = None,
     yes: Annotated[bool, typer.Option(
         "--yes", help="Record every new key as seen (a lab, or a network you vouch for); each is printed.")] = False,
+    unlock: Annotated[bool, typer.Option(
+        "--unlock", help="The nodes wait at their FileVault unlock screen: record the key that screen shows, apart "
+        "from their normal key (known_hosts.unlock), so `macfleet unlock` can reach it strictly.")] = False,
     json_output: JsonOpt = False,
 ) -> None:
     """Fetch each Mac's SSH host key, show its fingerprint, and record it in the inventory's known_hosts once
     confirmed (at the prompt, by --fingerprint, or --yes). A key that changed is refused, never replaced.
+
+    With --unlock, the key recorded is the one a FileVault Mac shows at its unlock screen (macOS 26: password
+    logins only there), kept apart and never accepted for a normal login.
 
     Exit 0 every key known or recorded, 1 a key refused or not confirmed, 3 a node unreachable."""
     fleet = load_inventory(inventory_path(inventory))
@@ -43,9 +49,11 @@ def command(
     interactive = sys.stdin.isatty() and not output.mode.json
 
     def ask(seen: HostKeySeen) -> bool:
-        err_console.print(confirm_text(seen.node, seen.entry, seen.key_type or "?", seen.fingerprint or "?"))
+        err_console.print(confirm_text(seen.node, seen.entry, seen.key_type or "?", seen.fingerprint or "?",
+                                       unlock=unlock))
         return Confirm.ask("  Is this the key of that Mac? Record it", console=err_console, default=False)
 
-    report = trust_nodes(fleet, chosen, fingerprints=fps, accept_all=yes, confirm=ask if interactive else None)
+    report = trust_nodes(fleet, chosen, fingerprints=fps, accept_all=yes, confirm=ask if interactive else None,
+                         unlock=unlock)
     codes = [3 if report.unreachable else 0, 1 if report.refused else 0]
     emit(report.json_payload(), human=render_trust, exit_code=most_severe_exit(codes))

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from macfleet.collect.commands import CommandSpec
 from macfleet.collect.gather import Gathered
-from macfleet.collect.ssh import Raw, SshSession, SshTarget, Unreachable
+from macfleet.collect.ssh import AtUnlockScreen, Raw, SshSession, SshTarget, Unreachable
 from macfleet.inventory.model import Fleet
 
 BACKOFF_FIRST_S = 1.0
@@ -56,6 +56,8 @@ class KeptSession:
                 self.backoff_s = min(BACKOFF_MAX_S, self.backoff_s * 2 or BACKOFF_FIRST_S)
                 self.next_try = time.monotonic() + self.backoff_s
                 self.last_error = str(exc) or type(exc).__name__
+                if isinstance(exc, AtUnlockScreen):  # told apart: the reboot's wait may unlock it
+                    raise AtUnlockScreen(exc.node, exc.key_fingerprint) from None
                 raise Unreachable(self.last_error) from None
             self.session, self.backoff_s, self.last_error = session, 0.0, None
             self.connects += 1

@@ -28,7 +28,7 @@ from typing import Any
 
 from macfleet.collect.batch import LANES, NO_TMPDIR_EXIT, FrameReader, batch_script, new_mark, remote_command
 from macfleet.collect.commands import CommandSpec
-from macfleet.errors import UsageError
+from macfleet.errors import AT_UNLOCK_SCREEN, UsageError
 from macfleet.inventory.model import Fleet, Node
 
 
@@ -79,6 +79,17 @@ class CommandCancelled(Exception):
 
 class Unreachable(Exception):
     """The node could not be reached or refused us; the message says which and why."""
+
+
+class AtUnlockScreen(Unreachable):
+    """The node showed the host key recorded as its FileVault unlock-screen key (`macfleet trust --unlock`): it is
+    up but its Data volume is locked, so only a password login answers there (apple_ssh_and_filevault(7))."""
+
+    def __init__(self, node: str, key_fingerprint: str):
+        super().__init__(f"{node} is {AT_UNLOCK_SCREEN} (it shows its recorded unlock-screen key {key_fingerprint}; "
+                         f"SSH there takes only the password that unlocks it): "
+                         f"`macfleet unlock {node} --password-file FILE`")
+        self.node, self.key_fingerprint = node, key_fingerprint
 
 
 # ---------------------------------------------------------------------------------------------
@@ -143,6 +154,10 @@ class SshTarget:
             jumps=jumps,
             proxy_command=None if command is None or command.lower() == "none" else command,
         )
+
+    @property
+    def unlock_known_hosts(self) -> Path | None:
+        return unlock_known_hosts(self.known_hosts)
 
     def check_local_files(self) -> None:
         """Refuse, as bad input, what OpenSSH would refuse before dialling: a missing or unreadable key, one
@@ -374,6 +389,55 @@ def _check_known_hosts(path: Path, node: str) -> None:
         ) from None
 
 
+# A FileVault Mac at its unlock screen (macOS 26) shows another host key than once unlocked: its own keys and
+# sshd configuration are on the locked Data volume (apple_ssh_and_filevault(7)). That key is kept apart from the
+# node's normal one, in known_hosts + this suffix beside the inventory's known_hosts, in known_hosts format (so
+# `ssh -o UserKnownHostsFile=…known_hosts.unlock` checks it as strictly by hand): never accepted for a normal login.
+UNLOCK_SUFFIX = ".unlock"
+
+
+def unlock_known_hosts(known_hosts: tuple[Path, ...]) -> Path | None:
+    """Where the unlock-screen keys of nodes checked against `known_hosts` are recorded (None: the user's own
+    ~/.ssh/known_hosts is used, and no unlock key is looked for)."""
+    return known_hosts[0].with_name(known_hosts[0].name + UNLOCK_SUFFIX) if known_hosts else None
+
+
+def host_entry(host: str, port: int) -> str:
+    """How OpenSSH names a host in known_hosts."""
+    return host if port == 22 else f"[{host}]:{port}"
+
+
+def _recorded(paths: tuple[Path, ...], hostname: str) -> list[dict]:
+    out = []
+    for path in paths:
+        if not path.is_file():
+            continue
+        try:
+            keys = paramiko.HostKeys(str(path)).lookup(hostname)
+        except (OSError, paramiko.SSHException, ValueError, UnicodeDecodeError):
+            continue
+        if keys is not None:
+            out.append(keys)
+    return out
+
+
+def key_recorded(paths: tuple[Path, ...], hostname: str, key: paramiko.PKey) -> bool:
+    """Whether one of the known_hosts files `paths` records `key` for `hostname` (host or [host]:port)."""
+    return any((r := keys.get(key.get_name())) is not None and r.asbytes() == key.asbytes()
+               for keys in _recorded(paths, hostname))
+
+
+def unlock_key_recorded(target: SshTarget) -> bool:
+    """Whether an unlock-screen key is recorded for the node (`macfleet trust --unlock`)."""
+    path = target.unlock_known_hosts
+    return path is not None and bool(_recorded((path,), host_entry(target.host, target.port)))
+
+
+def unlock_key_matches(path: Path | None, hostname: str, key: paramiko.PKey) -> bool:
+    """Whether `key` is the unlock-screen key recorded for `hostname`."""
+    return key_recorded((path,) if path is not None else (), hostname, key)
+
+
 def fingerprint(key: paramiko.PKey) -> str:
     """OpenSSH's SHA256 fingerprint, as `ssh-keygen -lf` prints it."""
     digest = base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
@@ -385,6 +449,18 @@ def fingerprint(key: paramiko.PKey) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+class _RejectUnlessUnlockScreen(paramiko.MissingHostKeyPolicy):
+    """paramiko's RejectPolicy, except that a key recorded as the node's unlock-screen key says so."""
+
+    def __init__(self, unlock: Path | None):
+        self.unlock = unlock
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        if unlock_key_matches(self.unlock, hostname, key):
+            raise AtUnlockScreen(hostname, fingerprint(key))
+        raise paramiko.SSHException(f"Server {hostname!r} not found in known_hosts")
+
+
 def _client(known_hosts: tuple[Path, ...]) -> paramiko.SSHClient:
     client = paramiko.SSHClient()
     if known_hosts:
@@ -392,8 +468,9 @@ def _client(known_hosts: tuple[Path, ...]) -> paramiko.SSHClient:
             client.load_host_keys(str(path))
     else:
         client.load_system_host_keys()
-    # Never trust an unknown host key: a Mac whose key changed is refused, not re-learned.
-    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    # Never trust an unknown host key: a Mac whose key changed is refused, not re-learned; the unlock-screen key
+    # recorded for it is told apart (and never accepted for a login).
+    client.set_missing_host_key_policy(_RejectUnlessUnlockScreen(unlock_known_hosts(known_hosts)))
     return client
 
 
@@ -416,13 +493,19 @@ def _login(
         )
     except paramiko.BadHostKeyException as exc:
         where = ", ".join(str(p) for p in known_hosts) or "~/.ssh/known_hosts"
-        shown = host if port == 22 else f"[{host}]:{port}"
+        shown = host_entry(host, port)
+        if unlock_key_matches(unlock_known_hosts(known_hosts), shown, exc.key):
+            raise AtUnlockScreen(what, fingerprint(exc.key)) from None
         raise UsageError(
             f"{what}: the host key of {shown} has CHANGED: {where} has {fingerprint(exc.expected_key)}, the host "
             f"offers {fingerprint(exc.key)}. Either it was reinstalled, or someone is in between: nothing was sent",
             hint=f"check the new key on the Mac itself (`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub`), "
-                 f"then replace its line: ssh-keygen -R {shlex.quote(shown)} -f {shlex.quote(where.split(', ')[0])}",
+                 f"then replace its line: ssh-keygen -R {shlex.quote(shown)} -f {shlex.quote(where.split(', ')[0])}; "
+                 f"if the Mac is at its FileVault unlock screen (its console shows it), record that screen's key "
+                 f"with `macfleet trust --unlock {what}`",
         ) from None
+    except AtUnlockScreen as exc:  # from the policy, which knows the host only
+        raise AtUnlockScreen(what, exc.key_fingerprint) from None
     except paramiko.AuthenticationException as exc:
         raise Unreachable(f"{host}:{port} refused our login as {user or 'the default user'}: {exc}") from None
     except paramiko.SSHException as exc:

@@ -21,11 +21,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from macfleet.act import reboot as act
+from macfleet.act import unlock as act_unlock
 from macfleet.act.lock import Acquired, ClusterLock, LockRecord, lock_path, stale_reason
 from macfleet.collect.commands import CommandSpec
 from macfleet.collect.gather import Gathered
 from macfleet.collect.kept import NodeSessions
+from macfleet.collect.ssh import SshTarget, unlock_key_recorded
 from macfleet.errors import MacfleetError, UsageError
+from macfleet.flow.bootstrap import read_secret_file
 from macfleet.flow.doctor import PROBE_OF_CHECK, doctor_specs, node_facts, ping_specs
 from macfleet.flow.meshes import one_mesh
 from macfleet.inventory.model import Fleet, Mesh
@@ -122,6 +125,20 @@ def plan_reboot(fleet: Fleet, mesh: Mesh, nodes: list[str], reason: str, session
                         lock_holder=_lock_holder(ClusterLock(lock_path(fleet.root)), now), now=now,
                         reason=reason, respect_windows=respect_windows)
     return verdict, before
+
+
+def unlocker(fleet: Fleet, mesh: Mesh) -> Callable[[str], tuple[bool, str]] | None:
+    """What the wait calls for a node found at its FileVault unlock screen (authrestart was not possible, or did
+    not hold): the SSH unlock with the mesh's FileVault credential, when one is stored and usable; else None
+    (the node is left there, and the wait names it)."""
+    cred = fleet.path(mesh.settings.reboot.filevault_credential_file)
+    if cred is None or act.credential_problem(cred) is not None:
+        return None
+    try:
+        password = read_secret_file(cred)
+    except MacfleetError:
+        return None
+    return lambda node: act_unlock.send_password(SshTarget.for_node(fleet, fleet.node(node)), password)
 
 
 def interrupted_reboot(lock: ClusterLock, mesh: Mesh, now: datetime) -> LockRecord | None:
@@ -342,6 +359,19 @@ class Run:
             self.phase("rebooting", critical=True)
             cred = self.fleet.path(self.mesh.settings.reboot.filevault_credential_file)
             failed = act.issue_reboots(self.sessions, self.methods, cred)
+            # authrestart refused (it exited non-zero: not supported, the password refused) on a node whose
+            # unlock-screen key is recorded: a plain restart, then the SSH unlock at that screen with the same
+            # password (apple_ssh_and_filevault(7), macOS 26). A node that did not answer is left alone.
+            plain = {n: "shutdown" for n, why in failed.items()
+                     if why and self.methods[n] == "authrestart" and "` exited " in why
+                     and unlock_key_recorded(SshTarget.for_node(self.fleet, self.fleet.node(n)))}
+            if plain:
+                for n in plain:
+                    self.say(f"{n}: authrestart was not possible ({failed[n]}): restarting it plainly; it will be "
+                             "unlocked over SSH at its FileVault unlock screen")
+                self.methods.update(plain)
+                self.phase("rebooting", critical=True)
+                failed.update(act.issue_reboots(self.sessions, plain, None))
             bad = {n: why for n, why in failed.items() if why}
             for n in self.nodes:
                 self.progress(n, "failed" if n in bad else "rebooting", bad.get(n, "reboot issued"))
@@ -366,7 +396,7 @@ class Run:
 
         def wait() -> tuple[bool, str]:
             waits = act.wait_for_nodes(self.sessions, self.nodes, self.boottime, timeout_s, self.progress,
-                                       on_back=came_back)
+                                       on_back=came_back, unlock=unlocker(self.fleet, self.mesh))
             self.result.nodes = {n: asdict(w) for n, w in waits.items()}
             lost = {n: w.last_seen for n, w in waits.items() if not w.back}
             if lost:

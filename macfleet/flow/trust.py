@@ -2,8 +2,14 @@
 known_hosts only when the operator confirmed it. A key that differs from the recorded one is refused with
 both fingerprints, never replaced: that is what an impersonation looks like.
 
-The key is read with a bare paramiko Transport (key exchange only, no authentication), the same exchange
-`ssh-keyscan` does; the fingerprint is OpenSSH's (`SHA256:` + unpadded base64 of the key blob's SHA-256).
+The key is read with a bare paramiko Transport (key exchange, then only the `none` method, which no server
+accepts, to learn which methods it offers), as `ssh-keyscan` and `ssh -v` do; the fingerprint is OpenSSH's
+(`SHA256:` + unpadded base64 of the key blob's SHA-256).
+
+A FileVault Mac at its unlock screen (macOS 26) answers SSH with a key of its own and password authentication
+only (apple_ssh_and_filevault(7): its keys and sshd configuration are on the locked Data volume). That key is
+recorded apart, with `--unlock`, in the inventory's known_hosts + ".unlock" (collect.ssh.unlock_known_hosts):
+confirmed as any first contact is, never replacing the normal key, never accepted for a normal login.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from pathlib import Path
 
 import paramiko
 
-from macfleet.collect.ssh import SshTarget
+from macfleet.collect.ssh import SshTarget, host_entry, unlock_known_hosts
 from macfleet.errors import UsageError
 from macfleet.inventory.model import Fleet
 
@@ -36,28 +42,29 @@ def fingerprint(key: paramiko.PKey) -> str:
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
-def host_entry(host: str, port: int) -> str:
-    """How OpenSSH names a host in known_hosts."""
-    return host if port == 22 else f"[{host}]:{port}"
-
-
 @dataclass
 class HostKeySeen:
     """One node's host key as seen now, against what known_hosts says."""
 
     node: str
     entry: str  # the known_hosts name: host or [host]:port
-    status: str  # new | known | changed | unreachable
+    status: str  # new | known | changed | unreachable | unlock-screen (its recorded unlock key)
     key_type: str | None = None
     fingerprint: str | None = None
     known_fingerprint: str | None = None  # what known_hosts holds, when it differs
     reason: str | None = None  # why unreachable
     key_base64: str | None = field(default=None, repr=False)
+    methods: tuple[str, ...] | None = None  # the login methods offered (None: could not tell)
+
+    @property
+    def password_only(self) -> bool:
+        """Offers no key login: what a FileVault Mac at its unlock screen does (apple_ssh_and_filevault(7))."""
+        return self.methods is not None and "publickey" not in self.methods
 
 
 @dataclass
 class TrustReport:
-    known_hosts: Path
+    known_hosts: Path  # the file written: the unlock-screen keys' with --unlock
     nodes: list[HostKeySeen]
     recorded: list[str]  # nodes whose key was written now
     refused: dict[str, str]  # node -> why its key was not recorded
@@ -73,7 +80,7 @@ class TrustReport:
                 {"name": s.node, "host": s.entry, "status": s.status, "key_type": s.key_type,
                  "fingerprint": s.fingerprint, "known_fingerprint": s.known_fingerprint,
                  "recorded": s.node in self.recorded, "refused": self.refused.get(s.node),
-                 "reason": s.reason}
+                 "reason": s.reason, "methods": list(s.methods) if s.methods is not None else None}
                 for s in self.nodes
             ],
         }
@@ -103,30 +110,56 @@ def _known_keys(known_hosts: Path, entry: str) -> dict[str, paramiko.PKey]:
     return dict(keys) if keys is not None else {}
 
 
-def _fetch_key(target: SshTarget, key_types: tuple[str, ...]) -> paramiko.PKey:
+def _fetch_key(target: SshTarget, key_types: tuple[str, ...]) -> tuple[paramiko.PKey, tuple[str, ...] | None]:
+    """The host key, and the login methods the server offers (the answer to `none`; None if it gave none)."""
     sock = socket.create_connection((target.host, target.port), timeout=target.connect_timeout_s)
     transport = paramiko.Transport(sock)
     try:
         transport.get_security_options().key_types = key_types
         transport.banner_timeout = target.connect_timeout_s
         transport.start_client(timeout=target.connect_timeout_s)
-        return transport.get_remote_server_key()
+        key = transport.get_remote_server_key()
+        methods: tuple[str, ...] | None = None
+        try:
+            transport.auth_none(target.user or "root")
+        except paramiko.BadAuthenticationType as exc:
+            methods = tuple(exc.allowed_types)
+        except (paramiko.SSHException, OSError, EOFError):
+            pass
+        return key, methods
     finally:
         transport.close()
 
 
-def see_host_key(target: SshTarget, known_hosts: Path) -> HostKeySeen:
+def _same(a: paramiko.PKey | None, b: paramiko.PKey) -> bool:
+    return a is not None and a.asbytes() == b.asbytes()
+
+
+def see_host_key(target: SshTarget, known_hosts: Path, unlock: bool = False) -> HostKeySeen:
+    """The node's key against known_hosts (with `unlock`: against the unlock-screen keys' file, the node's
+    normal key being what it must NOT show)."""
     node_name = target.node
     entry = host_entry(target.host, target.port)
-    known = _known_keys(known_hosts, entry)
+    normal = _known_keys(known_hosts, entry)
+    unlock_keys = _known_keys(unlock_known_hosts((known_hosts,)), entry)  # type: ignore[arg-type]
+    known = unlock_keys if unlock else normal
     # known_hosts names an RSA key `ssh-rsa`; the exchange offers it as rsa-sha2-*
     preferred = tuple(t for t in KEY_TYPES if t in known or (t.startswith("rsa-sha2") and "ssh-rsa" in known))
     try:
-        key = _fetch_key(target, preferred or KEY_TYPES)
+        key, methods = _fetch_key(target, preferred or KEY_TYPES)
     except (OSError, paramiko.SSHException, EOFError) as exc:
         return HostKeySeen(node_name, entry, "unreachable", reason=f"cannot read the host key of {entry}: {exc}")
     fp = fingerprint(key)
-    seen = HostKeySeen(node_name, entry, "new", key.get_name(), fp, key_base64=key.get_base64())
+    seen = HostKeySeen(node_name, entry, "new", key.get_name(), fp, key_base64=key.get_base64(), methods=methods)
+    if not unlock and _same(unlock_keys.get(key.get_name()), key):
+        seen.status = "unlock-screen"
+        seen.reason = (f"{node_name} is waiting at the FileVault unlock screen (it shows its recorded unlock-screen "
+                       f"key): unlock it with `macfleet unlock {node_name}`, then its own key can be read")
+        return seen
+    if unlock and _same(normal.get(key.get_name()), key):
+        seen.status = "known"
+        seen.reason = f"{node_name} shows its normal host key: it is not at its unlock screen now"
+        return seen
     if not known:
         return seen
     recorded = known.get(key.get_name())
@@ -164,10 +197,13 @@ def trust_nodes(
     accept_all: bool,
     confirm: Callable[[HostKeySeen], bool] | None,
     cancel: threading.Event | None = None,
+    unlock: bool = False,
 ) -> TrustReport:
     """See every node's key in parallel, then decide node by node (in inventory order) what to record:
     a key matching its --fingerprint, a key the operator confirms, or (accept_all) every new key. A changed key
-    is never recorded; without a way to confirm, a new key is refused."""
+    is never recorded; without a way to confirm, a new key is refused. `unlock`: the nodes wait at their FileVault
+    unlock screen, and the key recorded is that screen's, in the unlock-screen keys' file; a node offering key
+    logins there is not at an unlock screen, and is refused."""
     targets = {n: SshTarget.for_node(fleet, fleet.node(n)) for n in nodes}
     through = sorted(n for n, t in targets.items() if t.jumps or t.proxy_command)
     if through:
@@ -182,19 +218,36 @@ def trust_nodes(
     known_hosts = paths.pop()
     assert known_hosts is not None
     with ThreadPoolExecutor(max_workers=min(32, max(1, len(nodes)))) as pool:
-        seen = list(pool.map(lambda n: see_host_key(targets[n], known_hosts), nodes))
+        seen = list(pool.map(lambda n: see_host_key(targets[n], known_hosts, unlock), nodes))
+    written = unlock_known_hosts((known_hosts,)) if unlock else known_hosts
+    assert written is not None
     recorded: list[str] = []
     refused: dict[str, str] = {}
     lines: list[str] = []
     for s in seen:
         if cancel is not None and cancel.is_set():
             raise KeyboardInterrupt
-        if s.status in ("known", "unreachable"):
+        if s.status in ("known", "unreachable", "unlock-screen"):
             continue
         if s.status == "changed":
-            refused[s.node] = (f"the host key changed: known_hosts has {s.known_fingerprint}, the node shows "
+            refused[s.node] = (f"the host key changed: {written.name} has {s.known_fingerprint}, the node shows "
                                f"{s.fingerprint}; if the Mac was reinstalled, check the new key at the Mac and remove "
-                               f"the old line for {s.entry} from {known_hosts} by hand")
+                               f"the old line for {s.entry} from {written} by hand"
+                               + ("" if unlock or not s.password_only else
+                                  "; it offers password logins only, as a FileVault Mac at its unlock screen does: "
+                                  f"if its console shows that screen, record the key with `macfleet trust --unlock "
+                                  f"{s.node}`"))
+            continue
+        if unlock and not s.password_only:
+            refused[s.node] = ("it offers " + (", ".join(s.methods) if s.methods else "no login method it named")
+                               + ": a FileVault Mac at its unlock screen offers password logins only "
+                               "(apple_ssh_and_filevault(7)); not recorded as an unlock-screen key")
+            continue
+        if not unlock and s.password_only:
+            refused[s.node] = ("it offers password logins only, as a FileVault Mac at its unlock screen does "
+                               "(apple_ssh_and_filevault(7)): unlock it (`macfleet unlock`, or at its console) and "
+                               f"trust its own key then, or record this one as its unlock-screen key with "
+                               f"`macfleet trust --unlock {s.node}`")
             continue
         wanted = fingerprints.get(s.node)
         if wanted is not None:
@@ -214,5 +267,5 @@ def trust_nodes(
             lines.append(f"{s.entry} {s.key_type} {s.key_base64}")
             recorded.append(s.node)
     if lines:
-        _append(known_hosts, lines)
-    return TrustReport(known_hosts=known_hosts, nodes=seen, recorded=recorded, refused=refused)
+        _append(written, lines)
+    return TrustReport(known_hosts=written, nodes=seen, recorded=recorded, refused=refused)

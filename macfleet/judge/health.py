@@ -19,6 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from macfleet.errors import AT_UNLOCK_SCREEN
 from macfleet.facts.disk import DfFacts
 from macfleet.facts.exo import ExoStateFacts
 from macfleet.facts.network import HardwarePortsFacts, IfconfigFacts, RoutesFacts, ServiceOrderFacts
@@ -159,7 +160,10 @@ def check_reachable(ctx: HealthContext, node: str) -> Verdict:
     if f is not None and f.reachable:
         return []
     why = (f.unreachable_reason if f else None) or "no answer"
-    if "host key" in why.lower():
+    if AT_UNLOCK_SCREEN in why:  # up, but its FileVault Data volume is locked (apple_ssh_and_filevault(7))
+        fix = (f"unlock it: `macfleet unlock {node} --password-file FILE` (a FileVault-enabled user's password), "
+               "or type the password at its console (docs/runbooks/unattended-reboot.md)")
+    elif "host key" in why.lower():
         fix = (f"if {node} was reinstalled, check its new host key out of band and replace its line in the "
                "inventory's known_hosts; otherwise treat it as an intrusion")
     else:

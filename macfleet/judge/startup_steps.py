@@ -29,6 +29,15 @@ FAMILIES: dict[str, Family] = {
 GENERIC = Family("Mac", "(see the Mac's manual for where the power button is)", True)
 
 
+# After "Restart" a FileVault Mac stops at its unlock screen: its Data volume stays locked until a FileVault user's
+# password is given, at the console or (macOS 26, Remote Login on) over SSH, which unlocks it; SSH then drops
+# briefly and comes back (apple_ssh_and_filevault(7)). Until then macfleet sees it "waiting at the FileVault
+# unlock screen".
+UNLOCK_STEP = ("If FileVault is on, the Mac stops at its unlock screen after the restart: pick a FileVault-enabled "
+               "user and type that user's password there (or, from the controller, `macfleet unlock NODE "
+               "--password-file FILE`); the screen goes on to start macOS.")
+
+
 def family(marketing_name: str | None) -> Family:
     return FAMILIES.get(marketing_name or "", GENERIC)
 
@@ -50,5 +59,6 @@ def startup_steps(marketing_name: str | None, *, shut_down_by_macfleet: bool = T
         "Type `rdma_ctl enable` and press Return. Read what it prints: an error means it did not work.",
         "Choose Apple menu → Restart. " + ("macfleet sees the Mac come back and checks RDMA." if shut_down_by_macfleet
                                            else "Then check it with `macfleet rdma status`."),
+        UNLOCK_STEP,
     ]
     return steps

@@ -492,14 +492,20 @@ def new_boot_state() -> dict:
     }
 
 
-def boot_node(lab: dict, node: str) -> subprocess.Popen:
-    """Power on: fresh boot state (new domain UUIDs), links up, then the node's init (mounts, sshd, launchd)."""
+# What a boot that went through the FileVault unlock screen keeps from its start: the kernel booted before the
+# unlock, which only mounts the Data volume and starts what depends on it (apple_ssh_and_filevault(7)).
+KEPT_ACROSS_UNLOCK = ("boot_id", "booted_at", "domain_uuids", "service_uuids")
+
+
+def boot_node(lab: dict, node: str, *, unlocked: bool = False) -> subprocess.Popen:
+    """Power on: fresh boot state (new domain UUIDs), links up, then the node's init (mounts, sshd, launchd).
+    `unlocked`: the boot continues from the unlock screen (preboot_node), keeping its start."""
     d = lab_dir(lab["name"])
     nd = d / "nodes" / node
     n = lab["nodes"][node]
 
     def reset(data: dict) -> None:
-        keep = {k: data[k] for k in ("faults",) if k in data}
+        keep = {k: data[k] for k in ("faults", *(KEPT_ACROSS_UNLOCK if unlocked else ())) if k in data}
         data.clear()
         data.update(new_boot_state(), **keep)
 
@@ -513,6 +519,27 @@ def boot_node(lab: dict, node: str) -> subprocess.Popen:
     return subprocess.Popen(
         ["ip", "netns", "exec", n["ns"], "unshare", "-m", "--propagation", "private",
          NODE_PYTHON, "-S", "-E", str(run_py), str(nd), "__init__"],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
+    )
+
+
+def preboot_node(lab: dict, node: str) -> subprocess.Popen:
+    """FileVault on and no authrestart: the node waits at its unlock screen (`locked`), where only the pre-boot
+    sshd answers, on the management port, with a host key of its own (lab/preboot.py, apple_ssh_and_filevault(7))."""
+    d = lab_dir(lab["name"])
+    nd = d / "nodes" / node
+    key = nd / "sshd" / "preboot_host_ed25519_key"
+    # made once, kept across boots as a Mac keeps its own
+    if not key.exists() and _keygen(key, f"root@{node} (unlock screen)").wait() != 0:
+        raise LabError(f"ssh-keygen failed for {node}'s unlock-screen key")
+    userland.Node(userland.Lab(d), node).update(
+        "boot", lambda b: b.update({**new_boot_state(), "power": "locked", "locked_at": time.time(),
+                                    **{k: b[k] for k in ("faults",) if k in b}}))
+    netns.management_up(lab, node)
+    log = open(nd / "preboot.log", "a")  # noqa: SIM115
+    return subprocess.Popen(
+        ["ip", "netns", "exec", lab["nodes"][node]["ns"], sys.executable, "-m", "macfleet.lab.preboot", str(nd),
+         lab["user"]],
         stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
     )
 

@@ -786,7 +786,8 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
     Fault("os-mismatch", ("NODE",), "host", "NODE runs another macOS build (sw_vers, sysctl, exo identity)",
           os_apply, os_clear),
     Fault("filevault-on", ("NODE",), "host", "FileVault on: after a reboot the node waits at the unlock screen "
-          "(unreachable) unless restarted with `fdesetup authrestart`; --clear unlocks it and turns it off",
+          "(SSH with a password only, macOS 26) unless restarted with `fdesetup authrestart`; --clear unlocks it "
+          "and turns it off",
           fv_apply_base, fv_clear, check=fv_check),
     Fault("disk-full", ("NODE",), "host", "the Data volume is full (df)", disk_apply, disk_clear),
     Fault("sleep-on", ("NODE",), "host", "pmset sleep 10", sleep_apply, sleep_clear, check=sleep_check),

@@ -193,6 +193,13 @@ def links_up(lab: dict, node: str) -> None:
     batch(lines, ns=n["ns"])
 
 
+def management_up(lab: dict, node: str) -> None:
+    """Only the management port, with the node's address: a FileVault Mac at its unlock screen answers SSH there
+    (apple_ssh_and_filevault(7)); its Thunderbolt Bridge and IP plan live on the locked Data volume."""
+    n = lab["nodes"][node]
+    batch(["link set lo up", f"addr replace {n['address']}/24 dev en0", "link set en0 up"], ns=n["ns"])
+
+
 def links_down(lab: dict, node: str) -> None:
     """As a Mac going down: every interface down, addresses and the bridge gone (ifconfig state is lost)."""
     n = lab["nodes"][node]

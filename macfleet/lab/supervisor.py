@@ -5,7 +5,9 @@ supervisor looks for `nodes/<node>/request` ({"action", "at"}), written by the n
 stand-ins or by `lab power` / `lab recovery`, and carries it out in a thread per node:
   reboot / cycle   halt, wait --boot-seconds, boot (new domain UUIDs, persisted settings, RunAtLoad jobs)
   halt / off       halt and stay off
-  on               wait --boot-seconds (if off), boot
+  on               wait --boot-seconds (if off), boot; at the FileVault unlock screen: unlocked at the console
+  unlock           written by the unlock screen's sshd (preboot.py) once a password unlocked it: SSH drops
+                   briefly, then the boot continues (apple_ssh_and_filevault(7))
 It exits when the lab's state directory disappears.
 """
 
@@ -19,8 +21,8 @@ import threading
 import time
 import traceback
 
-from . import faults
-from .control import boot_node, halt_node
+from . import faults, preboot
+from .control import boot_node, halt_node, kill_node_processes, preboot_node
 from .macos.common import Lab, read_json
 from .state import lab_dir
 
@@ -39,6 +41,14 @@ def main(name: str) -> int:
                 Lab(d).node(node).update("boot", lambda b: b.pop("authrestart", None))
             if action in ("reboot", "cycle", "halt", "off") and boot.get("power") != "off":
                 halt_node(lab, node)
+            if action in ("on", "unlock") and boot.get("power") == "locked":
+                # the password was typed at the screen or over SSH: the pre-boot sshd goes, SSH drops briefly,
+                # the boot continues (apple_ssh_and_filevault(7))
+                kill_node_processes(lab["nodes"][node]["ns"])
+                if stop.wait(preboot.UNLOCK_DROP_S):
+                    return
+                children.append(boot_node(lab, node, unlocked=True))
+                return
             if action in ("reboot", "cycle", "on"):
                 delay = faults.boot_seconds(lab, node, float(lab.get("boot_seconds", 0)))
                 if delay:
@@ -46,7 +56,7 @@ def main(name: str) -> int:
                     if stop.wait(delay):
                         return
                 if faults.locked_at_boot(lab, node):  # FileVault: waits at the unlock screen
-                    Lab(d).node(node).update("boot", lambda b: b.update(power="locked", locked_at=time.time()))
+                    children.append(preboot_node(lab, node))
                     return
                 children.append(boot_node(lab, node))
         except Exception:

@@ -9,13 +9,13 @@ from rich.table import Table
 from rich.text import Text
 
 STATUS_STYLE = {"recorded": "green", "known": "green", "refused": "red", "changed": "bold red",
-                "unreachable": "red", "new": "yellow"}
+                "unreachable": "red", "new": "yellow", "unlock-screen": "yellow"}
 
 
 def _outcome(node: dict[str, Any]) -> str:
     if node["recorded"]:
         return "recorded"
-    if node["status"] in ("known", "changed", "unreachable"):
+    if node["status"] in ("known", "changed", "unreachable", "unlock-screen"):
         return node["status"]
     return "refused" if node["refused"] else "new"
 
@@ -44,7 +44,14 @@ def render_trust(payload: dict[str, Any]) -> RenderableType:
     return Group(table, *notes)
 
 
-def confirm_text(node: str, entry: str, key_type: str, fp: str) -> Text:
+def confirm_text(node: str, entry: str, key_type: str, fp: str, *, unlock: bool = False) -> Text:
+    if unlock:
+        return Text.assemble(
+            (f"{node}", "bold"), f" ({entry}) shows a {key_type} host key at its FileVault unlock screen\n  ",
+            (fp, "bold yellow"),
+            "\n  Record it only if that Mac's console shows the unlock screen now and you reach it over a network "
+            "you trust (the Mac prints no fingerprint there)",
+        )
     return Text.assemble(
         (f"{node}", "bold"), f" ({entry}) shows a {key_type} host key\n  ", (fp, "bold yellow"),
         "\n  Compare it with what the Mac itself prints: ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub"

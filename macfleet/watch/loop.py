@@ -18,9 +18,9 @@ from macfleet.act import reboot as act_reboot
 from macfleet.act.lock import ClusterLock, lock_path
 from macfleet.collect.commands import DOCTOR_SPECS, exo_specs
 from macfleet.collect.gather import Gathered
-from macfleet.errors import MacfleetError, UsageError
+from macfleet.errors import AT_UNLOCK_SCREEN, MacfleetError, UsageError
 from macfleet.flow.doctor import node_facts
-from macfleet.flow.reboot import RebootResult, interrupted_reboot, reboot_mesh
+from macfleet.flow.reboot import RebootResult, interrupted_reboot, reboot_mesh, unlocker
 from macfleet.inventory.model import Fleet, Mesh, RemediationSettings
 from macfleet.judge.health import CHECK_CODES, HealthReport, judge_health
 from macfleet.judge.remediation import Observation, State, Step, describe_policy, step
@@ -88,6 +88,7 @@ class Watcher:
         hooks = {m.settings.remediation.webhook for m in self.meshes} - {None}
         self.notifier = Notifier(next(iter(hooks), None), on_error=self.say)
         self.server = serve(self.listen, self.metrics, self.page) if self.listen else None
+        self.unlock_refused: set[str] = set()  # nodes whose unlock failed: not tried again until seen up
 
     def page(self) -> str:
         return render_status_page({**self.snapshot, "audit": list(self.audit.recent)})
@@ -133,6 +134,7 @@ class Watcher:
             policy = mesh.settings.remediation
             was = states.get(mesh.name, State())
             report, gathered = self.probe(mesh, datetime.now(UTC), preflight=reboot_may_follow(policy, was))
+            self.unlock_waiting(mesh, gathered)
             problems = _problems(report)
             now = datetime.now(UTC)
             s = step(policy, was, Observation(problems=problems, paused=self.paused(mesh)), now)
@@ -150,6 +152,29 @@ class Watcher:
                 self.record(mesh, seen, s, "read by the reboot's verification", problems, now, 0.0)
             steps.append(s)
         return steps
+
+    def unlock_waiting(self, mesh: Mesh, gathered: Gathered) -> None:
+        """A node found waiting at its FileVault unlock screen (a power cut or a power cycle: no authrestart was
+        possible) is unlocked over SSH with the mesh's FileVault credential when one is stored, strictly against
+        its recorded unlock-screen key (apple_ssh_and_filevault(7)); audited and paged. The next probe sees it
+        back. Without a credential it stays there, and the `reachable` check says where it waits."""
+        self.unlock_refused -= {n for n in mesh.node_names if n not in gathered.unreachable}
+        waiting = [n for n in mesh.node_names if AT_UNLOCK_SCREEN in gathered.unreachable.get(n, "")
+                   and n not in self.unlock_refused]
+        unlock = unlocker(self.fleet, mesh) if waiting else None
+        if unlock is None:
+            return
+        for n in waiting:
+            sent, what = unlock(n)
+            if not sent:
+                self.unlock_refused.add(n)
+            self.probers[mesh.name].sessions[n].retry_now()
+            entry = {"time": datetime.now(UTC).isoformat(), "mesh": mesh.name, "node": n, "finding": "reachable",
+                     "decision": f"{n} is {AT_UNLOCK_SCREEN}", "action": "unlock",
+                     "result": ("password sent: " if sent else "not unlocked: ") + what}
+            self.audit.append(entry)
+            self.say(f"{mesh.name}: unlock: {entry['decision']} → {entry['result']}")
+            self.notifier.notify({**entry, "page": not sent, "breaker_open": False})
 
     def paused(self, mesh: Mesh) -> bool:
         pause = self.fleet.path(mesh.settings.remediation.pause_file)

@@ -272,9 +272,39 @@ def test_hang_only_a_power_cycle_helps(lab_small) -> None:
     assert lab.status()["studio-2"]["faults"] == []
 
 
-def test_filevault_blocks_a_plain_reboot_but_not_authrestart(lab_small) -> None:
+def _macfleet_json(lab, *args: str) -> tuple[int, dict]:
+    p = lab.macfleet(*args, "-i", str(lab.inventory), "--json", check=False, timeout=240)
+    return p.returncode, (json.loads(p.stdout) if p.stdout.strip() else {"stderr": p.stderr})
+
+
+def _greets(lab, node: str) -> bytes:
+    import socket
+
+    try:
+        with socket.create_connection((lab.status()[node]["address"], 22), timeout=5) as s:
+            s.settimeout(5)
+            return s.recv(64)
+    except OSError:
+        return b""
+
+
+def test_filevault_unlock_screen_answers_ssh_with_a_password_only_and_macfleet_unlock_brings_it_back(
+        lab_small, tmp_path) -> None:
+    """authrestart comes back by itself; a plain reboot or a power cycle stops at the unlock screen, where (macOS 26,
+    apple_ssh_and_filevault(7)) SSH answers with a key of its own and password logins only. `trust --unlock`
+    records that key apart; doctor says the node waits at the unlock screen (never "host key CHANGED");
+    `unlock --check` changes nothing; a loose password file is bad input; a wrong password is refused; the right
+    one unlocks it and it comes back with its normal key, its boot time that of the boot that stopped there."""
+    from macfleet.lab.state import STATE_ROOT
+
     lab = lab_small
     fault(lab, "filevault-on", "studio-2")
+    secret = tmp_path / "fv-password"
+    secret.write_text((STATE_ROOT / lab.name / "admin-password").read_text())
+    secret.chmod(0o600)
+    wrong = tmp_path / "wrong"
+    wrong.write_text("not-the-password\n")
+    wrong.chmod(0o600)
     try:
         assert lab.ssh("studio-2", "fdesetup status").stdout == "FileVault is On.\n"
         lab.ssh("studio-2", "sudo -n fdesetup authrestart", check=False)
@@ -282,9 +312,37 @@ def test_filevault_blocks_a_plain_reboot_but_not_authrestart(lab_small) -> None:
         lab.wait_ssh("studio-2", 30)  # authrestart: unlocked once, comes back
         lab.ssh("studio-2", "sudo -n shutdown -r now", check=False)
         lab.wait_state("studio-2", {"locked"}, 30)
-        assert not _reachable(lab, "studio-2") and not _pings(lab, "studio-2")
         lab.macfleet("lab", "power", "--name", lab.name, "studio-2", "cycle")  # a power cycle lands there too
         lab.wait_state("studio-2", {"locked"}, 30)
+        lab.wait(lambda: _greets(lab, "studio-2").startswith(b"SSH-"), 15, "the unlock screen's sshd")
+        assert not _reachable(lab, "studio-2")  # no key login there
+        code, out = _macfleet_json(lab, "trust", "studio-2")
+        assert code == 1 and "password logins only" in out["nodes"][0]["refused"]
+        code, out = _macfleet_json(lab, "trust", "--unlock", "studio-2", "--yes")
+        assert code == 0 and out["nodes"][0]["recorded"] and out["known_hosts"].endswith("known_hosts.unlock")
+        assert out["nodes"][0]["methods"] == ["password"]
+        code, out = _macfleet_json(lab, "doctor", "--only", "reachable")
+        assert code == 3, out
+        found = [f for f in out["findings"] if f.get("node") == "studio-2" or "studio-2" in f.get("nodes", [])]
+        assert any("waiting at the FileVault unlock screen" in f["message"] for f in found), found
+        assert "CHANGED" not in json.dumps(out)
+        code, out = _macfleet_json(lab, "unlock", "--check", "--password-file", str(secret))
+        assert code == 0 and {n["name"]: n["result"] for n in out["nodes"]} == {
+            "studio-1": "nothing to do", "studio-2": "would unlock"}
+        assert lab.node_state("studio-2")["power"] == "locked"  # a preview sends nothing
+        secret.chmod(0o644)
+        code, out = _macfleet_json(lab, "unlock", "studio-2", "--password-file", str(secret))
+        assert code == 2 and "others can read it" in out["error"]["message"]
+        secret.chmod(0o600)
+        code, out = _macfleet_json(lab, "unlock", "studio-2", "--password-file", str(wrong), "--timeout", "20")
+        assert code == 1 and out["nodes"][0]["result"] == "password refused", out
+        locked_boot = lab.node_state("studio-2")["booted_at"]
+        code, out = _macfleet_json(lab, "unlock", "studio-2", "--password-file", str(secret), "--timeout", "60")
+        assert code == 0 and out["nodes"][0]["result"] == "unlocked", out
+        assert lab.ssh("studio-2", "true").returncode == 0  # its normal sshd and key
+        assert lab.node_state("studio-2")["booted_at"] == locked_boot  # the same boot, continued
+        p = lab.macfleet("unlock", "-i", str(lab.inventory), "--password-file", str(secret), "--json", check=False)
+        assert secret.read_text().strip() not in p.stdout + p.stderr
     finally:
         fault(lab, "filevault-on", "studio-2", "--clear")  # the operator unlocks it at the console
     lab.wait_ssh("studio-2", 30)
