@@ -239,3 +239,15 @@ def test_ipplan_pending_only_when_something_is_to_do_or_unread() -> None:
     assert pending({**commands, "ifconfig": {"rc": 1, "stdout": "", "stderr": "boom"}})  # unread is not "in place"
     with_bridge = {**commands, "ifconfig": _read("ifconfig", "macos__ifconfig_bridge0_active_169254_tb4_1.txt")}
     assert pending(with_bridge, mtu=1500, interfaces=[])  # en2 and en3 are still bridge0 members
+
+
+def test_exo_is_told_the_models_directory_rollout_fills() -> None:
+    """exo reads its models directory from EXO_DEFAULT_MODELS_DIR (exo 15f1b61f4, src/exo/shared/constants.py;
+    EXO_MODELS_DIR before): the daemon's environment carries macfleet_exo.models_dir, which exo_env cannot
+    contradict."""
+    job = plistlib.loads(render("exo", "exo.plist.j2", exo_user="admin", exo_home="/Users/admin",
+                                exo_models_dir="/Volumes/Models/exo.noindex",
+                                exo_env={"EXO_DEFAULT_MODELS_DIR": "/elsewhere", "EXO_X": "1"}).encode())
+    env = job["EnvironmentVariables"]
+    assert env["EXO_DEFAULT_MODELS_DIR"] == env["EXO_MODELS_DIR"] == "/Volumes/Models/exo.noindex"
+    assert env["EXO_X"] == "1"

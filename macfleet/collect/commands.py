@@ -105,6 +105,23 @@ def probe_specs(models_dir: str = "~/.exo/models") -> tuple[CommandSpec, ...]:
     )
 
 
+# The LaunchDaemons doctor reads (facts/daemons.py): macfleet's exo job (bootstrap's playbooks/roles/exo) for the
+# environment exo runs with, and exo's app's network daemon (exo app/EXO/EXO/Services/NetworkSetupHelper.swift at
+# b5375f8: label io.exo.networksetup, plist in /Library/LaunchDaemons). Both plists are world-readable (0644).
+EXO_JOB_PLIST = "/Library/LaunchDaemons/org.macfleet.exo.plist"
+EXO_NETWORKSETUP = "io.exo.networksetup"
+_EXO_DAEMONS = (
+    "echo '--- exo-plist'; head -c 262144 {exo} 2>/dev/null || echo '(unreadable: {exo}: no such file or not "
+    "readable)'; echo; echo '--- networksetup-plist'; if [ -e {ns} ]; then echo present; else echo absent; fi; "
+    "echo '--- networksetup-job'; launchctl print system/{label} 2>&1; echo \"exit $?\"; "
+    "echo '--- disabled'; launchctl print-disabled system 2>&1; echo \"exit $?\""
+).format(exo=EXO_JOB_PLIST, ns=f"/Library/LaunchDaemons/{EXO_NETWORKSETUP}.plist", label=EXO_NETWORKSETUP)
+
+
+def exo_daemons_spec() -> CommandSpec:
+    return CommandSpec("exo-daemons", ("/bin/sh", "-c", _EXO_DAEMONS), timeout_s=10)
+
+
 def ping_spec(address: str) -> CommandSpec:
     """One short ping to a peer's planned address on a Thunderbolt link (BSD ping: -t is the whole wait, s)."""
     return CommandSpec("tb-ping", ("ping", "-c", "1", "-t", "2", address), timeout_s=5, variant=address)

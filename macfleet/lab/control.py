@@ -682,7 +682,7 @@ def _install_exo(lab: dict, d: Path) -> None:
         (root / "current").symlink_to(f"releases/{EXO_VERSION}")
         # the LaunchDaemon bootstrap installs (runs as the admin, starts with nobody logged in)
         plist = prepared.render("exo", "exo.plist.j2", exo_user=lab["user"], exo_home=str(home),
-                                exo_env=exo_env(lab))
+                                exo_env=exo_env(lab), exo_models_dir=f"{home}/.exo/models")
         target = nd / "fs" / _fs_relative(f"/Library/LaunchDaemons/{prepared.EXO_LABEL}.plist")
         target.write_text(plist)
         os.chmod(target, 0o644)
