@@ -211,6 +211,14 @@ class ExoBuildSettings(_Settings):
         return value
 
 
+def spotlight_skips(path: str) -> bool:
+    """Whether Spotlight leaves `path` alone by its name: a hidden folder on its way (a name starting with "."), or
+    a folder named *.noindex (playbooks/roles/spotlight: The X Lab's Spotlight FAQ; Apple TA24975). mdutil cannot
+    switch indexing off for a folder, only for a volume."""
+    parts = [p for p in path.split("/") if p not in ("", "~")]
+    return any(p.startswith(".") or p.endswith(".noindex") for p in parts)
+
+
 class ExoSettings(_Settings):
     source: str | None = None  # a directory with an exo build, or a git URL
     version: str | None = None
@@ -219,6 +227,18 @@ class ExoSettings(_Settings):
     port: int = Field(default=52415, ge=1, le=65535)
     env: dict[str, str] = Field(default_factory=dict)
     build: ExoBuildSettings = Field(default_factory=ExoBuildSettings)
+
+    @field_validator("models_dir")
+    @classmethod
+    def _models_dir(cls, value: str) -> str:
+        if not (value == "~" or value.startswith(("/", "~/"))) or "/../" in f"{value}/" or any(
+                ord(c) < 32 for c in value):
+            raise ValueError("an absolute path or one under ~/ (e.g. ~/.exo/models), without .. or control characters")
+        if not spotlight_skips(value):
+            raise ValueError(f"a path Spotlight does not index: {value} is neither inside a hidden folder nor a "
+                             f"*.noindex one (Spotlight indexes folders; mdutil switches it off per volume only). "
+                             f"Use e.g. {value.rstrip('/')}.noindex, or keep ~/.exo/models")
+        return value
 
 
 class ModelToStage(_Settings):

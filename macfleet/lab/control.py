@@ -198,7 +198,7 @@ def _persist_initial(lab: dict, node: str, fresh: bool) -> dict:
         "names": {"ComputerName": node, "LocalHostName": node},
         "os": {"version": "26.5.1", "build": "25F80"},
         "mtu": {},
-        "spotlight_off": [] if fresh else [f"/Users/{lab['user']}/.exo/models"],
+        "spotlight_off": [],  # bootstrap switches no volume's indexing off (playbooks/roles/spotlight)
         "auto_login_user": None,
     }
 
