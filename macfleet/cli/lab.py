@@ -242,6 +242,8 @@ def exo_build_cmd(
                                          "build.sh (`macfleet_exo.build.command: sh ./build.sh`).")] = False,
     fail_build: Annotated[bool, typer.Option("--fail-build", help="(with --source) A source whose build fails.")]
     = False,
+    builds_mlx: Annotated[bool, typer.Option("--builds-mlx", help="(with --source) A pyproject.toml shaped as "
+                                             "exo's: MLX an extra built from a git source (needs Xcode).")] = False,
 ) -> None:
     """Write an exo stand-in build (or, with --source, a source tree) usable as `macfleet rollout exo --source
     DIR` (docs/lab-exo.md)."""
@@ -249,8 +251,10 @@ def exo_build_cmd(
 
     if fail_build and not source:
         raise UsageError("--fail-build goes with --source (a build that is already made cannot fail)")
+    if builds_mlx and not source:
+        raise UsageError("--builds-mlx goes with --source (only a source is built)")
     if source:
-        build.write_source(out, version, broken=broken, fail=fail_build)
+        build.write_source(out, version, broken=broken, fail=fail_build, builds_mlx=builds_mlx)
         what = (f"source{' (its build fails)' if fail_build else ''}; "
                 f"build command: {build.SOURCE_BUILD_COMMAND}")
     else:

@@ -29,7 +29,14 @@ from macfleet.act.lock import Acquired, ClusterLock, lock_path
 from macfleet.errors import RolloutFailed, UsageError
 from macfleet.flow.meshes import one_mesh
 from macfleet.inventory.model import ExoBuildSettings, Fleet, Mesh
-from macfleet.judge.build import BuildStep, RolloutPlan, build_release_name, explain_missing, outside_references
+from macfleet.judge.build import (
+    BuildStep,
+    RolloutPlan,
+    build_release_name,
+    explain_missing,
+    outside_references,
+    toolchain_refusal,
+)
 from macfleet.judge.ipplan import plan_ip
 from macfleet.judge.rollout import (
     MAX_FILES,
@@ -427,6 +434,11 @@ def build_release(fleet: Fleet, m: Mesh, lock: ClusterLock, held: Acquired, root
     say(f"sent the source to {builder} in {time.monotonic() - t0:.1f} s; building {name} there "
         f"(timeout {settings.timeout_s:g} s)")
     res = act_build.run_build(args, root, name, settings.command, settings.timeout_s)
+    if res.refused is not None:  # the builder lacks what the checkout needs: nothing was built
+        act_build.remove_build(args, root, name)
+        lock.set_phase(held, {"action": "build failed", "to": name, "node": builder})
+        raise RolloutFailed(toolchain_refusal(builder, name, res.refused),
+                            details={"node": builder, "release": name, "toolchain": res.refused})
     if not res.ok:
         act_build.remove_build(args, root, name)
         how = f"timed out after {settings.timeout_s:g} s" if res.timed_out else f"exited {res.rc}"
@@ -447,7 +459,8 @@ def build_release(fleet: Fleet, m: Mesh, lock: ClusterLock, held: Acquired, root
             act_build.remove_build(args, root, name)
             raise RolloutFailed(explain_missing(missing, refs, name), details={"missing": missing})
     act_build.write_landed_manifest(args, root, name, manifest)
-    say(f"built {name} on {builder} in {res.took_s:g} s: {len(manifest.files)} files, "
+    extras = f" (with {', '.join(f'--extra {e}' for e in res.extras)})" if res.extras else ""
+    say(f"built {name} on {builder}{extras} in {res.took_s:g} s: {len(manifest.files)} files, "
         f"{manifest.total_bytes / 1e6:.1f} MB")
     return manifest
 

@@ -183,12 +183,14 @@ class IpPlanSettings(_Settings):
 # relocatable (absolute paths in bin/ scripts and pyvenv.cfg `home`), so the interpreter is a uv-managed Python
 # installed inside the release (UV_PYTHON_INSTALL_DIR) and the environment lives there too
 # (UV_PROJECT_ENVIRONMENT); node_modules is only needed to build the dashboard and is left out of the release.
+# $MACFLEET_UV_EXTRAS: the `--extra` options the builder finds the checkout calls for (act/build.py reads its
+# pyproject.toml there: `--extra mlx` where MLX is an optional extra, as since exo 4466cd532; empty before).
 DEFAULT_EXO_BUILD_COMMAND = (
     'set -eu; '
     'export UV_PYTHON_INSTALL_DIR="$PWD/.python" UV_PROJECT_ENVIRONMENT="$PWD/.venv" UV_LINK_MODE=copy; '
     'cd dashboard; if [ -f package-lock.json ]; then npm ci; else npm install; fi; npm run build; '
     'rm -rf node_modules; cd ..; '
-    'uv sync --frozen --no-dev --compile-bytecode --python-preference only-managed; '
+    'uv sync --frozen --no-dev ${MACFLEET_UV_EXTRAS:-} --compile-bytecode --python-preference only-managed; '
     'mkdir -p bin; ln -sfn ../.venv/bin/exo bin/exo'
 )
 MAX_BUILD_COMMAND = 8192

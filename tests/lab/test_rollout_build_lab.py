@@ -133,3 +133,25 @@ def test_failed_builds_exit_1_nothing_switched(lab4: Lab, controller: Path, tmp_
         assert st["current"] == before and all(n["running"] for n in st["nodes"].values()), st
     finally:
         lab4.ssh(builder, "rm -rf ~/.local/uvpy /opt/exo/releases/.build-*")
+
+
+def test_a_builder_without_xcode_builds_nothing_and_says_how(lab4: Lab, controller: Path, tmp_path: Path) -> None:
+    """A checkout shaped as exo's since 4466cd532 (MLX an extra, built from a git source) on a builder with the
+    Command Line Tools only, as every lab Mac (and a Mac out of the box): refused before the build command runs,
+    with the way to get Xcode's Metal toolchain; nothing switched, no directory left."""
+    before = _status(lab4)["current"]
+    builder = lab4.nodes[BUILDER_INDEX]
+    src = tmp_path / "src"
+    lab4.macfleet("lab", "exo-build", "--source", "--builds-mlx", "--version", "1.0.93", "--out", str(src))
+    inv = _inventory(lab4, tmp_path / "inv", node=builder, command="sh ./build.sh", timeout_s=120)
+    p = lab4.macfleet("rollout", "exo", "--source", str(src), "-i", str(inv), "--json", check=False, timeout=300)
+    assert p.returncode == 1, p.stderr
+    err = json.loads(p.stdout)["error"]
+    assert err["code"] == "rollout_failed" and f"{builder} cannot build" in err["message"], err
+    assert "/Library/Developer/CommandLineTools" in err["message"]
+    assert "xcode-select --switch /Applications/Xcode.app/Contents/Developer" in err["message"]
+    assert "xcodebuild -downloadComponent MetalToolchain" in err["message"]
+    assert not [x for x in _releases(lab4, builder) if x.startswith("1.0.93-")]
+    assert lab4.ssh(builder, 'xcrun -f metal', check=False).returncode == 72  # the stand-in: no Xcode here
+    st = _status(lab4)
+    assert st["current"] == before and all(n["running"] for n in st["nodes"].values()), st
