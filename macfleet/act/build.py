@@ -78,6 +78,10 @@ def snapshot_source(src: Path, into: Path) -> Path:
 #   Metal toolchain as a separate component: "cannot execute tool 'metal' due to missing Metal Toolchain; use:
 #   xcodebuild -downloadComponent MetalToolchain", actions/runner-images#13094). If not, nothing is built and
 #   the answer says what each check gave (judge/build.toolchain_refusal words it).
+# In a release built on a builder: exo's peer ports as its source sets them, {"tcp": [...], "udp": [...],
+# "source": ...}. The pf role reads it from the release `current` points at (playbooks/roles/pf).
+PORTS_FILE = "macfleet-ports.json"
+
 NODE_CHECKOUT = r"""
 import re
 
@@ -107,6 +111,28 @@ def read_checkout(release):
     out["mlx_from_git"] = re.search(r"\bgit\s*=", tables.get("tool.uv.sources", {}).get("mlx", "")) is not None
     return out
 
+# exo's peer ports, from the command-line defaults in its src/exo/main.py: `--zenoh-port` (TCP, 52414) and
+# `--discovery-port` (UDP, 52413) since exo 09f9ea313; `--libp2p-port` before (TCP, default 0: the OS picks a
+# port, which no rule can name, so nothing is listed). The API port is macfleet's own setting (exo.port).
+PORT_OPTIONS = {"zenoh-port": "tcp", "discovery-port": "udp", "libp2p-port": "tcp"}
+
+def read_ports(release):
+    try:
+        with open(os.path.join(release, "src", "exo", "main.py"), encoding="utf-8") as f:
+            text = f.read(1 << 20)
+    except (OSError, ValueError):
+        return None
+    ports = {"tcp": [], "udp": []}
+    for option, proto in PORT_OPTIONS.items():
+        m = re.search(r"[\"']--" + option + r"[\"']", text)
+        if m is None:
+            continue
+        call = re.split(r"add_argument\s*\(", text[m.end():m.end() + 600])[0]
+        d = re.search(r"\bdefault\s*=\s*(\d+)", call)
+        if d and 0 < int(d.group(1)) < 65536:
+            ports[proto].append(int(d.group(1)))
+    return ports
+
 def toolchain(path_env):
     def run(argv):
         try:
@@ -133,7 +159,8 @@ def toolchain(path_env):
 # "cancelled", "took_s", "tail", "checkout"}.
 _BUILD_PROGRAM = r"""
 import json, os, signal, subprocess, sys, threading, time
-""" + NODE_CHECKOUT + r"""
+PORTS_FILE = "PORTS_FILE_NAME"
+""".replace("PORTS_FILE_NAME", PORTS_FILE) + NODE_CHECKOUT + r"""
 release, log, timeout, path = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
 line = b""
 while not line.endswith(b"\n"):
@@ -145,6 +172,11 @@ command = json.loads(line)["command"]
 env = dict(os.environ, PWD=release, MACFLEET_RELEASE_DIR=release, MACFLEET_RELEASE=os.path.basename(release))
 env["PATH"] = path.replace("$HOME", os.path.expanduser("~"))
 checkout = read_checkout(release)
+checkout["ports"] = read_ports(release)
+if checkout["ports"] is not None:  # the release says which peer ports it listens on (roles/pf reads it)
+    with open(os.path.join(release, PORTS_FILE), "w") as f:
+        json.dump(dict(checkout["ports"], source="src/exo/main.py"), f, sort_keys=True)
+        f.write("\n")
 env["MACFLEET_UV_EXTRAS"] = " ".join("--extra " + e for e in checkout["extras"])
 if checkout["mlx_from_git"]:
     ok, checks = toolchain(env["PATH"])

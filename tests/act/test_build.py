@@ -212,7 +212,7 @@ def _tools(tmp_path: Path, developer_dir: str, metal: str | None) -> str:
 
 def _build_checkout(tmp_path: Path, pyproject: str | None, path: str) -> dict:
     rel = tmp_path / "rel"
-    rel.mkdir(parents=True)
+    rel.mkdir(parents=True, exist_ok=True)
     if pyproject is not None:
         (rel / "pyproject.toml").write_text(pyproject)
     p = subprocess.Popen([sys.executable, "-c", build._BUILD_PROGRAM, str(rel), str(tmp_path / "build.log"), "30",
@@ -254,3 +254,44 @@ def test_a_builder_without_xcodes_metal_toolchain_builds_nothing(tmp_path: Path,
     assert "xcodebuild -downloadComponent MetalToolchain" in why and "Nothing was built" in why
     # a checkout that takes MLX as a wheel needs none of it
     assert _build_checkout(tmp_path / "w", WHEELS_ONLY, _tools(tmp_path / "w", developer_dir, metal))["rc"] == 0
+
+
+# exo's peer-port options as its src/exo/main.py declares them (facts: option, type, default): since 09f9ea313
+# `--zenoh-port` 52414 (TCP) and `--discovery-port` 52413 (UDP); at v1.0.71 `--libp2p-port` 0 (OS-assigned).
+ZENOH_MAIN = """parser.add_argument("--api-port", type=int, dest="api_port", default=52415)
+parser.add_argument(
+    "--zenoh-port",
+    type=int,
+    default=52414,
+    dest="zenoh_port",
+    help="the TCP port (for a test)",
+)
+parser.add_argument("--discovery-port", type=int, default=52413, dest="discovery_port", help="(UDP)")
+"""
+LIBP2P_MAIN = """parser.add_argument("--api-port", type=int, dest="api_port", default=52415)
+parser.add_argument(
+    "--libp2p-port",
+    type=int,
+    default=0,
+    dest="libp2p_port",
+    help="a TCP port (0 = the OS picks one)",
+)
+"""
+
+
+@pytest.mark.parametrize(("main", "ports"), [(ZENOH_MAIN, {"tcp": [52414], "udp": [52413]}),
+                                             (LIBP2P_MAIN, {"tcp": [], "udp": []}), (None, None)],
+                         ids=["zenoh", "libp2p", "no-source"])
+def test_the_release_says_which_peer_ports_its_exo_listens_on(tmp_path: Path, main: str | None,
+                                                              ports: dict | None) -> None:
+    rel = tmp_path / "rel"
+    if main is not None:
+        (rel / "src" / "exo").mkdir(parents=True)
+        (rel / "src" / "exo" / "main.py").write_text(main)
+    d = _build_checkout(tmp_path, WHEELS_ONLY, build.BUILD_PATH)
+    assert d["rc"] == 0 and d["checkout"]["ports"] == ports
+    written = rel / build.PORTS_FILE
+    if ports is None:
+        assert not written.exists()
+    else:
+        assert json.loads(written.read_text()) == {**ports, "source": "src/exo/main.py"}
