@@ -408,3 +408,27 @@ def bad_links(args: SshArgs, directory: str, manifest: Manifest) -> dict[str, st
                      stdin=json.dumps([x.model_dump() for x in manifest.links]), timeout_s=300)
     d = _last_json(args.node, "check links", out)
     return {str(k): str(v) for k, v in d.items()} if isinstance(d, dict) else {}
+
+
+# argv: ROOT NAME... Prints {name: the release's PORTS_FILE text, or null when it has none}.
+_PORTS_PROGRAM = r"""
+import json, os, sys
+root, out = sys.argv[1], {}
+for name in sys.argv[2:]:
+    try:
+        with open(os.path.join(root, "releases", name, "PORTS_FILE_NAME"), encoding="utf-8") as f:
+            out[name] = f.read(65536)
+    except OSError:
+        out[name] = None
+print(json.dumps(out))
+""".replace("PORTS_FILE_NAME", PORTS_FILE)
+
+
+def release_ports(args: SshArgs, root: str, names: list[str]) -> dict[str, str | None]:
+    """The ports file (PORTS_FILE) of each release on this node, None for a release without one."""
+    for n in names:
+        check_release_name(n)
+    out = run_remote(args, shlex.join([REMOTE_PYTHON, "-c", _PORTS_PROGRAM, root, *names]), timeout_s=30)
+    d = _last_json(args.node, "read ports files", out)
+    return {str(k): (str(v) if v is not None else None) for k, v in d.items()} if isinstance(d, dict) else {}
+

@@ -195,11 +195,28 @@ def switch(fleet: Fleet, mesh: Mesh, lock: ClusterLock, held: Acquired, root: st
     rel.stop_exo(fleet, nodes)
     lock.set_phase(held, {**phase, "step": "flip"}, critical=True)
     rel.flip_current(fleet, nodes, root, to)
+    follow_ports(fleet, mesh, root, frm, to, say)
     lock.set_phase(held, {**phase, "step": "start"}, critical=True)
     rel.start_exo(fleet, nodes)
     say(f"switched {len(nodes)} nodes to {to} in {time.monotonic() - t0:.1f} s; waiting for health")
     lock.set_phase(held, {**phase, "step": "health"}, critical=True)
     return wait_healthy(fleet, mesh, timeout_s)
+
+
+def follow_ports(fleet: Fleet, mesh: Mesh, root: str, frm: str | None, to: str, say: Say) -> None:
+    """exo's peer ports change between releases (playbooks/roles/pf): where the release `current` now points at
+    says other ports than the one before (its act/build.PORTS_FILE, read on the first node: every node holds the
+    same release), the packet-filter anchor is rendered again from it on every node (playbooks/pf.yml), before
+    exo starts."""
+    from macfleet.act.ansible import PlaybookRun, run_playbook
+
+    names = [n for n in (frm, to) if n]
+    first = mesh.node_names[0]
+    ports = act_build.release_ports(transfer.SshArgs.for_node(fleet, fleet.node(first)), root, names)
+    if (ports.get(frm) if frm else None) == ports.get(to):
+        return
+    say(f"exo's peer ports differ in {to}: loading the packet-filter anchor for them on every node")
+    run_playbook(PlaybookRun(playbook="pf", inventory=fleet.root, limit=tuple(mesh.node_names)))
 
 
 def repair(fleet: Fleet, mesh: Mesh, lock: ClusterLock, held: Acquired, root: str, timeout_s: float,
