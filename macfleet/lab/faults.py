@@ -7,7 +7,8 @@ and nowhere else. Active faults are recorded in `<state>/faults.json` with what 
 exactly what was done. Reboots keep or clear them as a Mac would (`on_boot`, called by every boot):
 
   kept    cabling, bridge-on, apipa, ip-drift saved, rdma-off, slow-boot, os-mismatch, filevault-on,
-          disk-full, sleep-on, clock-skew, exo-version      (settings, disk, hardware: until --clear)
+          disk-full, sleep-on, clock-skew, exo-version, exo-networksetup (settings, disk, hardware, an installed
+          daemon: until --clear)
   cleared ip-drift live, hang, qp-exhausted, wired-limit-lost, exo-down, exo-runner-failed (at the node's boot)
   rdma-wedge  only once every node of its mesh has booted within WEDGE_WINDOW_S of each other, after the
               fault; rebooting the wedged node alone leaves it wedged.
