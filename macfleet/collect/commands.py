@@ -12,6 +12,7 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from macfleet.facts.daemons import EXO_JOB_PLIST, NETWORKSETUP_LABEL, NETWORKSETUP_PLIST
 from macfleet.facts.kinds import KIND_COMMANDS
 
 
@@ -108,14 +109,12 @@ def probe_specs(models_dir: str = "~/.exo/models") -> tuple[CommandSpec, ...]:
 # The LaunchDaemons doctor reads (facts/daemons.py): macfleet's exo job (bootstrap's playbooks/roles/exo) for the
 # environment exo runs with, and exo's app's network daemon (exo app/EXO/EXO/Services/NetworkSetupHelper.swift at
 # b5375f8: label io.exo.networksetup, plist in /Library/LaunchDaemons). Both plists are world-readable (0644).
-EXO_JOB_PLIST = "/Library/LaunchDaemons/org.macfleet.exo.plist"
-EXO_NETWORKSETUP = "io.exo.networksetup"
 _EXO_DAEMONS = (
     "echo '--- exo-plist'; head -c 262144 {exo} 2>/dev/null || echo '(unreadable: {exo}: no such file or not "
     "readable)'; echo; echo '--- networksetup-plist'; if [ -e {ns} ]; then echo present; else echo absent; fi; "
     "echo '--- networksetup-job'; launchctl print system/{label} 2>&1; echo \"exit $?\"; "
     "echo '--- disabled'; launchctl print-disabled system 2>&1; echo \"exit $?\""
-).format(exo=EXO_JOB_PLIST, ns=f"/Library/LaunchDaemons/{EXO_NETWORKSETUP}.plist", label=EXO_NETWORKSETUP)
+).format(exo=EXO_JOB_PLIST, ns=NETWORKSETUP_PLIST, label=NETWORKSETUP_LABEL)
 
 
 def exo_daemons_spec() -> CommandSpec:

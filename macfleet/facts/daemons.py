@@ -26,6 +26,8 @@ from macfleet.errors import FactsParseError
 from macfleet.facts._common import Facts
 
 NETWORKSETUP_LABEL = "io.exo.networksetup"  # exo app/EXO/EXO/Services/NetworkSetupHelper.swift (b5375f8)
+NETWORKSETUP_PLIST = f"/Library/LaunchDaemons/{NETWORKSETUP_LABEL}.plist"  # same file
+EXO_JOB_PLIST = "/Library/LaunchDaemons/org.macfleet.exo.plist"  # bootstrap's playbooks/roles/exo
 LAUNCHCTL_NOT_FOUND = 113
 SECTIONS = ("exo-plist", "networksetup-plist", "networksetup-job", "disabled")
 

@@ -19,7 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from macfleet.facts.daemons import NETWORKSETUP_LABEL, ExoDaemonsFacts
+from macfleet.facts.daemons import EXO_JOB_PLIST, NETWORKSETUP_LABEL, NETWORKSETUP_PLIST, ExoDaemonsFacts
 from macfleet.facts.disk import DfFacts
 from macfleet.facts.exo import ExoStateFacts
 from macfleet.facts.network import HardwarePortsFacts, IfconfigFacts, RoutesFacts, ServiceOrderFacts
@@ -823,7 +823,7 @@ def check_exo_models_dir(ctx: HealthContext, node: str) -> Verdict:
                 "exo does not see the models pushed there and downloads them again",
         fix="`macfleet bootstrap` writes exo's LaunchDaemon with EXO_DEFAULT_MODELS_DIR set to exo.models_dir "
             "and restarts exo",
-        evidence=f"/Library/LaunchDaemons/org.macfleet.exo.plist: {EXO_MODELS_ENV}="
+        evidence=f"{EXO_JOB_PLIST}: {EXO_MODELS_ENV}="
                  f"{env.get(EXO_MODELS_ENV, '(not set)')}, HOME={home or '(not set)'}")]
 
 
@@ -855,7 +855,7 @@ def check_exo_networksetup(ctx: HealthContext, node: str) -> Verdict:
         fix=f"`macfleet bootstrap` boots it out and disables it (`sudo launchctl bootout system/{NETWORKSETUP_LABEL}"
             f"; sudo launchctl disable system/{NETWORKSETUP_LABEL}`), then `macfleet doctor --fix` re-applies the "
             "IP plan; do not run exo's app on the nodes (docs/runbooks/bootstrap.md)",
-        evidence=f"/Library/LaunchDaemons/{NETWORKSETUP_LABEL}.plist "
+        evidence=f"{NETWORKSETUP_PLIST} "
                  f"{'present' if ns.plist_present else 'absent'}; launchctl print system/{NETWORKSETUP_LABEL}: "
                  f"{ran or ('loaded' if ns.loaded else 'not loaded')}; disabled: "
                  f"{'unread' if not ns.disabled_read else 'yes' if ns.disabled else 'no'}")]
