@@ -110,11 +110,11 @@ def probe_specs(models_dir: str = "~/.exo/models") -> tuple[CommandSpec, ...]:
 # environment exo runs with, and exo's app's network daemon (exo app/EXO/EXO/Services/NetworkSetupHelper.swift at
 # b5375f8: label io.exo.networksetup, plist in /Library/LaunchDaemons). Both plists are world-readable (0644).
 _EXO_DAEMONS = (
-    "echo '--- exo-plist'; head -c 262144 {exo} 2>/dev/null || echo '(unreadable: {exo}: no such file or not "
-    "readable)'; echo; echo '--- networksetup-plist'; if [ -e {ns} ]; then echo present; else echo absent; fi; "
-    "echo '--- networksetup-job'; launchctl print system/{label} 2>&1; echo \"exit $?\"; "
-    "echo '--- disabled'; launchctl print-disabled system 2>&1; echo \"exit $?\""
-).format(exo=EXO_JOB_PLIST, ns=NETWORKSETUP_PLIST, label=NETWORKSETUP_LABEL)
+    f"echo '--- exo-plist'; head -c 262144 {EXO_JOB_PLIST} 2>/dev/null || echo '(unreadable: {EXO_JOB_PLIST}: no "
+    f"such file or not readable)'; echo; echo '--- networksetup-plist'; if [ -e {NETWORKSETUP_PLIST} ]; then "
+    f"echo present; else echo absent; fi; echo '--- networksetup-job'; launchctl print system/{NETWORKSETUP_LABEL} "
+    "2>&1; echo \"exit $?\"; echo '--- disabled'; launchctl print-disabled system 2>&1; echo \"exit $?\""
+)
 
 
 def exo_daemons_spec() -> CommandSpec:

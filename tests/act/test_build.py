@@ -202,8 +202,8 @@ def _tools(tmp_path: Path, developer_dir: str, metal: str | None) -> str:
         xcrun = ('#!/bin/sh\necho \'xcrun: error: unable to find utility "metal", not a developer tool or in PATH\''
                  " >&2\nexit 72\n")
     else:
-        xcrun = f'#!/bin/sh\nif [ "$1" = -f ]; then echo {developer_dir}/Toolchains/XcodeDefault.xctoolchain/usr/bin/metal;' \
-                f" exit 0; fi\n{metal}\n"
+        found = f"{developer_dir}/Toolchains/XcodeDefault.xctoolchain/usr/bin/metal"
+        xcrun = f'#!/bin/sh\nif [ "$1" = -f ]; then echo {found}; exit 0; fi\n{metal}\n'
     (bin_dir / "xcrun").write_text(xcrun)
     for f in bin_dir.iterdir():
         f.chmod(0o755)
