@@ -1,8 +1,8 @@
-"""Developer-tools stand-ins: `xcode-select`, `xcrun` (no Xcode: its Metal toolchain is never there),
-`softwareupdate` (list and install, the Command Line Tools among them), `/usr/bin/python3` (the Command Line
-Tools stub until the tools are installed) and Homebrew's `brew` (`list`, `install` of rsync and iperf3).
-Messages follow those widely quoted from Macs without the tools; the exact `softwareupdate --install` progress lines, the CLT label and brew's outputs are guesses (docs/lab.md
-lists them).
+"""Developer-tools stand-ins: `xcode-select`, `xcrun` (no Xcode: its Metal toolchain is never there), `softwareupdate`
+(list and install, the Command Line Tools among them), `/usr/bin/python3` (the Command Line Tools stub until the
+tools are installed) and Homebrew's `brew` (`list`, `install` of rsync and iperf3). Messages follow those widely
+quoted from Macs without the tools; the exact `softwareupdate --install` progress lines, the CLT label and brew's
+outputs are guesses (docs/lab.md lists them).
 
 The Command Line Tools are "installed" when /Library/Developer/CommandLineTools/usr/bin/python3 exists (the
 node's own /Library), a link to the Python the lab runs. The node's /usr/bin/python3 is a shell script
