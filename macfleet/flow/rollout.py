@@ -190,12 +190,12 @@ def switch(fleet: Fleet, mesh: Mesh, lock: ClusterLock, held: Acquired, root: st
            timeout_s: float, say: Say) -> HealthVerdict:
     nodes = list(mesh.node_names)
     phase = {"action": "switch", "from": frm, "to": to, "mesh": mesh.name}
+    follow_ports(fleet, mesh, root, frm, to, say)  # before anything stops: a failure here leaves exo running
     lock.set_phase(held, {**phase, "step": "stop"}, critical=True)
     t0 = time.monotonic()
     rel.stop_exo(fleet, nodes)
     lock.set_phase(held, {**phase, "step": "flip"}, critical=True)
     rel.flip_current(fleet, nodes, root, to)
-    follow_ports(fleet, mesh, root, frm, to, say)
     lock.set_phase(held, {**phase, "step": "start"}, critical=True)
     rel.start_exo(fleet, nodes)
     say(f"switched {len(nodes)} nodes to {to} in {time.monotonic() - t0:.1f} s; waiting for health")
@@ -204,10 +204,10 @@ def switch(fleet: Fleet, mesh: Mesh, lock: ClusterLock, held: Acquired, root: st
 
 
 def follow_ports(fleet: Fleet, mesh: Mesh, root: str, frm: str | None, to: str, say: Say) -> None:
-    """exo's peer ports change between releases (playbooks/roles/pf): where the release `current` now points at
-    says other ports than the one before (its act/build.PORTS_FILE, read on the first node: every node holds the
-    same release), the packet-filter anchor is rendered again from it on every node (playbooks/pf.yml), before
-    exo starts."""
+    """exo's peer ports change between releases (playbooks/roles/pf): where release `to` says other ports than
+    `frm` (their act/build.PORTS_FILE, read on the first node: every node holds both), the packet-filter anchor
+    is rendered from `to`'s on every node (playbooks/pf.yml) before the switch stops anything. The ports `to`
+    drops were `frm`'s, whose exo is about to stop; bootstrap later renders the same anchor from `current`."""
     from macfleet.act.ansible import PlaybookRun, run_playbook
 
     names = [n for n in (frm, to) if n]
@@ -216,7 +216,8 @@ def follow_ports(fleet: Fleet, mesh: Mesh, root: str, frm: str | None, to: str, 
     if (ports.get(frm) if frm else None) == ports.get(to):
         return
     say(f"exo's peer ports differ in {to}: loading the packet-filter anchor for them on every node")
-    run_playbook(PlaybookRun(playbook="pf", inventory=fleet.root, limit=tuple(mesh.node_names)))
+    run_playbook(PlaybookRun(playbook="pf", inventory=fleet.root, limit=tuple(mesh.node_names),
+                             extravars={"pf_release_ports_file": f"{root}/releases/{to}/{act_build.PORTS_FILE}"}))
 
 
 def repair(fleet: Fleet, mesh: Mesh, lock: ClusterLock, held: Acquired, root: str, timeout_s: float,

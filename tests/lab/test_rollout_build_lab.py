@@ -70,7 +70,8 @@ def test_built_on_the_builder_fanned_out_switched(lab4: Lab, controller: Path, t
     assert f"from {builder} over Thunderbolt" in p.stderr
     _healthy_on(lab4, name)
     peer = others[-1]
-    # the packet filter follows the release: its peer ports are let in from the mesh only, on every node
+    # the packet filter follows the release: its peer ports let in from the mesh only, on every node, before the
+    # switch
     assert "exo's peer ports differ" in p.stderr
     assert json.loads(lab4.ssh(peer, f"cat /opt/exo/releases/{name}/macfleet-ports.json").stdout)["tcp"] == [52414]
     for n in lab4.nodes:
