@@ -262,6 +262,36 @@ def _old_drop_in_asks_for_the_password_once(lab: Lab, state: dict[str, str]) -> 
     assert drop_in.read_text() == text
 
 
+def _doctor_models(lab: Lab) -> list[dict]:
+    p = lab.macfleet("doctor", "-i", str(lab.inventory), "--only", "exo-models-dir", "--json", check=False,
+                     timeout=120)
+    return [f for f in json.loads(p.stdout)["findings"] if f["check"] == "exo-models-dir"]
+
+
+def _models_dir_is_given_to_exo(lab: Lab, state: dict[str, str]) -> None:
+    """Another models directory in the inventory: doctor says exo looks elsewhere, bootstrap tells exo
+    (EXO_DEFAULT_MODELS_DIR in its LaunchDaemon), doctor is content; then back."""
+    import yaml
+
+    gv = lab.inventory / "group_vars" / "all" / "macfleet.yml"
+    before = gv.read_text()
+    data = yaml.safe_load(before)
+    data.setdefault("macfleet_exo", {})["models_dir"] = "~/.exo/models-b"
+    gv.write_text(yaml.safe_dump(data))
+    try:
+        found = _doctor_models(lab)
+        assert {f["node"] for f in found} == set(lab.nodes) and "models-b" in found[0]["message"], found
+        rc, out = _bootstrap(lab, env=state)
+        assert rc == 0 and all(n["changed"] > 0 for n in out["nodes"].values()), out
+        assert _doctor_models(lab) == []
+        env = lab.ssh(lab.nodes[0], "cat /Library/LaunchDaemons/org.macfleet.exo.plist").stdout
+        assert "<key>EXO_DEFAULT_MODELS_DIR</key>" in env and "/.exo/models-b</string>" in env
+    finally:
+        gv.write_text(before)
+    rc, out = _bootstrap(lab, env=state)
+    assert rc == 0, out
+
+
 def test_prepared_lab_is_a_bootstrapped_mesh_and_exo_survives_a_reboot(make_lab, tmp_path: Path) -> None:
     lab = make_lab("bp", "--nodes", "2", "--boot-seconds", "1", "--tb-rate", "80mbit")
     state = {"MACFLEET_STATE_DIR": str(tmp_path / "state")}
@@ -278,6 +308,7 @@ def test_prepared_lab_is_a_bootstrapped_mesh_and_exo_survives_a_reboot(make_lab,
     rc, data = _bootstrap(lab, env=state)
     assert rc == 0 and data["changed"] == 0, data
     assert _settled(tmp_path / "state", ONE_READ_PLAY) == set(lab.nodes)
+    _models_dir_is_given_to_exo(lab, state)
     _old_drop_in_asks_for_the_password_once(lab, state)
     for node in lab.nodes:
         lab.ssh(node, "sudo -n shutdown -r now", check=False)
