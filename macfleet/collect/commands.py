@@ -12,8 +12,7 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from macfleet.facts.daemons import EXO_JOB_PLIST, NETWORKSETUP_LABEL, NETWORKSETUP_PLIST
-from macfleet.facts.kinds import KIND_COMMANDS
+from macfleet.facts.kinds import EXO_JOB_PLIST, KIND_COMMANDS, NETWORKSETUP_LABEL, NETWORKSETUP_PLIST
 
 
 @dataclass(frozen=True)
@@ -106,9 +105,8 @@ def probe_specs(models_dir: str = "~/.exo/models") -> tuple[CommandSpec, ...]:
     )
 
 
-# The LaunchDaemons doctor reads (facts/daemons.py): macfleet's exo job (bootstrap's playbooks/roles/exo) for the
-# environment exo runs with, and exo's app's network daemon (exo app/EXO/EXO/Services/NetworkSetupHelper.swift at
-# b5375f8: label io.exo.networksetup, plist in /Library/LaunchDaemons). Both plists are world-readable (0644).
+# The LaunchDaemons doctor reads (facts/daemons.py; their paths in facts/kinds.py): macfleet's exo job for the
+# environment exo runs with, and exo's app's network daemon. Both plists are world-readable (0644).
 _EXO_DAEMONS = (
     f"echo '--- exo-plist'; head -c 262144 {EXO_JOB_PLIST} 2>/dev/null || echo '(unreadable: {EXO_JOB_PLIST}: no "
     f"such file or not readable)'; echo; echo '--- networksetup-plist'; if [ -e {NETWORKSETUP_PLIST} ]; then "

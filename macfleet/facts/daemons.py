@@ -24,10 +24,10 @@ import re
 
 from macfleet.errors import FactsParseError
 from macfleet.facts._common import Facts
+from macfleet.facts.kinds import EXO_JOB_PLIST, NETWORKSETUP_LABEL, NETWORKSETUP_PLIST
 
-NETWORKSETUP_LABEL = "io.exo.networksetup"  # exo app/EXO/EXO/Services/NetworkSetupHelper.swift (b5375f8)
-NETWORKSETUP_PLIST = f"/Library/LaunchDaemons/{NETWORKSETUP_LABEL}.plist"  # same file
-EXO_JOB_PLIST = "/Library/LaunchDaemons/org.macfleet.exo.plist"  # bootstrap's playbooks/roles/exo
+__all__ = ["EXO_JOB_PLIST", "NETWORKSETUP_LABEL", "NETWORKSETUP_PLIST", "ExoDaemonsFacts", "parse_exo_daemons"]
+
 LAUNCHCTL_NOT_FOUND = 113
 SECTIONS = ("exo-plist", "networksetup-plist", "networksetup-job", "disabled")
 
