@@ -104,7 +104,9 @@ def test_launchd_plists_parse(role: str, template: str, values: dict) -> None:
 
 
 def test_pf_anchor_lets_exo_ports_in_only_from_the_mesh_and_the_controller() -> None:
-    text = render("pf", "macfleet.pf.j2", pf_sources=["10.213.0.0/16", "198.18.1.1"], pf_interfaces=["en3", "en4"])
+    # the release `current` points at listens on zenoh 52414/tcp and discovery 52413/udp (exo since 09f9ea313)
+    text = render("pf", "macfleet.pf.j2", pf_sources=["10.213.0.0/16", "198.18.1.1"], pf_interfaces=["en3", "en4"],
+                  pf_release_tcp_ports=[52414], pf_release_udp_ports=[52413])
     rules = [line for line in text.splitlines() if line and not line.startswith("#")]
     assert rules == [
         "table <macfleet_exo_peers> const { 10.213.0.0/16, 198.18.1.1 }",
@@ -118,6 +120,20 @@ def test_pf_anchor_lets_exo_ports_in_only_from_the_mesh_and_the_controller() -> 
         "pass in quick on en4 proto udp to any port { 52413 }",
         "pass in quick proto udp from <macfleet_exo_peers> to any port { 52413 }",
         "block in quick proto udp to any port { 52413 }",
+    ]
+
+
+def test_pf_anchor_of_a_release_without_fixed_peer_ports_lists_the_api_only() -> None:
+    """exo 1.0.x listens for libp2p on a port the OS picks (v1.0.71 `--libp2p-port` default 0): no rule can name
+    it, and the anchor lists the API port alone, the inventory's (macfleet_exo.port)."""
+    text = render("pf", "macfleet.pf.j2", pf_sources=["10.213.0.0/16"], pf_interfaces=["en3"], pf_tcp_ports=[52416])
+    rules = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert rules == [
+        "table <macfleet_exo_peers> const { 10.213.0.0/16 }",
+        "pass in quick on lo0 proto tcp to any port { 52416 }",
+        "pass in quick on en3 proto tcp to any port { 52416 }",
+        "pass in quick proto tcp from <macfleet_exo_peers> to any port { 52416 }",
+        "block in quick proto tcp to any port { 52416 }",
     ]
 
 
@@ -239,3 +255,15 @@ def test_ipplan_pending_only_when_something_is_to_do_or_unread() -> None:
     assert pending({**commands, "ifconfig": {"rc": 1, "stdout": "", "stderr": "boom"}})  # unread is not "in place"
     with_bridge = {**commands, "ifconfig": _read("ifconfig", "macos__ifconfig_bridge0_active_169254_tb4_1.txt")}
     assert pending(with_bridge, mtu=1500, interfaces=[])  # en2 and en3 are still bridge0 members
+
+
+def test_exo_is_told_the_models_directory_rollout_fills() -> None:
+    """exo reads its models directory from EXO_DEFAULT_MODELS_DIR (exo 15f1b61f4, src/exo/shared/constants.py;
+    EXO_MODELS_DIR before): the daemon's environment carries macfleet_exo.models_dir, which exo_env cannot
+    contradict."""
+    job = plistlib.loads(render("exo", "exo.plist.j2", exo_user="admin", exo_home="/Users/admin",
+                                exo_models_dir="/Volumes/Models/exo.noindex",
+                                exo_env={"EXO_DEFAULT_MODELS_DIR": "/elsewhere", "EXO_X": "1"}).encode())
+    env = job["EnvironmentVariables"]
+    assert env["EXO_DEFAULT_MODELS_DIR"] == env["EXO_MODELS_DIR"] == "/Volumes/Models/exo.noindex"
+    assert env["EXO_X"] == "1"

@@ -368,3 +368,23 @@ def test_proxycommand_and_localcommand_are_warned_about_with_file_and_line(examp
         "host, unless you wrote this command yourself",
     ]
     assert load_inventory(EXAMPLE_INVENTORY).warnings == ()
+
+
+@pytest.mark.parametrize(("models_dir", "ok"), [
+    ("~/.exo/models", True),  # inside the hidden ~/.exo
+    ("/Volumes/Models/exo.noindex", True),
+    ("/Volumes/Models.noindex/exo", True),
+    ("/Volumes/Models/exo", False),  # Spotlight would index it: mdutil cannot switch a folder off
+    ("~/models", False),
+    ("models", False),
+])
+def test_the_models_directory_must_be_one_spotlight_skips(example_inventory: Path, models_dir: str, ok: bool) -> None:
+    (example_inventory / "group_vars/all/zz.yml").write_text(f"macfleet_exo:\n  models_dir: {models_dir}\n")
+    problems = _problems(example_inventory) if not ok else []
+    if ok:
+        load_inventory(example_inventory)
+    else:
+        (problem,) = problems
+        assert "models_dir" in problem
+        if models_dir != "models":
+            assert "Spotlight" in problem and ".noindex" in problem

@@ -58,7 +58,8 @@ def test_the_default_build_command_is_exos_with_everything_inside_the_release(cl
     build = cli.json(result)["meshes"][0]["settings"]["exo"]["build"]
     assert build["node"] is None
     for part in ('UV_PYTHON_INSTALL_DIR="$PWD/.python"', 'UV_PROJECT_ENVIRONMENT="$PWD/.venv"', "npm run build",
-                 "uv sync --frozen", "--python-preference only-managed", "ln -sfn ../.venv/bin/exo bin/exo"):
+                 "uv sync --frozen --no-dev ${MACFLEET_UV_EXTRAS:-} ", "--python-preference only-managed",
+                 "ln -sfn ../.venv/bin/exo bin/exo"):
         assert part in build["command"]
 
 
@@ -94,3 +95,8 @@ def test_the_lab_source_builds_with_the_paths_of_where_it_runs(tmp_path: Path) -
 def test_lab_fail_build_needs_source(cli, tmp_path) -> None:
     result = cli("lab", "exo-build", "--version", "1.0.9", "--out", str(tmp_path / "o"), "--fail-build")
     assert result.exit_code == 2 and "--fail-build goes with --source" in result.stderr
+
+
+def test_lab_builds_mlx_needs_source(cli, tmp_path) -> None:
+    result = cli("lab", "exo-build", "--version", "1.0.9", "--out", str(tmp_path / "o"), "--builds-mlx")
+    assert result.exit_code == 2 and "--builds-mlx goes with --source" in result.stderr

@@ -66,12 +66,101 @@ def snapshot_source(src: Path, into: Path) -> Path:
 # Programs run on the builder under /usr/bin/python3
 # ------------------------------------------------------------------------------------------------------
 
+# What the builder reads of the checkout before building (Python 3.9 on a Mac: no tomllib, so pyproject.toml is
+# read by its table headers and keys, enough for the two facts below; a pyproject it cannot read has neither).
+# - `[project.optional-dependencies]` has `mlx`: exo moved MLX into that extra at exo 4466cd532 (pyproject.toml);
+#   `uv sync` installs no extra unless asked, so the build gets `--extra mlx` through $MACFLEET_UV_EXTRAS.
+# - `[tool.uv.sources]` gives `mlx` a `git` source: uv builds MLX from source on the builder, which compiles its
+#   Metal kernels with Xcode's `metal` (exo README: Xcode "provides the Metal ToolChain required for MLX
+#   compilation"; in every exo since v1.0.71 at least, and at b5375f8, pyproject.toml's mlx source is a git fork).
+#   Then the builder must have full Xcode selected (`xcode-select -p` under an .app, not the Command Line Tools,
+#   which have no metal: MLX's install docs, "Metal not found") and a `metal` that runs (Xcode 26 ships the
+#   Metal toolchain as a separate component: "cannot execute tool 'metal' due to missing Metal Toolchain; use:
+#   xcodebuild -downloadComponent MetalToolchain", actions/runner-images#13094). If not, nothing is built and
+#   the answer says what each check gave (judge/build.toolchain_refusal words it).
+# In a release built on a builder: exo's peer ports as its source sets them, {"tcp": [...], "udp": [...],
+# "source": ...}. The pf role reads it from the release `current` points at (playbooks/roles/pf).
+PORTS_FILE = "macfleet-ports.json"
+
+NODE_CHECKOUT = r"""
+import re
+
+def _toml_tables(text):
+    # {table: {key: the text of its value, continuation lines included}}, for keys at the start of a line
+    tables, table, key = {}, "", None
+    for raw in text.splitlines():
+        stripped = raw.strip()
+        if raw.startswith("[") and stripped.endswith("]"):
+            table, key = stripped.strip("[]").strip(), None
+        elif raw[:1] not in (" ", "\t", "#", "", "]") and "=" in raw:
+            key = raw.split("=", 1)[0].strip().strip('"')
+            tables.setdefault(table, {})[key] = raw.split("=", 1)[1]
+        elif key is not None:
+            tables[table][key] += "\n" + raw
+    return tables
+
+def read_checkout(release):
+    out = {"extras": [], "mlx_from_git": False}
+    try:
+        with open(os.path.join(release, "pyproject.toml"), encoding="utf-8") as f:
+            tables = _toml_tables(f.read(1 << 20))
+    except (OSError, ValueError):
+        return out
+    if "mlx" in tables.get("project.optional-dependencies", {}):
+        out["extras"].append("mlx")
+    out["mlx_from_git"] = re.search(r"\bgit\s*=", tables.get("tool.uv.sources", {}).get("mlx", "")) is not None
+    return out
+
+# exo's peer ports, from the command-line defaults in its src/exo/main.py: `--zenoh-port` (TCP, 52414) and
+# `--discovery-port` (UDP, 52413) since exo 09f9ea313; `--libp2p-port` before (TCP, default 0: the OS picks a
+# port, which no rule can name, so nothing is listed). The API port is macfleet's own setting (exo.port).
+PORT_OPTIONS = {"zenoh-port": "tcp", "discovery-port": "udp", "libp2p-port": "tcp"}
+
+def read_ports(release):
+    try:
+        with open(os.path.join(release, "src", "exo", "main.py"), encoding="utf-8") as f:
+            text = f.read(1 << 20)
+    except (OSError, ValueError):
+        return None
+    ports = {"tcp": [], "udp": []}
+    for option, proto in PORT_OPTIONS.items():
+        m = re.search(r"[\"']--" + option + r"[\"']", text)
+        if m is None:
+            continue
+        call = re.split(r"add_argument\s*\(", text[m.end():m.end() + 600])[0]
+        d = re.search(r"\bdefault\s*=\s*(\d+)", call)
+        if d and 0 < int(d.group(1)) < 65536:
+            ports[proto].append(int(d.group(1)))
+    return ports
+
+def toolchain(path_env):
+    def run(argv):
+        try:
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=dict(os.environ, PATH=path_env))
+            return {"rc": p.returncode, "out": (p.stdout.strip() + "\n" + p.stderr.strip()).strip()[-500:]}
+        except Exception as exc:  # not there, not runnable, too slow: that check's failure
+            return {"rc": -1, "out": str(exc)[-500:]}
+    checks = {"xcode-select -p": run(["xcode-select", "-p"])}
+    selected = checks["xcode-select -p"]
+    if selected["rc"] == 0 and ".app/Contents/Developer" in selected["out"]:
+        checks["xcrun -f metal"] = run(["xcrun", "-f", "metal"])
+        if checks["xcrun -f metal"]["rc"] == 0:
+            checks["xcrun metal --version"] = run(["xcrun", "metal", "--version"])
+    ok = selected["rc"] == 0 and ".app/Contents/Developer" in selected["out"] and all(
+        c["rc"] == 0 for c in checks.values()) and len(checks) == 3
+    return ok, checks
+"""
+
 # argv: RELEASE_DIR LOG TIMEOUT_S PATH; stdin: one JSON line {"command": …} (kept out of every argv), then
-# nothing until the controller is gone. Runs the command with `sh -c` in RELEASE_DIR, its output in LOG, in a
-# process group of its own, killed at the timeout or when stdin closes. Prints {"rc", "timed_out", "cancelled",
-# "took_s", "tail"}.
+# nothing until the controller is gone. Reads the checkout (NODE_CHECKOUT): where it builds MLX without the
+# toolchain, prints {"refused": {check: {rc, out}}, "checkout": …} and builds nothing. Else runs the command with
+# `sh -c` in RELEASE_DIR (MACFLEET_UV_EXTRAS set to the `--extra` options the checkout calls for), its output in
+# LOG, in a process group of its own, killed at the timeout or when stdin closes. Prints {"rc", "timed_out",
+# "cancelled", "took_s", "tail", "checkout"}.
 _BUILD_PROGRAM = r"""
 import json, os, signal, subprocess, sys, threading, time
+PORTS_FILE = "PORTS_FILE_NAME"
+""".replace("PORTS_FILE_NAME", PORTS_FILE) + NODE_CHECKOUT + r"""
 release, log, timeout, path = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
 line = b""
 while not line.endswith(b"\n"):
@@ -82,6 +171,19 @@ while not line.endswith(b"\n"):
 command = json.loads(line)["command"]
 env = dict(os.environ, PWD=release, MACFLEET_RELEASE_DIR=release, MACFLEET_RELEASE=os.path.basename(release))
 env["PATH"] = path.replace("$HOME", os.path.expanduser("~"))
+checkout = read_checkout(release)
+checkout["ports"] = read_ports(release)
+if checkout["ports"] is not None:  # the release says which peer ports it listens on (roles/pf reads it)
+    with open(os.path.join(release, PORTS_FILE), "w") as f:
+        json.dump(dict(checkout["ports"], source="src/exo/main.py"), f, sort_keys=True)
+        f.write("\n")
+env["MACFLEET_UV_EXTRAS"] = " ".join("--extra " + e for e in checkout["extras"])
+if checkout["mlx_from_git"]:
+    ok, checks = toolchain(env["PATH"])
+    if not ok:
+        print(json.dumps({"refused": checks, "checkout": checkout}))
+        sys.stdout.flush()
+        os._exit(0)
 t0 = time.monotonic()
 with open(log, "wb") as out:
     p = subprocess.Popen(["/bin/sh", "-c", command], cwd=release, env=env, stdin=subprocess.DEVNULL, stdout=out,
@@ -107,7 +209,7 @@ with open(log, "rb") as f:
     f.seek(max(0, os.path.getsize(log) - TAIL))
     tail = f.read().decode("utf-8", "replace")
 print(json.dumps({"rc": rc, "timed_out": timed_out, "cancelled": bool(cancelled),
-                  "took_s": round(time.monotonic() - t0, 2), "tail": tail}))
+                  "took_s": round(time.monotonic() - t0, 2), "tail": tail, "checkout": checkout}))
 sys.stdout.flush()
 os._exit(0)  # the watcher thread still waits on stdin: leave without waiting for it
 """.replace("TAIL", str(TAIL_BYTES))
@@ -217,6 +319,9 @@ class BuildResult:
     took_s: float
     tail: str
     log: str
+    # the builder's toolchain checks when the checkout builds MLX and they failed: nothing was built
+    refused: dict[str, dict] | None = None
+    extras: tuple[str, ...] = ()  # the extras the build installed (`uv sync --extra …`)
 
 
 def run_build(args: SshArgs, root: str, name: str, command: str, timeout_s: float) -> BuildResult:
@@ -250,11 +355,16 @@ def run_build(args: SshArgs, root: str, name: str, command: str, timeout_s: floa
         raise RemoteCommandError(args.node, "build", rc, stderr)
     d = _last_json(args.node, "build", stdout)
     assert isinstance(d, dict)
+    extras = tuple(str(e) for e in (d.get("checkout") or {}).get("extras", []))
+    if isinstance(d.get("refused"), dict):
+        return BuildResult(ok=False, rc=None, timed_out=False, took_s=0.0, tail="", log=log,
+                           refused={str(k): dict(v) for k, v in d["refused"].items() if isinstance(v, dict)},
+                           extras=extras)
     if d.get("rc") == 0:
         run_remote(args, shlex.join(["rm", "-f", "--", log]), timeout_s=30)
     return BuildResult(ok=d.get("rc") == 0 and not d.get("timed_out"), rc=d.get("rc"),
                        timed_out=bool(d.get("timed_out")), took_s=float(d.get("took_s") or 0),
-                       tail=str(d.get("tail") or ""), log=log)
+                       tail=str(d.get("tail") or ""), log=log, extras=extras)
 
 
 def remote_manifest(args: SshArgs, root: str, name: str, *, max_files: int) -> tuple[Manifest, dict[str, str]]:
@@ -298,3 +408,27 @@ def bad_links(args: SshArgs, directory: str, manifest: Manifest) -> dict[str, st
                      stdin=json.dumps([x.model_dump() for x in manifest.links]), timeout_s=300)
     d = _last_json(args.node, "check links", out)
     return {str(k): str(v) for k, v in d.items()} if isinstance(d, dict) else {}
+
+
+# argv: ROOT NAME... Prints {name: the release's PORTS_FILE text, or null when it has none}.
+_PORTS_PROGRAM = r"""
+import json, os, sys
+root, out = sys.argv[1], {}
+for name in sys.argv[2:]:
+    try:
+        with open(os.path.join(root, "releases", name, "PORTS_FILE_NAME"), encoding="utf-8") as f:
+            out[name] = f.read(65536)
+    except OSError:
+        out[name] = None
+print(json.dumps(out))
+""".replace("PORTS_FILE_NAME", PORTS_FILE)
+
+
+def release_ports(args: SshArgs, root: str, names: list[str]) -> dict[str, str | None]:
+    """The ports file (PORTS_FILE) of each release on this node, None for a release without one."""
+    for n in names:
+        check_release_name(n)
+    out = run_remote(args, shlex.join([REMOTE_PYTHON, "-c", _PORTS_PROGRAM, root, *names]), timeout_s=30)
+    d = _last_json(args.node, "read ports files", out)
+    return {str(k): (str(v) if v is not None else None) for k, v in d.items()} if isinstance(d, dict) else {}
+

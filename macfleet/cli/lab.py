@@ -242,6 +242,10 @@ def exo_build_cmd(
                                          "build.sh (`macfleet_exo.build.command: sh ./build.sh`).")] = False,
     fail_build: Annotated[bool, typer.Option("--fail-build", help="(with --source) A source whose build fails.")]
     = False,
+    builds_mlx: Annotated[bool, typer.Option("--builds-mlx", help="(with --source) A pyproject.toml shaped as "
+                                             "exo's: MLX an extra built from a git source (needs Xcode).")] = False,
+    zenoh: Annotated[bool, typer.Option("--zenoh", help="(with --source) An exo that declares zenoh's peer ports "
+                                        "(52414/tcp, 52413/udp), as exo does since 09f9ea313.")] = False,
 ) -> None:
     """Write an exo stand-in build (or, with --source, a source tree) usable as `macfleet rollout exo --source
     DIR` (docs/lab-exo.md)."""
@@ -249,8 +253,10 @@ def exo_build_cmd(
 
     if fail_build and not source:
         raise UsageError("--fail-build goes with --source (a build that is already made cannot fail)")
+    if (builds_mlx or zenoh) and not source:
+        raise UsageError(f"{'--builds-mlx' if builds_mlx else '--zenoh'} goes with --source (only a source is built)")
     if source:
-        build.write_source(out, version, broken=broken, fail=fail_build)
+        build.write_source(out, version, broken=broken, fail=fail_build, builds_mlx=builds_mlx, zenoh=zenoh)
         what = (f"source{' (its build fails)' if fail_build else ''}; "
                 f"build command: {build.SOURCE_BUILD_COMMAND}")
     else:

@@ -12,7 +12,7 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from macfleet.facts.kinds import KIND_COMMANDS
+from macfleet.facts.kinds import EXO_JOB_PLIST, KIND_COMMANDS, NETWORKSETUP_LABEL, NETWORKSETUP_PLIST
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,20 @@ def probe_specs(models_dir: str = "~/.exo/models") -> tuple[CommandSpec, ...]:
         CommandSpec("pf-info", ("pfctl", "-s", "info"), timeout_s=5, needs_sudo=True),
         CommandSpec("pf-rules", ("pfctl", "-a", PF_ANCHOR, "-s", "rules"), timeout_s=5, needs_sudo=True),
     )
+
+
+# The LaunchDaemons doctor reads (facts/daemons.py; their paths in facts/kinds.py): macfleet's exo job for the
+# environment exo runs with, and exo's app's network daemon. Both plists are world-readable (0644).
+_EXO_DAEMONS = (
+    f"echo '--- exo-plist'; head -c 262144 {EXO_JOB_PLIST} 2>/dev/null || echo '(unreadable: {EXO_JOB_PLIST}: no "
+    f"such file or not readable)'; echo; echo '--- networksetup-plist'; if [ -e {NETWORKSETUP_PLIST} ]; then "
+    f"echo present; else echo absent; fi; echo '--- networksetup-job'; launchctl print system/{NETWORKSETUP_LABEL} "
+    "2>&1; echo \"exit $?\"; echo '--- disabled'; launchctl print-disabled system 2>&1; echo \"exit $?\""
+)
+
+
+def exo_daemons_spec() -> CommandSpec:
+    return CommandSpec("exo-daemons", ("/bin/sh", "-c", _EXO_DAEMONS), timeout_s=10)
 
 
 def ping_spec(address: str) -> CommandSpec:

@@ -55,3 +55,12 @@ _COMMANDS = (
     KindCommand("sysctl", ("sysctl", "hw.memsize", "hw.ncpu", "hw.model", "iogpu.wired_limit_mb"), timeout_s=10),
 )
 KIND_COMMANDS: dict[str, KindCommand] = {c.kind: c for c in _COMMANDS}
+
+
+# The LaunchDaemons doctor reads in one command (collect/commands.py `exo_daemons_spec`, parsed by
+# facts/daemons.py): macfleet's exo job (bootstrap's playbooks/roles/exo) and exo's app's network daemon (exo
+# app/EXO/EXO/Services/NetworkSetupHelper.swift at b5375f8: label io.exo.networksetup, plist in
+# /Library/LaunchDaemons). Here, not in facts/daemons.py, so the collector imports no parser.
+EXO_JOB_PLIST = "/Library/LaunchDaemons/org.macfleet.exo.plist"
+NETWORKSETUP_LABEL = "io.exo.networksetup"
+NETWORKSETUP_PLIST = f"/Library/LaunchDaemons/{NETWORKSETUP_LABEL}.plist"

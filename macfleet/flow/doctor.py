@@ -9,7 +9,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from macfleet.collect.commands import DOCTOR_SPECS, CommandSpec, exo_specs, ping_spec, probe_specs, spec_for
+from macfleet.collect.commands import (
+    DOCTOR_SPECS,
+    CommandSpec,
+    exo_daemons_spec,
+    exo_specs,
+    ping_spec,
+    probe_specs,
+    spec_for,
+)
 from macfleet.collect.gather import Gathered, start_gather
 from macfleet.errors import (
     EXIT_PROBLEMS,
@@ -48,10 +56,12 @@ CURL_REFUSED = 7  # curl: "Failed to connect": nothing listens on the port
 
 def _probe_parsers() -> dict[str, tuple[str, Callable]]:
     """NodeFacts field -> (gather key, parser) for doctor's small probes (facts/probes.py, facts/disk.py)."""
+    from macfleet.facts.daemons import parse_exo_daemons
     from macfleet.facts.disk import parse_df
     from macfleet.facts.probes import parse_pf_info, parse_pf_rules
 
-    return {"df": ("df", parse_df), "pf_info": ("pf-info", parse_pf_info), "pf_rules": ("pf-rules", parse_pf_rules)}
+    return {"df": ("df", parse_df), "pf_info": ("pf-info", parse_pf_info), "pf_rules": ("pf-rules", parse_pf_rules),
+            "exo_daemons": ("exo-daemons", parse_exo_daemons)}
 
 
 # check -> the probes only it reads ("tb-ping": each node's pings to its peers)
@@ -65,7 +75,7 @@ def doctor_specs(meshes: list[Mesh]) -> tuple[CommandSpec, ...]:
     port = meshes[0].settings.exo.port if meshes else 52415
     models_dir = meshes[0].settings.exo.models_dir if meshes else "~/.exo/models"
     llama = (spec_for("netstat-listen"),) if any(m.settings.llama.enabled for m in meshes) else ()
-    return DOCTOR_SPECS + exo_specs(port) + probe_specs(models_dir) + llama
+    return DOCTOR_SPECS + exo_specs(port) + probe_specs(models_dir) + (exo_daemons_spec(),) + llama
 
 
 def ping_specs(fleet: Fleet, meshes: list[Mesh]) -> dict[str, tuple[CommandSpec, ...]]:

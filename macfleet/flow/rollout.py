@@ -29,7 +29,14 @@ from macfleet.act.lock import Acquired, ClusterLock, lock_path
 from macfleet.errors import RolloutFailed, UsageError
 from macfleet.flow.meshes import one_mesh
 from macfleet.inventory.model import ExoBuildSettings, Fleet, Mesh
-from macfleet.judge.build import BuildStep, RolloutPlan, build_release_name, explain_missing, outside_references
+from macfleet.judge.build import (
+    BuildStep,
+    RolloutPlan,
+    build_release_name,
+    explain_missing,
+    outside_references,
+    toolchain_refusal,
+)
 from macfleet.judge.ipplan import plan_ip
 from macfleet.judge.rollout import (
     MAX_FILES,
@@ -183,6 +190,7 @@ def switch(fleet: Fleet, mesh: Mesh, lock: ClusterLock, held: Acquired, root: st
            timeout_s: float, say: Say) -> HealthVerdict:
     nodes = list(mesh.node_names)
     phase = {"action": "switch", "from": frm, "to": to, "mesh": mesh.name}
+    follow_ports(fleet, mesh, root, frm, to, say)  # before anything stops: a failure here leaves exo running
     lock.set_phase(held, {**phase, "step": "stop"}, critical=True)
     t0 = time.monotonic()
     rel.stop_exo(fleet, nodes)
@@ -193,6 +201,23 @@ def switch(fleet: Fleet, mesh: Mesh, lock: ClusterLock, held: Acquired, root: st
     say(f"switched {len(nodes)} nodes to {to} in {time.monotonic() - t0:.1f} s; waiting for health")
     lock.set_phase(held, {**phase, "step": "health"}, critical=True)
     return wait_healthy(fleet, mesh, timeout_s)
+
+
+def follow_ports(fleet: Fleet, mesh: Mesh, root: str, frm: str | None, to: str, say: Say) -> None:
+    """exo's peer ports change between releases (playbooks/roles/pf): where release `to` says other ports than
+    `frm` (their act/build.PORTS_FILE, read on the first node: every node holds both), the packet-filter anchor
+    is rendered from `to`'s on every node (playbooks/pf.yml) before the switch stops anything. The ports `to`
+    drops were `frm`'s, whose exo is about to stop; bootstrap later renders the same anchor from `current`."""
+    from macfleet.act.ansible import PlaybookRun, run_playbook
+
+    names = [n for n in (frm, to) if n]
+    first = mesh.node_names[0]
+    ports = act_build.release_ports(transfer.SshArgs.for_node(fleet, fleet.node(first)), root, names)
+    if (ports.get(frm) if frm else None) == ports.get(to):
+        return
+    say(f"exo's peer ports differ in {to}: loading the packet-filter anchor for them on every node")
+    run_playbook(PlaybookRun(playbook="pf", inventory=fleet.root, limit=tuple(mesh.node_names),
+                             extravars={"pf_release_ports_file": f"{root}/releases/{to}/{act_build.PORTS_FILE}"}))
 
 
 def repair(fleet: Fleet, mesh: Mesh, lock: ClusterLock, held: Acquired, root: str, timeout_s: float,
@@ -427,6 +452,11 @@ def build_release(fleet: Fleet, m: Mesh, lock: ClusterLock, held: Acquired, root
     say(f"sent the source to {builder} in {time.monotonic() - t0:.1f} s; building {name} there "
         f"(timeout {settings.timeout_s:g} s)")
     res = act_build.run_build(args, root, name, settings.command, settings.timeout_s)
+    if res.refused is not None:  # the builder lacks what the checkout needs: nothing was built
+        act_build.remove_build(args, root, name)
+        lock.set_phase(held, {"action": "build failed", "to": name, "node": builder})
+        raise RolloutFailed(toolchain_refusal(builder, name, res.refused),
+                            details={"node": builder, "release": name, "toolchain": res.refused})
     if not res.ok:
         act_build.remove_build(args, root, name)
         how = f"timed out after {settings.timeout_s:g} s" if res.timed_out else f"exited {res.rc}"
@@ -447,7 +477,8 @@ def build_release(fleet: Fleet, m: Mesh, lock: ClusterLock, held: Acquired, root
             act_build.remove_build(args, root, name)
             raise RolloutFailed(explain_missing(missing, refs, name), details={"missing": missing})
     act_build.write_landed_manifest(args, root, name, manifest)
-    say(f"built {name} on {builder} in {res.took_s:g} s: {len(manifest.files)} files, "
+    extras = f" (with {', '.join(f'--extra {e}' for e in res.extras)})" if res.extras else ""
+    say(f"built {name} on {builder}{extras} in {res.took_s:g} s: {len(manifest.files)} files, "
         f"{manifest.total_bytes / 1e6:.1f} MB")
     return manifest
 

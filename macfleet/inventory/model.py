@@ -183,12 +183,14 @@ class IpPlanSettings(_Settings):
 # relocatable (absolute paths in bin/ scripts and pyvenv.cfg `home`), so the interpreter is a uv-managed Python
 # installed inside the release (UV_PYTHON_INSTALL_DIR) and the environment lives there too
 # (UV_PROJECT_ENVIRONMENT); node_modules is only needed to build the dashboard and is left out of the release.
+# $MACFLEET_UV_EXTRAS: the `--extra` options the builder finds the checkout calls for (act/build.py reads its
+# pyproject.toml there: `--extra mlx` where MLX is an optional extra, as since exo 4466cd532; empty before).
 DEFAULT_EXO_BUILD_COMMAND = (
     'set -eu; '
     'export UV_PYTHON_INSTALL_DIR="$PWD/.python" UV_PROJECT_ENVIRONMENT="$PWD/.venv" UV_LINK_MODE=copy; '
     'cd dashboard; if [ -f package-lock.json ]; then npm ci; else npm install; fi; npm run build; '
     'rm -rf node_modules; cd ..; '
-    'uv sync --frozen --no-dev --compile-bytecode --python-preference only-managed; '
+    'uv sync --frozen --no-dev ${MACFLEET_UV_EXTRAS:-} --compile-bytecode --python-preference only-managed; '
     'mkdir -p bin; ln -sfn ../.venv/bin/exo bin/exo'
 )
 MAX_BUILD_COMMAND = 8192
@@ -211,6 +213,14 @@ class ExoBuildSettings(_Settings):
         return value
 
 
+def spotlight_skips(path: str) -> bool:
+    """Whether Spotlight leaves `path` alone by its name: a hidden folder on its way (a name starting with "."), or
+    a folder named *.noindex (playbooks/roles/spotlight: The X Lab's Spotlight FAQ; Apple TA24975). mdutil cannot
+    switch indexing off for a folder, only for a volume."""
+    parts = [p for p in path.split("/") if p not in ("", "~")]
+    return any(p.startswith(".") or p.endswith(".noindex") for p in parts)
+
+
 class ExoSettings(_Settings):
     source: str | None = None  # a directory with an exo build, or a git URL
     version: str | None = None
@@ -219,6 +229,18 @@ class ExoSettings(_Settings):
     port: int = Field(default=52415, ge=1, le=65535)
     env: dict[str, str] = Field(default_factory=dict)
     build: ExoBuildSettings = Field(default_factory=ExoBuildSettings)
+
+    @field_validator("models_dir")
+    @classmethod
+    def _models_dir(cls, value: str) -> str:
+        if not (value == "~" or value.startswith(("/", "~/"))) or "/../" in f"{value}/" or any(
+                ord(c) < 32 for c in value):
+            raise ValueError("an absolute path or one under ~/ (e.g. ~/.exo/models), without .. or control characters")
+        if not spotlight_skips(value):
+            raise ValueError(f"a path Spotlight does not index: {value} is neither inside a hidden folder nor a "
+                             f"*.noindex one (Spotlight indexes folders; mdutil switches it off per volume only). "
+                             f"Use e.g. {value.rstrip('/')}.noindex, or keep ~/.exo/models")
+        return value
 
 
 class ModelToStage(_Settings):

@@ -91,3 +91,29 @@ class RolloutPlan(_Model):
     stage_on: list[str] = Field(default_factory=list)  # nodes that would receive it
     switch_from: str | None = None  # the release every node runs now (None: they differ or none)
     already: bool = False  # every node already runs it
+
+
+# How to give a builder what exo's MLX build needs (exo README, "Xcode ... provides the Metal ToolChain required
+# for MLX compilation"; MLX's install docs, "Metal not found"; Xcode 26's separate Metal toolchain component,
+# actions/runner-images#13094). docs/runbooks/rollout-exo.md says the same at more length.
+XCODE_STEPS = ("install Xcode (App Store, or developer.apple.com/download), then on the builder: `sudo xcode-select "
+               "--switch /Applications/Xcode.app/Contents/Developer`, `sudo xcodebuild -license accept`, "
+               "`xcodebuild -downloadComponent MetalToolchain`; `xcrun metal --version` must then print a version "
+               "(docs/runbooks/rollout-exo.md, \"The builder\")")
+
+
+def toolchain_refusal(node: str, release: str, checks: dict[str, dict]) -> str:
+    """Why the build of `release` on `node` was not started: the checkout compiles MLX, which needs full Xcode's
+    Metal toolchain, and the first of the builder's checks that failed (its command, exit status, output)."""
+    first = next(((cmd, c) for cmd, c in checks.items() if c.get("rc") != 0), None)
+    if first is None:  # xcode-select answered, but with the Command Line Tools (or no Xcode app) selected
+        cmd, c = "xcode-select -p", checks.get("xcode-select -p", {})
+        what = f"the active developer directory is {str(c.get('out') or '?').strip()[:200]}, not an Xcode app's"
+    else:
+        cmd, c = first
+        out = " ".join(str(c.get("out") or "no output").split())[:300]
+        what = f"`{cmd}` exited {c.get('rc')}: {out}"
+    return (f"{node} cannot build {release}: the checkout builds MLX from source (pyproject.toml's "
+            f"[tool.uv.sources] mlx is a git source), which compiles Metal kernels with full Xcode's Metal "
+            f"toolchain, and {what}. Nothing was built or switched. To fix: {XCODE_STEPS}")
+

@@ -20,6 +20,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from macfleet.errors import AT_UNLOCK_SCREEN
+from macfleet.facts.daemons import EXO_JOB_PLIST, NETWORKSETUP_LABEL, NETWORKSETUP_PLIST, ExoDaemonsFacts
 from macfleet.facts.disk import DfFacts
 from macfleet.facts.exo import ExoStateFacts
 from macfleet.facts.network import HardwarePortsFacts, IfconfigFacts, RoutesFacts, ServiceOrderFacts
@@ -113,6 +114,7 @@ class NodeFacts(_Model):
     pf_rules: PfRulesFacts | None = None  # the macfleet anchor's rules
     pings: dict[str, PingFacts] = Field(default_factory=dict)  # peer's planned address -> one ping to it
     tcp_sockets: TcpSocketsFacts | None = None  # `netstat -an -p tcp` (read where llama-rpc is enabled)
+    exo_daemons: ExoDaemonsFacts | None = None  # exo's job's plist, exo's app's network daemon (facts/daemons)
     timed_out: list[str] = Field(default_factory=list)  # kinds whose command gave no answer in time
     problems: dict[str, str] = Field(default_factory=dict)  # kind -> why it is missing
 
@@ -789,6 +791,80 @@ def check_exo_api_exposure(ctx: HealthContext, node: str) -> Verdict:
                  f"{len(f.pf_rules.rules)} rules")]
 
 
+# -------------------------------------------------------------------- exo's models dir, exo's network daemon
+
+EXO_MODELS_ENV = "EXO_DEFAULT_MODELS_DIR"  # exo src/exo/shared/constants.py since 15f1b61f4
+EXO_DEFAULT_MODELS = ".exo/models"  # its default, under HOME (same file)
+
+
+def _clean(path: str) -> str:
+    return re.sub(r"/+", "/", path).rstrip("/") or "/"
+
+
+def check_exo_models_dir(ctx: HealthContext, node: str) -> Verdict:
+    """exo looks for models where its LaunchDaemon's environment says (EXO_DEFAULT_MODELS_DIR, else
+    ~/.exo/models): the directory rollout fills (exo.models_dir), or exo downloads every model again."""
+    f = ctx.facts[node]
+    if f.exo_daemons is None:
+        return Unknown(reason=f.why("exo-daemons"))
+    if f.exo_daemons.exo_job is None:
+        return Unknown(reason=f"exo's LaunchDaemon could not be read: {f.exo_daemons.exo_job_problem}")
+    env = f.exo_daemons.exo_job.environment
+    home = env.get("HOME")
+    want = ctx.mesh_of(node).settings.exo.models_dir
+    if want == "~" or want.startswith("~/"):
+        if not home:
+            return Unknown(reason="exo's LaunchDaemon sets no HOME, so ~ in exo.models_dir cannot be placed")
+        want = home + want[1:]
+    looks = env.get(EXO_MODELS_ENV) or (f"{home}/{EXO_DEFAULT_MODELS}" if home else None)
+    if looks is None:
+        return Unknown(reason=f"exo's LaunchDaemon sets neither {EXO_MODELS_ENV} nor HOME")
+    if _clean(looks) == _clean(want):
+        return []
+    return [HealthFinding(
+        node=node, check="exo-models-dir", severity="error",
+        message=f"exo on {node} looks for models in {looks}, but rollout puts them in {want} (exo.models_dir): "
+                "exo does not see the models pushed there and downloads them again",
+        fix="`macfleet bootstrap` writes exo's LaunchDaemon with EXO_DEFAULT_MODELS_DIR set to exo.models_dir "
+            "and restarts exo",
+        evidence=f"{EXO_JOB_PLIST}: {EXO_MODELS_ENV}="
+                 f"{env.get(EXO_MODELS_ENV, '(not set)')}, HOME={home or '(not set)'}")]
+
+
+def check_exo_networksetup(ctx: HealthContext, node: str) -> Verdict:
+    """exo's app installs the LaunchDaemon io.exo.networksetup, which at load and every ~30 min rewrites the
+    network services and sets the Thunderbolt ports to DHCP (exo app/EXO/EXO/Services/NetworkSetupHelper.swift
+    at b5375f8; exo#1158, #2007, #2067): it undoes the IP plan. Loaded, or installed and not disabled (so it loads
+    at the next boot), is a finding."""
+    f = ctx.facts[node]
+    if f.exo_daemons is None:
+        return Unknown(reason=f.why("exo-daemons"))
+    ns = f.exo_daemons.networksetup
+    if not ns.plist_present and not ns.loaded:
+        return []
+    if not ns.loaded and ns.disabled:
+        return []
+    if not ns.loaded and not ns.disabled_read:
+        return Unknown(reason=f"{NETWORKSETUP_LABEL} is installed, not loaded; whether it is disabled could not "
+                              "be read (launchctl print-disabled system)")
+    ran = ", ".join(x for x in (f"state {ns.state}" if ns.state else "", f"{ns.runs} runs" if ns.runs is not None
+                                else "", f"last exit {ns.last_exit}" if ns.last_exit else "") if x)
+    now = (f"is loaded ({ran or 'launchctl print answers'})" if ns.loaded
+           else "is installed and not disabled: it loads at the next boot")
+    return [HealthFinding(
+        node=node, check="exo-networksetup", severity="error" if ns.loaded else "warning",
+        message=f"exo's network daemon {NETWORKSETUP_LABEL} on {node} {now}; at load and every ~30 minutes it "
+                "rewrites the network services, destroys bridge0 and puts the Thunderbolt ports on DHCP, undoing "
+                "the IP plan",
+        fix=f"`macfleet bootstrap` boots it out and disables it (`sudo launchctl bootout system/{NETWORKSETUP_LABEL}"
+            f"; sudo launchctl disable system/{NETWORKSETUP_LABEL}`), then `macfleet doctor --fix` re-applies the "
+            "IP plan; do not run exo's app on the nodes (docs/runbooks/bootstrap.md)",
+        evidence=f"{NETWORKSETUP_PLIST} "
+                 f"{'present' if ns.plist_present else 'absent'}; launchctl print system/{NETWORKSETUP_LABEL}: "
+                 f"{ran or ('loaded' if ns.loaded else 'not loaded')}; disabled: "
+                 f"{'unread' if not ns.disabled_read else 'yes' if ns.disabled else 'no'}")]
+
+
 # ------------------------------------------------------------------------------------- ping over each link
 
 
@@ -924,6 +1000,10 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec(code="updates", title="no pending software update (softwareupdate --list)", depends=_R),
     CheckSpec(code="tb-ping", title="each end of every good Thunderbolt link answers a ping at its planned address",
               depends=(*_R, "cabling", "bridge", "ip-plan")),
+    CheckSpec(code="exo-models-dir", title="exo looks for models in the directory rollout fills (exo.models_dir)",
+              depends=_R),
+    CheckSpec(code="exo-networksetup", title="exo's app's network daemon (io.exo.networksetup) is not loaded and "
+              "will not load at boot", depends=_R),
     CheckSpec(code="exo-api-exposure", title="exo's API reachable only from the Thunderbolt networks and the "
               "controller (pf anchor loaded, pf on)", depends=_R),
     CheckSpec(code="llama-rpc", title="where llama-rpc is enabled, rpc-server listens on each Thunderbolt address "
@@ -955,6 +1035,8 @@ CHECK_FUNCTIONS: dict[str, Callable[[HealthContext, str], Verdict]] = {
     "exo-runners": check_exo_runners,
     "exo-log": check_exo_log,
     "exo-api-exposure": check_exo_api_exposure,
+    "exo-models-dir": check_exo_models_dir,
+    "exo-networksetup": check_exo_networksetup,
     "llama-rpc": check_llama_rpc,
     "links-bench": check_links_bench,
 }

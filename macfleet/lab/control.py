@@ -198,7 +198,7 @@ def _persist_initial(lab: dict, node: str, fresh: bool) -> dict:
         "names": {"ComputerName": node, "LocalHostName": node},
         "os": {"version": "26.5.1", "build": "25F80"},
         "mtu": {},
-        "spotlight_off": [] if fresh else [f"/Users/{lab['user']}/.exo/models"],
+        "spotlight_off": [],  # bootstrap switches no volume's indexing off (playbooks/roles/spotlight)
         "auto_login_user": None,
     }
 
@@ -709,7 +709,7 @@ def _install_exo(lab: dict, d: Path) -> None:
         (root / "current").symlink_to(f"releases/{EXO_VERSION}")
         # the LaunchDaemon bootstrap installs (runs as the admin, starts with nobody logged in)
         plist = prepared.render("exo", "exo.plist.j2", exo_user=lab["user"], exo_home=str(home),
-                                exo_env=exo_env(lab))
+                                exo_env=exo_env(lab), exo_models_dir=f"{home}/.exo/models")
         target = nd / "fs" / _fs_relative(f"/Library/LaunchDaemons/{prepared.EXO_LABEL}.plist")
         target.write_text(plist)
         os.chmod(target, 0o644)

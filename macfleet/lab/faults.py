@@ -7,7 +7,8 @@ and nowhere else. Active faults are recorded in `<state>/faults.json` with what 
 exactly what was done. Reboots keep or clear them as a Mac would (`on_boot`, called by every boot):
 
   kept    cabling, bridge-on, apipa, ip-drift saved, rdma-off, slow-boot, os-mismatch, filevault-on,
-          disk-full, sleep-on, clock-skew, exo-version      (settings, disk, hardware: until --clear)
+          disk-full, sleep-on, clock-skew, exo-version, exo-networksetup (settings, disk, hardware, an installed
+          daemon: until --clear)
   cleared ip-drift live, hang, qp-exhausted, wired-limit-lost, exo-down, exo-runner-failed (at the node's boot)
   rdma-wedge  only once every node of its mesh has booted within WEDGE_WINDOW_S of each other, after the
               fault; rebooting the wedged node alone leaves it wedged.
@@ -723,6 +724,79 @@ def runner_clear(target: LoadedLab, data: dict, node: str) -> None:
     target.set_overlay(node, "runnerFailed", None)
 
 
+# exo's app's network LaunchDaemon (exo app/EXO/EXO/Services/NetworkSetupHelper.swift at b5375f8): label, plist,
+# script path, RunAtLoad and StartInterval 1786; its installer runs `launchctl bootstrap system PLIST`, `launchctl
+# enable system/LABEL`, `launchctl kickstart -k system/LABEL`.
+NETSETUP_LABEL = "io.exo.networksetup"
+NETSETUP_PLIST = f"/Library/LaunchDaemons/{NETSETUP_LABEL}.plist"
+NETSETUP_SCRIPT = "/Library/Application Support/EXO/disable_bridge.sh"
+NETSETUP_INTERVAL_S = 1786
+# What exo's script does, as far as the lab's stand-ins go. exo's: `sleep 20`; remove bridge0's members and destroy
+# it; delete it from preferences.plist; `networksetup -createlocation exo` and `-switchtolocation exo`; in that
+# location, an "EXO Thunderbolt N" service on DHCP for each "Thunderbolt N" port; "Thunderbolt Bridge" off. The
+# lab has no network locations: the Thunderbolt services of its one set go to DHCP instead (what the switch does
+# to the ports), then the bridge goes off. Run by the lab's launchd (as root) with the node's python3.
+_NETSETUP_PROGRAM = r"""import re, subprocess, time
+# macfleet lab: exo's io.exo.networksetup script, as far as the lab goes (macfleet/lab/faults.py)
+time.sleep(20)  # exo's script: "Wait for macOS to finish network setup after boot"
+order = subprocess.run(["networksetup", "-listnetworkserviceorder"], capture_output=True, text=True).stdout
+name = None
+for line in order.splitlines():
+    m = re.match(r"^\([0-9*]+\) (.+)$", line)
+    if m:
+        name = m.group(1)
+    elif name and re.search(r"Hardware Port: Thunderbolt [0-9]+,", line):
+        subprocess.run(["networksetup", "-setdhcp", name])
+subprocess.run(["networksetup", "-setnetworkserviceenabled", "Thunderbolt Bridge", "off"])
+"""
+
+
+def _netsetup_files(target: LoadedLab, node: str) -> dict[str, str]:
+    """Where the daemon's files go in the node's filesystem."""
+    base = os.path.join(target.dir, "nodes", node, "fs", "Library")
+    return {"plist": os.path.join(base, "LaunchDaemons", f"{NETSETUP_LABEL}.plist"),
+            "script": os.path.join(base, "Application Support", "EXO", "disable_bridge.sh")}
+
+
+def netsetup_apply(target: LoadedLab, node: str) -> dict:
+    import plistlib
+
+    files = _netsetup_files(target, node)
+    services = [dict(s) for s in target.node(node).persist.get("services", [])]
+    os.makedirs(os.path.dirname(files["script"]), exist_ok=True)
+    with open(files["script"], "w") as f:
+        f.write(_NETSETUP_PROGRAM)
+    job = {"Label": NETSETUP_LABEL, "ProgramArguments": ["/usr/bin/python3", NETSETUP_SCRIPT],
+           "StartInterval": NETSETUP_INTERVAL_S, "RunAtLoad": True}  # (exo's logs to /var/log: the host's here)
+    with open(files["plist"], "wb") as f:
+        plistlib.dump(job, f)
+    os.chmod(files["plist"], 0o644)
+    if target.on(node):  # what exo's installer runs (as root, after the admin's password)
+        _run_on(target, node, [["launchctl", "bootstrap", "system", NETSETUP_PLIST],
+                               ["launchctl", "enable", f"system/{NETSETUP_LABEL}"]])
+    # else: the next boot loads it (RunAtLoad), as a Mac's does
+    return {"services": services}
+
+
+def netsetup_clear(target: LoadedLab, data: dict, node: str) -> None:
+    """Uninstall it as exo's uninstaller does (bootout, files removed), enable the label again, and put the
+    Thunderbolt services back as they were before the fault."""
+    if target.on(node):
+        target.ssh(node, f"sudo -S -p '' launchctl bootout system/{NETSETUP_LABEL}", input=target.admin_password()
+                   + "\n")
+    for path in _netsetup_files(target, node).values():
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+    def mutate(p: dict) -> None:
+        (p.get("launchd_disabled") or {}).pop(NETSETUP_LABEL, None)
+        if data.get("services"):
+            p["services"] = data["services"]
+
+    _update_services(target, node, mutate)
+    target.netapply(node)
+
+
 # ---------------------------------------------------------------------------------------------
 # Registry
 # ---------------------------------------------------------------------------------------------
@@ -799,6 +873,9 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
           exo_down_apply, exo_down_clear, reboot="cleared", exo=True),
     Fault("exo-version", ("NODE", "VERSION"), "exo", "NODE's exo advertises another version: peers drop it",
           exo_version_apply, exo_version_clear, exo=True),
+    Fault("exo-networksetup", ("NODE",), "exo", "exo's app's LaunchDaemon io.exo.networksetup is installed and "
+          "loaded: at every load (boot, install) it puts the Thunderbolt services on DHCP and the bridge off, "
+          "undoing the IP plan; kept across reboots (RunAtLoad) until disabled", netsetup_apply, netsetup_clear),
     Fault("exo-runner-failed", ("NODE",), "exo", "exo's runner crashed (RunnerFailed: Terminated (signal=11 "
           "(Segmentation fault: 11))) in /state and the log; a reboot clears it", runner_apply, runner_clear,
           reboot="cleared", exo=True, check=runner_check),

@@ -48,5 +48,6 @@ def files(*, user: str, home: str, memory_bytes: int, controller: str, interface
         PF_ANCHOR_FILE: (render("pf", "macfleet.pf.j2", pf_sources=[DEFAULT_POOL, controller],
                                 pf_interfaces=interfaces), 0o644),
         f"/Library/LaunchDaemons/{EXO_LABEL}.plist": (
-            render("exo", "exo.plist.j2", exo_user=user, exo_home=home, exo_env=exo_env), 0o644),
+            render("exo", "exo.plist.j2", exo_user=user, exo_home=home, exo_env=exo_env,
+                   exo_models_dir=f"{home}/.exo/models"), 0o644),
     }

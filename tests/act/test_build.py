@@ -148,3 +148,150 @@ def test_a_build_whose_controller_goes_away_is_killed(tmp_path: Path) -> None:
 def test_a_landed_manifest_round_trips() -> None:
     m = Manifest(files=())
     assert Manifest.model_validate_json(m.model_dump_json()) == m
+
+
+# The parts of exo's pyproject.toml the builder reads (facts of exo's source, not its text): at exo 4466cd532
+# and b5375f8, MLX is an optional extra `mlx` and [tool.uv.sources] gives mlx a list of sources, the darwin one a
+# git fork; at v1.0.71 there are optional extras but no `mlx` one, and mlx's source is one inline git table.
+EXTRA_AND_GIT = """[project]
+name = "exo"
+version = "0.3.70"
+dependencies = [
+  "aiofiles>=24.1.0",
+]
+
+[project.optional-dependencies]
+build = ["nanobind"]
+mlx = [
+  "mlx==0.32.0",
+  "mlx-lm",
+]
+
+[tool.uv.sources]
+exo-pyo3-bindings = { workspace = true }
+mlx = [
+  { git = "https://example.invalid/mlx-fork.git", branch = "b", marker = "sys_platform == 'darwin'" },
+  { url = "https://example.invalid/mlx.whl", marker = "sys_platform == 'linux'" },
+]
+mlx-lm = { git = "https://example.invalid/mlx-lm", branch = "b" }
+"""
+NO_EXTRA_GIT = """[project]
+name = "exo"
+version = "0.3.70"
+
+[project.optional-dependencies]
+cuda = ["mlx-cuda"]
+
+[tool.uv.sources]
+mlx = { git = "https://example.invalid/mlx-fork.git", branch = "b", marker = "sys_platform == 'darwin'" }
+"""
+WHEELS_ONLY = """[project]
+name = "exo"
+version = "0.3.0"
+dependencies = ["mlx>=0.29.3"]
+"""
+
+
+def _tools(tmp_path: Path, developer_dir: str, metal: str | None) -> str:
+    """A PATH whose xcode-select and xcrun answer as a Mac's do (their words: MLX's install docs, "Metal not
+    found"; actions/runner-images#13094), ahead of the build's own PATH."""
+    bin_dir = tmp_path / "tools"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "xcode-select").write_text(f"#!/bin/sh\necho {developer_dir}\n")
+    if metal is None:
+        xcrun = ('#!/bin/sh\necho \'xcrun: error: unable to find utility "metal", not a developer tool or in PATH\''
+                 " >&2\nexit 72\n")
+    else:
+        found = f"{developer_dir}/Toolchains/XcodeDefault.xctoolchain/usr/bin/metal"
+        xcrun = f'#!/bin/sh\nif [ "$1" = -f ]; then echo {found}; exit 0; fi\n{metal}\n'
+    (bin_dir / "xcrun").write_text(xcrun)
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    return f"{bin_dir}:{build.BUILD_PATH}"
+
+
+def _build_checkout(tmp_path: Path, pyproject: str | None, path: str) -> dict:
+    rel = tmp_path / "rel"
+    rel.mkdir(parents=True, exist_ok=True)
+    if pyproject is not None:
+        (rel / "pyproject.toml").write_text(pyproject)
+    p = subprocess.Popen([sys.executable, "-c", build._BUILD_PROGRAM, str(rel), str(tmp_path / "build.log"), "30",
+                          path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    p.stdin.write(json.dumps({"command": 'echo "extras=[$MACFLEET_UV_EXTRAS]"'}) + "\n")
+    p.stdin.flush()
+    out = p.stdout.read()  # stdin stays open as ssh's does while the controller waits
+    assert p.wait(30) == 0
+    p.stdin.close()
+    return json.loads(out.strip().splitlines()[-1])
+
+
+XCODE = "/Applications/Xcode.app/Contents/Developer"
+
+
+@pytest.mark.parametrize(("pyproject", "extras"), [(EXTRA_AND_GIT, "--extra mlx"), (NO_EXTRA_GIT, ""),
+                                                   (WHEELS_ONLY, ""), (None, "")],
+                         ids=["extra-and-git", "git-no-extra", "wheels", "no-pyproject"])
+def test_the_mlx_extra_is_asked_for_where_the_checkout_has_it(tmp_path: Path, pyproject: str | None,
+                                                              extras: str) -> None:
+    d = _build_checkout(tmp_path, pyproject, _tools(tmp_path, XCODE, "echo 'Apple metal version 32023.620'"))
+    assert d["rc"] == 0 and d["tail"] == f"extras=[{extras}]\n", d
+    assert d["checkout"]["extras"] == (["mlx"] if extras else [])
+
+
+@pytest.mark.parametrize(("developer_dir", "metal", "says"), ids=["clt-only", "no-metal-component"], argvalues=[
+    ("/Library/Developer/CommandLineTools", None, "CommandLineTools"),  # the Command Line Tools only
+    (XCODE, "echo \"error: cannot execute tool 'metal' due to missing Metal Toolchain; use: xcodebuild "
+            "-downloadComponent MetalToolchain\" >&2; exit 1", "missing Metal Toolchain"),  # Xcode 26, no component
+])
+def test_a_builder_without_xcodes_metal_toolchain_builds_nothing(tmp_path: Path, developer_dir: str,
+                                                                 metal: str | None, says: str) -> None:
+    from macfleet.judge.build import toolchain_refusal
+
+    d = _build_checkout(tmp_path, EXTRA_AND_GIT, _tools(tmp_path, developer_dir, metal))
+    assert "rc" not in d and not (tmp_path / "build.log").exists()
+    why = toolchain_refusal("studio-2", "0.3.70-0123456789ab", d["refused"])
+    assert says in why and "xcode-select --switch /Applications/Xcode.app/Contents/Developer" in why
+    assert "xcodebuild -downloadComponent MetalToolchain" in why and "Nothing was built" in why
+    # a checkout that takes MLX as a wheel needs none of it
+    assert _build_checkout(tmp_path / "w", WHEELS_ONLY, _tools(tmp_path / "w", developer_dir, metal))["rc"] == 0
+
+
+# exo's peer-port options as its src/exo/main.py declares them (facts: option, type, default): since 09f9ea313
+# `--zenoh-port` 52414 (TCP) and `--discovery-port` 52413 (UDP); at v1.0.71 `--libp2p-port` 0 (OS-assigned).
+ZENOH_MAIN = """parser.add_argument("--api-port", type=int, dest="api_port", default=52415)
+parser.add_argument(
+    "--zenoh-port",
+    type=int,
+    default=52414,
+    dest="zenoh_port",
+    help="the TCP port (for a test)",
+)
+parser.add_argument("--discovery-port", type=int, default=52413, dest="discovery_port", help="(UDP)")
+"""
+LIBP2P_MAIN = """parser.add_argument("--api-port", type=int, dest="api_port", default=52415)
+parser.add_argument(
+    "--libp2p-port",
+    type=int,
+    default=0,
+    dest="libp2p_port",
+    help="a TCP port (0 = the OS picks one)",
+)
+"""
+
+
+@pytest.mark.parametrize(("main", "ports"), [(ZENOH_MAIN, {"tcp": [52414], "udp": [52413]}),
+                                             (LIBP2P_MAIN, {"tcp": [], "udp": []}), (None, None)],
+                         ids=["zenoh", "libp2p", "no-source"])
+def test_the_release_says_which_peer_ports_its_exo_listens_on(tmp_path: Path, main: str | None,
+                                                              ports: dict | None) -> None:
+    rel = tmp_path / "rel"
+    if main is not None:
+        (rel / "src" / "exo").mkdir(parents=True)
+        (rel / "src" / "exo" / "main.py").write_text(main)
+    d = _build_checkout(tmp_path, WHEELS_ONLY, build.BUILD_PATH)
+    assert d["rc"] == 0 and d["checkout"]["ports"] == ports
+    written = rel / build.PORTS_FILE
+    if ports is None:
+        assert not written.exists()
+    else:
+        assert json.loads(written.read_text()) == {**ports, "source": "src/exo/main.py"}

@@ -154,7 +154,9 @@ def test_fresh_to_ready_then_nothing_to_change(fresh: Lab, tmp_path: Path) -> No
     assert fresh.ssh(n1, "/usr/bin/python3 -c 'print(1)'").stdout.strip() == "1"
     assert fresh.ssh(n1, "test -x /opt/homebrew/bin/rsync", check=False).returncode == 0
     assert fresh.ssh(n1, "/opt/homebrew/bin/iperf3 --version").returncode == 0  # what `bench links` runs
-    assert "Indexing disabled" in fresh.ssh(n1, "mdutil -s ~/.exo/models").stdout
+    # Spotlight skips ~/.exo/models by its name (hidden ~/.exo): bootstrap ran no mdutil, which refuses a folder
+    assert fresh.ssh(n1, "mdutil -s ~/.exo/models", check=False).returncode == 1
+    assert "Indexing disabled" not in fresh.ssh(n1, "mdutil -s /").stdout
     assert fresh.macfleet("topology", "check", "-i", str(fresh.inventory), check=False).returncode == 0
 
 
@@ -221,9 +223,10 @@ def _drift(lab: Lab) -> None:
     lab.sudo(n1, "pmset -a sleep 10; networksetup -setnetworkserviceenabled 'Thunderbolt Bridge' on; "
                  "launchctl bootout system/org.macfleet.exo")
     lab.ssh(n1, "rm /opt/homebrew/bin/iperf3")
-    lab.sudo(n2, "sysctl iogpu.wired_limit_mb=0; mdutil -i on \"$HOME/.exo/models\"; rm /etc/pf.anchors/macfleet; "
+    lab.sudo(n2, "sysctl iogpu.wired_limit_mb=0; rm /etc/pf.anchors/macfleet; "
                  "sed -i 's/^#.*$/# edited/' /etc/sudoers.d/macfleet")
     lab.fault("ip-drift", n2, "saved")
+    lab.fault("exo-networksetup", n1)  # exo's app's network daemon, loaded: bootstrap boots it out, disables it
 
 
 def _drift_is_gone(lab: Lab) -> None:
@@ -233,7 +236,8 @@ def _drift_is_gone(lab: Lab) -> None:
     assert lab.ssh(n1, "test -x /opt/homebrew/bin/iperf3", check=False).returncode == 0
     assert lab.ssh(n1, "launchctl print system/org.macfleet.exo", check=False).returncode == 0
     assert lab.ssh(n2, "sysctl -n iogpu.wired_limit_mb").stdout.strip() not in ("", "0")
-    assert "Indexing disabled" in lab.ssh(n2, "mdutil -s ~/.exo/models").stdout
+    assert lab.ssh(n1, "launchctl print system/io.exo.networksetup", check=False).returncode == 113
+    assert '"io.exo.networksetup" => disabled' in lab.ssh(n1, "launchctl print-disabled system").stdout
     assert lab.ssh(n2, "test -f /etc/pf.anchors/macfleet", check=False).returncode == 0
     assert lab.sudo(n2, "grep -c '^# edited' /etc/sudoers.d/macfleet", check=False).stdout.strip() == "0"
     assert lab.macfleet("topology", "check", "-i", str(lab.inventory), check=False).returncode == 0
@@ -258,6 +262,36 @@ def _old_drop_in_asks_for_the_password_once(lab: Lab, state: dict[str, str]) -> 
     assert drop_in.read_text() == text
 
 
+def _doctor_models(lab: Lab) -> list[dict]:
+    p = lab.macfleet("doctor", "-i", str(lab.inventory), "--only", "exo-models-dir", "--json", check=False,
+                     timeout=120)
+    return [f for f in json.loads(p.stdout)["findings"] if f["check"] == "exo-models-dir"]
+
+
+def _models_dir_is_given_to_exo(lab: Lab, state: dict[str, str]) -> None:
+    """Another models directory in the inventory: doctor says exo looks elsewhere, bootstrap tells exo
+    (EXO_DEFAULT_MODELS_DIR in its LaunchDaemon), doctor is content; then back."""
+    import yaml
+
+    gv = lab.inventory / "group_vars" / "all" / "macfleet.yml"
+    before = gv.read_text()
+    data = yaml.safe_load(before)
+    data.setdefault("macfleet_exo", {})["models_dir"] = "~/.exo/models-b"
+    gv.write_text(yaml.safe_dump(data))
+    try:
+        found = _doctor_models(lab)
+        assert {f["node"] for f in found} == set(lab.nodes) and "models-b" in found[0]["message"], found
+        rc, out = _bootstrap(lab, env=state)
+        assert rc == 0 and all(n["changed"] > 0 for n in out["nodes"].values()), out
+        assert _doctor_models(lab) == []
+        env = lab.ssh(lab.nodes[0], "cat /Library/LaunchDaemons/org.macfleet.exo.plist").stdout
+        assert "<key>EXO_DEFAULT_MODELS_DIR</key>" in env and "/.exo/models-b</string>" in env
+    finally:
+        gv.write_text(before)
+    rc, out = _bootstrap(lab, env=state)
+    assert rc == 0, out
+
+
 def test_prepared_lab_is_a_bootstrapped_mesh_and_exo_survives_a_reboot(make_lab, tmp_path: Path) -> None:
     lab = make_lab("bp", "--nodes", "2", "--boot-seconds", "1", "--tb-rate", "80mbit")
     state = {"MACFLEET_STATE_DIR": str(tmp_path / "state")}
@@ -274,6 +308,7 @@ def test_prepared_lab_is_a_bootstrapped_mesh_and_exo_survives_a_reboot(make_lab,
     rc, data = _bootstrap(lab, env=state)
     assert rc == 0 and data["changed"] == 0, data
     assert _settled(tmp_path / "state", ONE_READ_PLAY) == set(lab.nodes)
+    _models_dir_is_given_to_exo(lab, state)
     _old_drop_in_asks_for_the_password_once(lab, state)
     for node in lab.nodes:
         lab.ssh(node, "sudo -n shutdown -r now", check=False)

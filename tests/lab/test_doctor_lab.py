@@ -158,6 +158,22 @@ def test_fault_matrix(bootstrapped) -> None:
     assert not failures, "\n".join(failures)
 
 
+def test_exos_network_daemon_is_found_and_undoes_the_ip_plan(bootstrapped) -> None:
+    """exo's app's io.exo.networksetup daemon (lab fault exo-networksetup): doctor names it at once, and ~20 s
+    later (its script's sleep) the IP plan it undid; --clear puts the node back."""
+    lab = bootstrapped
+    wait_doctor(lab, set(), 60, "healthy before exo-networksetup")
+    lab.fault("exo-networksetup", S2)
+    try:
+        rc, report, _ = wait_doctor(lab, both("exo-networksetup", S2) | both("ip-plan", S2), 90,
+                                    "exo-networksetup")
+        [f] = [f for f in report["findings"] if f["check"] == "exo-networksetup"]
+        assert rc == 1 and "loaded" in f["message"] and "launchctl disable" in f["fix"], f
+    finally:
+        lab.fault("exo-networksetup", S2, clear=True)
+    wait_doctor(lab, set(), 90, "exo-networksetup --clear")
+
+
 def test_hung_node_exits_3_and_the_rest_is_judged(bootstrapped) -> None:
     lab = bootstrapped
     lab.fault("hang", S3)

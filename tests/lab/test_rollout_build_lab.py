@@ -50,7 +50,8 @@ def test_built_on_the_builder_fanned_out_switched(lab4: Lab, controller: Path, t
     builder = lab4.nodes[BUILDER_INDEX]
     others = [n for n in lab4.nodes if n != builder]
     src = tmp_path / "src"
-    lab4.macfleet("lab", "exo-build", "--source", "--version", "1.0.90", "--out", str(src))
+    # an exo that declares zenoh's ports (exo since 09f9ea313), where the lab's own release declares none
+    lab4.macfleet("lab", "exo-build", "--source", "--zenoh", "--version", "1.0.90", "--out", str(src))
     inv = _inventory(lab4, tmp_path / "inv", node=builder, command="sh ./build.sh", timeout_s=120)
 
     # --check: what it would build where; nothing anywhere changes (no lock, no directory on the builder)
@@ -69,6 +70,13 @@ def test_built_on_the_builder_fanned_out_switched(lab4: Lab, controller: Path, t
     assert f"from {builder} over Thunderbolt" in p.stderr
     _healthy_on(lab4, name)
     peer = others[-1]
+    # the packet filter follows the release: its peer ports let in from the mesh only, on every node, before the
+    # switch
+    assert "exo's peer ports differ" in p.stderr
+    assert json.loads(lab4.ssh(peer, f"cat /opt/exo/releases/{name}/macfleet-ports.json").stdout)["tcp"] == [52414]
+    for n in lab4.nodes:
+        rules = lab4.ssh(n, "sudo -n pfctl -a com.apple/macfleet -s rules").stdout
+        assert "52414" in rules and "udp" in rules and "52413" in rules, (n, rules)
     # built at its final path (the #! line names it), links carried and verified, landed with its manifest
     assert lab4.ssh(peer, f"head -1 /opt/exo/releases/{name}/.venv/bin/exo").stdout.strip() == \
         f"#!/opt/exo/releases/{name}/.venv/bin/python"
@@ -83,6 +91,7 @@ def test_built_on_the_builder_fanned_out_switched(lab4: Lab, controller: Path, t
     back = lab4.macfleet("rollout", "rollback", "-i", str(inv), "--json", timeout=300)
     assert json.loads(back.stdout)["release"] == before
     _healthy_on(lab4, before)
+    assert "52414" not in lab4.ssh(peer, "sudo -n pfctl -a com.apple/macfleet -s rules").stdout  # back to the API
     plan = json.loads(lab4.macfleet("rollout", "exo", "--source", str(src), "-i", str(inv), "--check",
                                     "--json").stdout)
     assert plan["build"] is None and plan["reuse_from"] == builder and plan["stage_on"] == []
@@ -133,3 +142,25 @@ def test_failed_builds_exit_1_nothing_switched(lab4: Lab, controller: Path, tmp_
         assert st["current"] == before and all(n["running"] for n in st["nodes"].values()), st
     finally:
         lab4.ssh(builder, "rm -rf ~/.local/uvpy /opt/exo/releases/.build-*")
+
+
+def test_a_builder_without_xcode_builds_nothing_and_says_how(lab4: Lab, controller: Path, tmp_path: Path) -> None:
+    """A checkout shaped as exo's since 4466cd532 (MLX an extra, built from a git source) on a builder with the
+    Command Line Tools only, as every lab Mac (and a Mac out of the box): refused before the build command runs,
+    with the way to get Xcode's Metal toolchain; nothing switched, no directory left."""
+    before = _status(lab4)["current"]
+    builder = lab4.nodes[BUILDER_INDEX]
+    src = tmp_path / "src"
+    lab4.macfleet("lab", "exo-build", "--source", "--builds-mlx", "--version", "1.0.93", "--out", str(src))
+    inv = _inventory(lab4, tmp_path / "inv", node=builder, command="sh ./build.sh", timeout_s=120)
+    p = lab4.macfleet("rollout", "exo", "--source", str(src), "-i", str(inv), "--json", check=False, timeout=300)
+    assert p.returncode == 1, p.stderr
+    err = json.loads(p.stdout)["error"]
+    assert err["code"] == "rollout_failed" and f"{builder} cannot build" in err["message"], err
+    assert "/Library/Developer/CommandLineTools" in err["message"]
+    assert "xcode-select --switch /Applications/Xcode.app/Contents/Developer" in err["message"]
+    assert "xcodebuild -downloadComponent MetalToolchain" in err["message"]
+    assert not [x for x in _releases(lab4, builder) if x.startswith("1.0.93-")]
+    assert lab4.ssh(builder, 'xcrun -f metal', check=False).returncode == 72  # the stand-in: no Xcode here
+    st = _status(lab4)
+    assert st["current"] == before and all(n["running"] for n in st["nodes"].values()), st

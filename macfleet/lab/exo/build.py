@@ -117,10 +117,46 @@ echo "built: bin/exo -> .venv/bin/exo"
 """
 
 
-def write_source(out_dir: Path, version: str, *, broken: bool = False, fail: bool = False) -> Path:
+# A pyproject.toml with what the builder reads of exo's (act/build.py): since exo 4466cd532 MLX is the optional
+# extra `mlx`, and [tool.uv.sources] gives mlx a git source for darwin (a fork built from source, so Xcode's Metal
+# toolchain is needed). The names are exo's; the URL is not (the lab fetches nothing).
+_PYPROJECT_MLX = """[project]
+name = "exo"
+version = "{version}"
+
+[project.optional-dependencies]
+mlx = [
+  "mlx",
+]
+
+[tool.uv.sources]
+mlx = [
+  {{ git = "https://example.invalid/mlx-fork.git", branch = "lab", marker = "sys_platform == 'darwin'" }},
+]
+"""
+
+
+# exo's peer-port options as its src/exo/main.py declares them since 09f9ea313 (option, type, default: zenoh's TCP
+# port 52414, the discovery UDP port 52413), in the argparse form the builder reads (act/build.py). The stand-in
+# itself does not listen on them: the packet filter is what this source is for.
+_MAIN_ZENOH = """# exo (macfleet lab stand-in): the peer-port options of exo's src/exo/main.py since 09f9ea313
+import argparse
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--api-port", type=int, dest="api_port", default=52415)
+parser.add_argument("--zenoh-port", type=int, default=52414, dest="zenoh_port")
+parser.add_argument("--discovery-port", type=int, default=52413, dest="discovery_port")
+"""
+
+
+def write_source(out_dir: Path, version: str, *, broken: bool = False, fail: bool = False,
+                 builds_mlx: bool = False, zenoh: bool = False) -> Path:
     """Write an exo stand-in *source* tree into `out_dir` (absent or empty): VERSION, lib/exo_standin.py and
     build.sh, which `rollout exo --build-on NODE` runs on the builder with SOURCE_BUILD_COMMAND and which makes
-    the build layout above. `fail`: the build script exits 3 after writing part of the tree."""
+    the build layout above. `fail`: the build script exits 3 after writing part of the tree. `builds_mlx`: also
+    a pyproject.toml shaped as exo's since 4466cd532 (MLX an extra, built from a git source), so the builder
+    needs Xcode's Metal toolchain, which no lab Mac has. `zenoh`: also src/exo/main.py declaring exo's zenoh and
+    discovery ports, so the release built from it says it listens on them (macfleet-ports.json)."""
     if not _VERSION_RE.match(version):
         raise ValueError(f"bad exo version {version!r}: expected letters, digits and . _ + - (e.g. 1.0.71)")
     out_dir = Path(out_dir)
@@ -133,6 +169,11 @@ def write_source(out_dir: Path, version: str, *, broken: bool = False, fail: boo
               .replace("@BROKEN@", "true" if broken else "false").replace("@LABEL@", LABEL))
     (out_dir / "build.sh").write_text(script)
     (out_dir / "build.sh").chmod(0o755)
+    if builds_mlx:
+        (out_dir / "pyproject.toml").write_text(_PYPROJECT_MLX.format(version=version))
+    if zenoh:
+        (out_dir / "src" / "exo").mkdir(parents=True)
+        (out_dir / "src" / "exo" / "main.py").write_text(_MAIN_ZENOH)
     return out_dir
 
 

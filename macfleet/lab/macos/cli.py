@@ -24,6 +24,7 @@ COMMANDS = {
     "scutil": "system:scutil",
     "softwareupdate": "devtools:softwareupdate",
     "xcode-select": "devtools:xcode_select",
+    "xcrun": "devtools:xcrun",
     "brew": "devtools:brew",
     "mdutil": "prefs:mdutil",
     "defaults": "prefs:defaults",

@@ -1,8 +1,8 @@
-"""Developer-tools stand-ins: `xcode-select`, `softwareupdate` (list and install, the Command Line Tools
-among them), `/usr/bin/python3` (the Command Line Tools stub until the tools are installed) and Homebrew's
-`brew` (`list`, `install` of rsync and iperf3). Messages follow those widely quoted from Macs without the tools;
-the exact `softwareupdate --install` progress lines, the CLT label and brew's outputs are guesses (docs/lab.md
-lists them).
+"""Developer-tools stand-ins: `xcode-select`, `xcrun` (no Xcode: its Metal toolchain is never there), `softwareupdate`
+(list and install, the Command Line Tools among them), `/usr/bin/python3` (the Command Line Tools stub until the
+tools are installed) and Homebrew's `brew` (`list`, `install` of rsync and iperf3). Messages follow those widely
+quoted from Macs without the tools; the exact `softwareupdate --install` progress lines, the CLT label and brew's
+outputs are guesses (docs/lab.md lists them).
 
 The Command Line Tools are "installed" when /Library/Developer/CommandLineTools/usr/bin/python3 exists (the
 node's own /Library), a link to the Python the lab runs. The node's /usr/bin/python3 is a shell script
@@ -72,6 +72,28 @@ def xcode_select(node: Node, args: list[str]) -> int:
         sys.stdout.write("xcode-select version 2409.\n")
         return 0
     err("xcode-select: error: invalid argument (only -p, --install and -v are simulated by the macfleet lab)")
+    return 1
+
+
+# Tools only full Xcode has (its Metal toolchain); the lab's Macs never have Xcode, only the Command Line Tools.
+XCODE_ONLY_TOOLS = ("metal", "metallib", "xcodebuild")
+
+
+def xcrun(node: Node, args: list[str]) -> int:
+    """xcrun(1): `xcrun -f|--find TOOL` prints TOOL's path in the active developer directory, `xcrun TOOL ARGS`
+    runs it. The lab has the Command Line Tools at most, never Xcode: a tool only Xcode has is "unable to find
+    utility" (the words MLX's install docs quote under "Metal not found"; exit 72 is a guess, docs/lab.md), and
+    without the tools xcrun says the active developer path is invalid (widely quoted after macOS updates). Other
+    tools are not simulated."""
+    if not clt_installed():
+        err(f"xcrun: error: invalid active developer path ({CLT_DIR}), missing xcrun at: {CLT_DIR}/usr/bin/xcrun")
+        return 1
+    words = [a for a in args if a not in ("-f", "--find", "-sdk", "macosx")]
+    tool = words[0] if words else ""
+    if tool in XCODE_ONLY_TOOLS:
+        err(f'xcrun: error: unable to find utility "{tool}", not a developer tool or in PATH')
+        return 72
+    err(f"xcrun: only {', '.join(XCODE_ONLY_TOOLS)} (absent: no Xcode) are simulated by the macfleet lab")
     return 1
 
 

@@ -1,4 +1,5 @@
-"""A launchd stand-in: `launchctl bootstrap/bootout/kickstart/print/list/load/unload` over real plists in
+"""A launchd stand-in: `launchctl bootstrap/bootout/kickstart/print/list/load/unload/enable/disable/print-disabled`
+over real plists in
 the node's /Library/LaunchDaemons and ~/Library/LaunchAgents, running real processes in the node.
 
 Loaded jobs live in run/jobs.json (label -> {domain, plist, pid, keep_alive, last_exit}); a reboot forgets
@@ -109,6 +110,8 @@ def load_job(node: Node, domain: str, path: str, *, start: bool | None = None) -
     jobs = node.jobs
     if label in jobs:
         return 5, "Bootstrap failed: 5: Input/output error"
+    if domain == "system" and label in disabled_labels(node):
+        return 119, "Bootstrap failed: 119: Service is disabled"  # launchctl(1) disable; the text is a guess
     run_now = job.get("RunAtLoad", False) or job.get("KeepAlive", False) if start is None else start
     pid = spawn(job, domain) if run_now else None
     entry = {
@@ -319,13 +322,42 @@ def _list(node: Node, sub: str, rest: list[str]) -> int:
     return 0
 
 
-def _accepted(node: Node, sub: str, rest: list[str]) -> int:
+def disabled_labels(node: Node) -> set[str]:
+    return {k for k, v in (node.persist.get("launchd_disabled") or {}).items() if v}
+
+
+def _enable(node: Node, sub: str, rest: list[str]) -> int:
+    """launchctl(1) enable|disable service-target: a disabled service "cannot be loaded in the specified domain
+    until it is once again enabled. This state persists across boots" (the node's persist survives a reboot).
+    Root only for the system domain; what loads already keeps running."""
+    if len(rest) != 1 or "/" not in rest[0]:
+        err(f"Usage: launchctl {sub} <service-target>")
+        return 64
+    domain, label = _target(rest[0])
+    if not _domain_ok(domain):
+        err(f"Could not {sub} service: 1: Operation not permitted")  # a guess (docs/lab.md)
+        return 1
+    node.update("persist", lambda p: p.setdefault("launchd_disabled", {}).__setitem__(label, sub == "disable"))
+    return 0
+
+
+def _print_disabled(node: Node, sub: str, rest: list[str]) -> int:
+    """`launchctl print-disabled system`: the services enabled or disabled by `launchctl enable|disable`, as
+    `"LABEL" => disabled|enabled` lines (the shape is a guess: docs/lab.md)."""
+    if rest != ["system"]:
+        err("Usage: launchctl print-disabled <domain-target> (the macfleet lab simulates the system domain)")
+        return 64
+    states = node.persist.get("launchd_disabled") or {}
+    lines = ["disabled services = {", *[f'\t"{k}" => {"disabled" if v else "enabled"}' for k, v in
+                                        sorted(states.items())], "}"]
+    sys.stdout.write("\n".join(lines) + "\n")
     return 0
 
 
 SUBCOMMANDS = {"bootstrap": _bootstrap, "load": _bootstrap, "bootout": _bootout, "unload": _bootout,
                "remove": _bootout, "kickstart": _kickstart, "start": _kickstart, "stop": _kickstart,
-               "kill": _kickstart, "print": _print, "list": _list, "enable": _accepted, "disable": _accepted}
+               "kill": _kickstart, "print": _print, "list": _list, "enable": _enable, "disable": _enable,
+               "print-disabled": _print_disabled}
 
 
 def launchctl(node: Node, args: list[str]) -> int:
@@ -353,7 +385,7 @@ def boot_jobs(node: Node, user: str) -> None:
     for folder, domain in folders:
         if folder.is_dir():
             for p in sorted(folder.glob("*.plist")):
-                load_job(node, domain, str(p))
+                load_job(node, domain, str(p))  # a disabled one is refused, as at a Mac's boot
 
 
 def keep_alive_tick(node: Node) -> None:

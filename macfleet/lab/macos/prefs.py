@@ -1,7 +1,13 @@
-"""Preference stand-ins: `mdutil` (Spotlight indexing per path, persisted) and `defaults` for the one key the
+"""Preference stand-ins: `mdutil` (Spotlight indexing per volume, persisted) and `defaults` for the one key the
 lab models, loginwindow's autoLoginUser (LaunchAgents start at boot only for a user who logs in by himself,
 and automatic login is impossible while FileVault is on). Shapes of `mdutil -s` and of `defaults read` for a
-missing key follow published outputs; `mdutil -i off` on a folder is a guess (docs/lab.md)."""
+missing key follow published outputs.
+
+mdutil works on volumes (mdutil(1): `-i` sets the indexing status of the volumes given; "Turn on/off the
+Spotlight indexing for a given volume", https://rndt.pages.dev/posts/2023-calendar/d11-macos-index/), so a path
+that is not a volume's root is refused here. What a real mdutil does with a folder is not documented (an error,
+or the setting of the volume holding it): the refusal and its words are a guess (docs/lab.md), the unkinder one.
+The lab's volumes are `/`, `/System/Volumes/Data` and `/Volumes/NAME`."""
 
 from __future__ import annotations
 
@@ -13,6 +19,15 @@ from .common import Node, err, is_root
 LOGINWINDOW = "/Library/Preferences/com.apple.loginwindow"
 
 
+def _volume(path: str) -> bool:
+    return path in ("/", "/System/Volumes/Data") or (path.startswith("/Volumes/") and path.count("/") == 2)
+
+
+def _not_a_volume(path: str) -> int:
+    err(f"{path}: not a volume. Error: unknown indexing state.")  # a guess (docs/lab.md)
+    return 1
+
+
 def mdutil(node: Node, args: list[str]) -> int:
     off = set(node.persist.get("spotlight_off") or [])
     if len(args) == 2 and args[0] == "-s":
@@ -20,6 +35,8 @@ def mdutil(node: Node, args: list[str]) -> int:
         if not os.path.exists(path):
             err(f"Error: unknown indexing state. {path}: No such file or directory")
             return 1
+        if not _volume(path):
+            return _not_a_volume(path)
         sys.stdout.write(f"{path}:\n\tIndexing {'disabled' if path in off else 'enabled'}. \n")
         return 0
     if len(args) == 3 and args[0] == "-i" and args[1] in ("on", "off"):
@@ -30,6 +47,8 @@ def mdutil(node: Node, args: list[str]) -> int:
         if not os.path.exists(path):
             err(f"Error: unknown indexing state. {path}: No such file or directory")
             return 1
+        if not _volume(path):
+            return _not_a_volume(path)
         want_off = args[1] == "off"
 
         def mutate(p: dict) -> None:
