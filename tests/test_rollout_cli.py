@@ -53,3 +53,43 @@ def test_llama_rpc_refuses_before_any_node_is_dialled(cli, tmp_path) -> None:
     (tmp_path / "build" / "VERSION").write_text("b 1; rm -rf /\n")
     badver = cli("rollout", "llama-rpc", "--source", str(tmp_path / "build"), "-i", str(inv), env=env)
     assert badver.exit_code == 2 and "is not a version" in badver.stderr
+
+
+SWITCH_HOLDER = r"""
+import sys, time
+from pathlib import Path
+from macfleet.act.lock import ClusterLock, lock_path
+from macfleet.flow.rollout import switch_step
+lock = ClusterLock(lock_path(Path(sys.argv[1])))
+held = lock.acquire("rollout exo", "switch mesh1 to 1.0.73-b")
+switch_step(lock, held, {"action": "switch", "from": "1.0.71-a", "to": "1.0.73-b", "mesh": "mesh1",
+                         "step": "health"})
+print("held", flush=True)
+time.sleep(300)
+"""
+
+
+def test_a_killed_switch_refuses_rollout_model_naming_the_repair(cli, tmp_path) -> None:
+    """hostile.md row 8: `rollout model` after a kill -9 of `rollout exo` mid-switch took over its lock and threw
+    away the repair record; it must refuse (before dialling a node), naming the repair."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {"MACFLEET_STATE_DIR": str(tmp_path)}
+    holder = subprocess.Popen([sys.executable, "-c", SWITCH_HOLDER, str(EXAMPLE_INVENTORY)],
+                              env={**os.environ, **env}, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    holder.kill()
+    holder.wait()
+    lock = next((tmp_path / "macfleet" / "locks").glob("*.lock.json"))
+    left = lock.read_text()
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    result = cli("rollout", "model", "org/tiny", "--from", str(model), "-i", str(EXAMPLE_INVENTORY), env=env)
+    assert result.exit_code == 1, result.stderr
+    assert "Only its repair may take the lock" in result.stderr
+    assert "macfleet rollout rollback" in result.stderr and "--force" in result.stderr
+    assert lock.read_text() == left and json.loads(left)["phase"]["step"] == "health"

@@ -180,7 +180,8 @@ def _links(fleet: Fleet, targets: list[str]) -> Iterator[_Links]:
 
 def push_model(fleet: Fleet, model: str, source: Path | None, *, hf: bool = False, mesh: str | None = None,
                nodes: list[str] | None = None, say: Say = _quiet, progress: Progress | None = None,
-               ) -> ModelPushReport:
+               force: bool = False) -> ModelPushReport:
+    """`force`: take the cluster lock even from a command that died in a critical step (its record is lost)."""
     name = _checked_name(model)
     m = one_mesh(fleet, mesh)
     targets = _targets(m, nodes)
@@ -189,24 +190,25 @@ def push_model(fleet: Fleet, model: str, source: Path | None, *, hf: bool = Fals
     if source is None or not source.is_dir():
         raise UsageError(f"--from {source}: not a directory")
     listing = transfer.local_manifest(source, digests=False)  # paths and sizes: all the preflight reads
-    with _links(fleet, targets) as links, ThreadPoolExecutor(max_workers=1) as side:
-        lock = ClusterLock(lock_path(fleet.root))
-        with lock.hold("rollout model", f"push {model} to {m.name}") as held:
-            if held.taken_over is not None:
-                say(held.explain() or "")
-            # the source's digests while the nodes answer the preflight
-            t0 = time.monotonic()
-            digests = side.submit(transfer.local_manifest, source)
-            pre = _on_sessions(links.sessions, targets,
-                               lambda s: s.preflight(m.settings.exo.models_dir, name, listing))
-            say(f"preflight of {len(targets)} nodes in {time.monotonic() - t0:.1f} s")
-            manifest = digests.result()
-            say(f"{model}: {len(manifest.files)} files, {manifest.total_bytes / 1e6:.1f} MB, digests in "
-                f"{time.monotonic() - t0:.1f} s")
-            if [(f.path, f.size) for f in manifest.files] != [(f.path, f.size) for f in listing.files]:
-                raise UsageError(f"--from {source}: files changed while they were read",
-                                 hint="run it again once the model's directory is complete")
-            return _push(fleet, m, targets, model, name, source, manifest, pre, say, progress, links, t0)
+    lock = ClusterLock(lock_path(fleet.root))
+    lock.check("rollout model", force=force)  # a held lock, or one a dead switch left, refuses before any SSH
+    with (_links(fleet, targets) as links, ThreadPoolExecutor(max_workers=1) as side,
+          lock.hold("rollout model", f"push {model} to {m.name}", force=force) as held):
+        if held.taken_over is not None:
+            say(held.explain() or "")
+        # the source's digests while the nodes answer the preflight
+        t0 = time.monotonic()
+        digests = side.submit(transfer.local_manifest, source)
+        pre = _on_sessions(links.sessions, targets,
+                           lambda s: s.preflight(m.settings.exo.models_dir, name, listing))
+        say(f"preflight of {len(targets)} nodes in {time.monotonic() - t0:.1f} s")
+        manifest = digests.result()
+        say(f"{model}: {len(manifest.files)} files, {manifest.total_bytes / 1e6:.1f} MB, digests in "
+            f"{time.monotonic() - t0:.1f} s")
+        if [(f.path, f.size) for f in manifest.files] != [(f.path, f.size) for f in listing.files]:
+            raise UsageError(f"--from {source}: files changed while they were read",
+                             hint="run it again once the model's directory is complete")
+        return _push(fleet, m, targets, model, name, source, manifest, pre, say, progress, links, t0)
 
 
 def _push(fleet: Fleet, m: Mesh, targets: list[str], model: str, name: str, source: Path, manifest: Manifest,
