@@ -64,7 +64,13 @@ def local_manifest(root: Path, *, sha256: Mapping[str, str] | None = None, diges
             rel = p.relative_to(root).as_posix()
             if p.is_symlink() or not p.is_file():
                 raise UsageError(f"{p}: not a regular file", hint="a release or model holds plain files only")
-            found.append((p, safe_relpath(rel), p.stat()))
+            try:
+                safe_relpath(rel)
+            except ValueError:
+                raise UsageError(f"{root}: refused the file name {rel[:200]!r}",
+                                 hint="names of one line, without control characters (a newline, a tab…)"
+                                 ) from None
+            found.append((p, rel, p.stat()))
     if digests and len(found) > 1:
         with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
             sums = list(pool.map(file_digest, [p for p, _, _ in found]))

@@ -33,6 +33,7 @@ from macfleet.judge.build import BuildStep, RolloutPlan, build_release_name, exp
 from macfleet.judge.ipplan import plan_ip
 from macfleet.judge.rollout import (
     MAX_FILES,
+    VERSION_RE,
     HealthVerdict,
     Manifest,
     NodeStatus,
@@ -70,8 +71,16 @@ def link_addresses(fleet: Fleet, mesh: Mesh) -> dict[tuple[str, str], str]:
 
 
 def _safe_extract(archive: Path, into: Path) -> None:
-    with tarfile.open(archive) as tar:
-        tar.extractall(into, filter="data")  # refuses absolute paths, .., devices and links out of the tree
+    """Unpack a tarball into `into` (a temporary directory): a member that would leave it is bad input."""
+    try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(into, filter="data")  # refuses absolute paths, .., devices and links out of the tree
+    except tarfile.FilterError as exc:  # the member's name comes from the file: shown as data, bounded
+        raise UsageError(f"--source {archive}: refused, a member would land outside the build: "
+                         f"{str(exc)[:300]!r}",
+                         hint="a build tarball holds relative paths, and links that stay inside it") from None
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise UsageError(f"--source {archive}: not a readable tarball ({str(exc)[:200]!r})") from None
 
 
 def resolve_source(source: str, ref: str | None, work: Path) -> Path:
@@ -101,13 +110,20 @@ def read_version(build: Path) -> str:
     meta = build / "BUILD.json"
     if meta.is_file():
         try:
-            return str(json.loads(meta.read_text())["version"])
-        except (ValueError, KeyError) as exc:
+            return _checked_version(meta, str(json.loads(meta.read_text())["version"]))
+        except (ValueError, KeyError, TypeError) as exc:
             raise UsageError(f"{meta}: no version ({exc})") from None
     version = build / "VERSION"
     if version.is_file():
-        return version.read_text().strip()
+        return _checked_version(version, version.read_text(errors="replace").strip())
     raise UsageError(f"{build}: no BUILD.json or VERSION file saying which exo version this is")
+
+
+def _checked_version(where: Path, version: str) -> str:
+    if not VERSION_RE.match(version):
+        raise UsageError(f"{where}: {version[:40]!r} is not a version",
+                         hint="expected letters, digits and . _ + - (e.g. 1.0.71), at most 64")
+    return version
 
 
 # ------------------------------------------------------------------------------------------------------
