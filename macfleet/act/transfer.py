@@ -23,6 +23,7 @@ import queue
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -165,34 +166,77 @@ def on_nodes(fleet: Fleet, nodes: list[str], fn, *, parallel: int = 8) -> dict[s
 # ------------------------------------------------------------------------------------------------------
 
 
+# The private agent's keeper, run by this Python (`sys.executable -I -c`): it starts `ssh-agent -D` as its child and
+# ends it, and removes the agent's directory, as soon as its stdin reaches EOF. Its stdin is a pipe whose only
+# writer is the push's process, so EOF comes when the push ends and also when it is killed in any way (kill -9
+# included: the kernel closes the dead process's descriptors). PR_SET_PDEATHSIG would do on Linux only (and fires
+# when the forking *thread* ends); `ssh-agent -t` alone leaves the agent running. The keeper runs in a session of its
+# own, so a Ctrl-C at the terminal reaches the push, which then ends it in order.
+_AGENT_KEEPER = r"""
+import os, shutil, subprocess, sys
+sock, lifetime = sys.argv[1], sys.argv[2]
+agent = subprocess.Popen(["ssh-agent", "-D", "-t", lifetime, "-a", sock], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+try:
+    print(agent.pid, flush=True)
+    sys.stdin.buffer.read()
+finally:
+    agent.terminate()
+    try:
+        agent.wait(5)
+    except subprocess.TimeoutExpired:
+        agent.kill()
+        agent.wait()
+    shutil.rmtree(os.path.dirname(sock), ignore_errors=True)
+"""
+
+
+@contextlib.contextmanager
+def private_agent(key: Path, *, lifetime_s: int = 7200) -> Iterator[dict[str, str]]:
+    """An ssh-agent of our own holding only `key` (for `lifetime_s` at most), which dies with this process:
+    yields the environment that points ssh at it."""
+    tmp = Path(tempfile.mkdtemp(prefix="macfleet-agent-"))
+    sock = tmp / "agent.sock"
+    keeper = subprocess.Popen([sys.executable, "-I", "-c", _AGENT_KEEPER, str(sock), str(int(lifetime_s))],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    try:
+        assert keeper.stdout is not None
+        if not keeper.stdout.readline().strip():
+            raise UsageError("ssh-agent did not start (is OpenSSH's ssh-agent on the PATH?)")
+        deadline = time.monotonic() + 5
+        while not sock.exists():
+            if keeper.poll() is not None or time.monotonic() > deadline:
+                raise UsageError("ssh-agent did not start")
+            time.sleep(0.02)
+        env = {"SSH_AUTH_SOCK": str(sock)}
+        add = subprocess.run(["ssh-add", "-q", "-t", str(int(lifetime_s)), str(key)], env={**os.environ, **env},
+                             capture_output=True, text=True, timeout=30)
+        if add.returncode != 0:
+            raise UsageError(f"ssh-add {key} failed: {add.stderr.strip()[-300:]}")
+        yield env
+    finally:
+        with contextlib.suppress(OSError):
+            assert keeper.stdin is not None
+            keeper.stdin.close()
+        try:
+            keeper.wait(10)
+        except subprocess.TimeoutExpired:
+            keeper.kill()
+            keeper.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def transfer_agent(fleet: Fleet, node: Node, *, lifetime_s: int = 7200) -> Iterator[dict[str, str]]:
-    """A private ssh-agent holding only the inventory's key, for node-to-node hops; ended afterwards."""
+    """A private ssh-agent holding only the inventory's key, for node-to-node hops; ended afterwards, and with
+    the push if it is killed (`private_agent`)."""
     ssh = next(m.settings.ssh for m in fleet.meshes if m.name == node.mesh)
     key = fleet.path(ssh.private_key_file)
     if key is None:
         raise UsageError("node-to-node transfers need macfleet_ssh.private_key_file in the inventory")
-    tmp = Path(tempfile.mkdtemp(prefix="macfleet-agent-"))
-    sock = tmp / "agent.sock"
-    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 5
-        while not sock.exists():
-            if agent.poll() is not None or time.monotonic() > deadline:
-                raise UsageError("ssh-agent did not start")
-            time.sleep(0.02)
-        env = {"SSH_AUTH_SOCK": str(sock)}
-        add = subprocess.run(["ssh-add", "-q", "-t", str(lifetime_s), str(key)], env={**os.environ, **env},
-                             capture_output=True, text=True, timeout=30)
-        if add.returncode != 0:
-            raise UsageError(f"ssh-add {key} failed: {add.stderr.strip()}")
+    with private_agent(key, lifetime_s=lifetime_s) as env:
         yield env
-    finally:
-        agent.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            agent.wait(5)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def host_keys(known_hosts: Path, address: str) -> list[str]:
