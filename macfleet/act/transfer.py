@@ -45,18 +45,26 @@ SSH_OPTS = ("-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "Con
 MESH_KNOWN_HOSTS = ".macfleet/known_hosts_mesh"  # relative to the admin user's home on each node
 
 
-def file_digest(path: Path) -> str:
+class DigestsStopped(Exception):
+    """local_manifest was told to stop (`stop` set): its caller refused the push meanwhile."""
+
+
+def file_digest(path: Path, stop: threading.Event | None = None) -> str:
     h = hashlib.blake2b(digest_size=32)
     with path.open("rb") as fh:
         while chunk := fh.read(CHUNK):
+            if stop is not None and stop.is_set():
+                raise DigestsStopped(str(path))
             h.update(chunk)
     return h.hexdigest()
 
 
-def local_manifest(root: Path, *, sha256: Mapping[str, str] | None = None, digests: bool = True) -> Manifest:
+def local_manifest(root: Path, *, sha256: Mapping[str, str] | None = None, digests: bool = True,
+                   stop: threading.Event | None = None) -> Manifest:
     """Every regular file under `root` (symlinks and special files refused: a build is plain files).
     `digests=False`: paths and sizes only (digest ""), at the cost of a directory walk. The digests are
-    computed several files at once (hashlib releases the GIL), one per core."""
+    computed several files at once (hashlib releases the GIL), one per core; `stop` set ends them early
+    (DigestsStopped)."""
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
@@ -74,9 +82,9 @@ def local_manifest(root: Path, *, sha256: Mapping[str, str] | None = None, diges
             found.append((p, rel, p.stat()))
     if digests and len(found) > 1:
         with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
-            sums = list(pool.map(file_digest, [p for p, _, _ in found]))
+            sums = list(pool.map(lambda p: file_digest(p, stop), [p for p, _, _ in found]))
     else:
-        sums = [file_digest(p) if digests else "" for p, _, _ in found]
+        sums = [file_digest(p, stop) if digests else "" for p, _, _ in found]
     return make_manifest([ManifestFile(path=rel, size=st.st_size, digest=d, executable=bool(st.st_mode & 0o111),
                                        sha256=(sha256 or {}).get(rel)) for (_, rel, st), d in zip(found, sums,
                                                                                                   strict=True)])
@@ -333,9 +341,10 @@ def digest(p):
 
 
 # preflight(MODELS, NAME, manifest) on the node: where the models dir is, free space (df -k on the nearest
-# existing directory), which files are final (size, digest when the size matches) and what is staged (size).
+# existing directory), which files are final (size, digest when the size matches and `digests`) and what is staged
+# (size). Without `digests` it only stats: the sizes a push compares before it hashes anything or takes the lock.
 NODE_PREFLIGHT = r"""
-def preflight(models, name, manifest):
+def preflight(models, name, manifest, digests=True):
     models = os.path.expanduser(models)
     final = os.path.join(models, name)
     staging = os.path.join(models, ".macfleet-staging", name)
@@ -348,7 +357,7 @@ def preflight(models, name, manifest):
         p = os.path.join(final, f["path"])
         if os.path.isfile(p) and not os.path.islink(p):
             size = os.path.getsize(p)
-            have[f["path"]] = [size, digest(p) if size == f["size"] else None]
+            have[f["path"]] = [size, digest(p) if digests and size == f["size"] else None]
         s = os.path.join(staging, f["path"])
         if os.path.isfile(s):
             staged[f["path"]] = os.path.getsize(s)
@@ -479,7 +488,7 @@ def handle(req):
             p = subprocess.run(argv, input="\0".join(req["files"]).encode(), capture_output=True, env=env)
             ans = {"rc": p.returncode, "stderr": p.stderr.decode(errors="replace")[-2000:]}
         elif req["op"] == "preflight":
-            ans = preflight(req["models"], req["name"], req["manifest"])
+            ans = preflight(req["models"], req["name"], req["manifest"], bool(req.get("digests", True)))
         elif req["op"] == "known_hosts":
             put_known_hosts(req["text"])
             ans = {}
@@ -586,12 +595,14 @@ class NodeSession:
             raise RemoteCommandError(self.node, f"rsync to {dst_address} over the Thunderbolt cable", int(a["rc"]),
                                      str(a["stderr"]))
 
-    def preflight(self, models_dir: str, name: str, manifest: Manifest, *, timeout_s: float = 1800) -> dict:
+    def preflight(self, models_dir: str, name: str, manifest: Manifest, *, digests: bool = True,
+                  timeout_s: float = 1800) -> dict:
         """What the node has of the model, what is staged, and free space (see NODE_PREFLIGHT). It reads only
-        the manifest's paths and sizes (the digests of what is there are compared by the caller)."""
+        the manifest's paths and sizes (the digests of what is there are compared by the caller); `digests=False`:
+        it hashes nothing (the sizes alone)."""
         files = [{"path": f.path, "size": f.size} for f in manifest.files]
-        a = self._call({"op": "preflight", "models": models_dir, "name": name, "manifest": {"files": files}},
-                       timeout_s)
+        a = self._call({"op": "preflight", "models": models_dir, "name": name, "manifest": {"files": files},
+                        "digests": digests}, timeout_s)
         a.pop("id", None)
         return a
 
