@@ -335,11 +335,17 @@ class ClusterLock:
                     raise refusal
                 forced = bool(current.repair_by) and not (
                     owner in current.repair_by and (may_repair is None or may_repair(current)))
+            # a repairer takes over the pending repair with the lock: until its own first step, dying (or an
+            # error) leaves the same record for the next repairer, never a lock with the repair forgotten
+            inherit = current is not None and bool(current.repair_by) and not forced
             record = LockRecord(owner=owner, pid=os.getpid(), host=host, created=now.isoformat(), ttl_s=ttl_s,
-                                reason=reason, phase=dict(phase or {}), started=_my_start(),
-                                refreshed=now.isoformat())
+                                reason=reason, started=_my_start(), refreshed=now.isoformat(),
+                                phase=dict(phase if phase is not None else (current.phase if inherit else {})),
+                                repair_by=list(current.repair_by) if inherit else [],
+                                repair=current.repair if inherit else "")
             self._write(record)
-        held = Acquired(record=record, path=self.path, taken_over=current, stale_because=why, forced=forced)
+        held = Acquired(record=record, path=self.path, taken_over=current, stale_because=why, forced=forced,
+                        critical=inherit)
         held.heartbeat = _Heartbeat(self, held)
         held.heartbeat.thread.start()
         return held

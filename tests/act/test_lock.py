@@ -238,3 +238,20 @@ def test_an_error_in_a_critical_phase_of_a_living_process_leaves_the_lock_stale(
     with pytest.raises(LockHeld, match="Only its repair"):
         lock.acquire("rollout model", "y")
     lock.release(lock.acquire("reboot", "the resume"))
+
+
+def test_a_repairer_that_fails_before_its_first_step_leaves_the_repair_pending(tmp_path) -> None:
+    path = tmp_path / "c.lock.json"
+    _kill9(_holder(path, step="start"))
+    lock = ClusterLock(path)
+    with pytest.raises(OSError), lock.hold("rollout exo", "the repair"):
+        raise OSError("a node unreachable before the repair began")
+    rec = lock.read()
+    assert rec is not None and rec.phase["step"] == "start" and rec.repair_by == ["rollout exo"]
+    with pytest.raises(LockHeld, match="Only its repair"):
+        lock.acquire("rollout model", "push")
+    held = lock.acquire("rollout exo", "the repair again")
+    assert held.taken_over is not None and held.taken_over.phase["step"] == "start"
+    lock.set_phase(held, {"action": "repaired"})
+    lock.release(held)
+    assert not path.exists()
