@@ -67,6 +67,15 @@ def test_killed_mid_switch_rerun_completes_then_rollback(lab4: Lab, controller: 
     st = _status(lab4)
     running = {n["version"] for n in st["nodes"].values() if n["running"]}
     assert len(running) <= 1, st
+    # another lock-taker refuses, naming the repair, and leaves the record (hostile.md row 8: a push took the lock
+    # over and the rerun then had "no previous release to go back to")
+    left = _lock_file(controller).read_text()
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    push = lab4.macfleet("rollout", "model", "test-org/x", "--from", str(tmp_path / "m"), "-i", str(lab4.inventory),
+                         check=False)
+    assert push.returncode == 1 and "Only its repair may take the lock" in push.stderr, push.stderr
+    assert "macfleet rollout rollback" in push.stderr and _lock_file(controller).read_text() == left
     rerun = lab4.macfleet("rollout", "exo", "--source", str(b72), "-i", str(lab4.inventory), "--json",
                           timeout=300)
     assert "took over a stale cluster lock" in rerun.stderr and "repairing" in rerun.stderr
