@@ -120,13 +120,18 @@ def test_pf_anchor_lets_exo_ports_in_only_from_the_mesh_and_the_controller() -> 
         "pass in quick on en4 proto udp to any port { 52413 }",
         "pass in quick proto udp from <macfleet_exo_peers> to any port { 52413 }",
         "block in quick proto udp to any port { 52413 }",
+        "pass in quick on lo0 proto tcp to any port { 50052 }",
+        "pass in quick on en3 proto tcp to any port { 50052 }",
+        "pass in quick on en4 proto tcp to any port { 50052 }",
+        "block in quick proto tcp to any port { 50052 }",
     ]
 
 
 def test_pf_anchor_of_a_release_without_fixed_peer_ports_lists_the_api_only() -> None:
     """exo 1.0.x listens for libp2p on a port the OS picks (v1.0.71 `--libp2p-port` default 0): no rule can name
     it, and the anchor lists the API port alone, the inventory's (macfleet_exo.port)."""
-    text = render("pf", "macfleet.pf.j2", pf_sources=["10.213.0.0/16"], pf_interfaces=["en3"], pf_tcp_ports=[52416])
+    text = render("pf", "macfleet.pf.j2", pf_sources=["10.213.0.0/16"], pf_interfaces=["en3"], pf_tcp_ports=[52416],
+                  pf_mesh_tcp_ports=[])
     rules = [line for line in text.splitlines() if line and not line.startswith("#")]
     assert rules == [
         "table <macfleet_exo_peers> const { 10.213.0.0/16 }",
@@ -135,6 +140,30 @@ def test_pf_anchor_of_a_release_without_fixed_peer_ports_lists_the_api_only() ->
         "pass in quick proto tcp from <macfleet_exo_peers> to any port { 52416 }",
         "block in quick proto tcp to any port { 52416 }",
     ]
+
+
+def test_pf_anchor_lets_rpc_server_in_on_the_thunderbolt_ports_only_at_the_inventory_port() -> None:
+    """hostile.md row 11: rpc-server (unauthenticated) was reached from the LAN; its port is in the anchor, let in on
+    the Thunderbolt interfaces only (not from the sources, not from the controller), at the inventory's port."""
+    from macfleet.inventory.model import LlamaSettings
+
+    bootstrap_vars = yaml.safe_load((ROOT / "playbooks" / "vars" / "bootstrap.yml").read_text())
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+
+    def ports(**inventory: object) -> list[int]:
+        return yaml.safe_load(env.from_string(bootstrap_vars["pf_mesh_tcp_ports"]).render(**inventory))
+
+    default = LlamaSettings().rpc_port  # the one default, which the roles' defaults repeat for plain Ansible
+    assert ports() == [default] == yaml.safe_load((ROLES / "pf" / "defaults" / "main.yml").read_text())[
+        "pf_mesh_tcp_ports"]
+    assert yaml.safe_load((ROLES / "llama_rpc" / "defaults" / "main.yml").read_text())["llama_rpc_port"] == default
+    assert ports(macfleet_llama={"enabled": True, "rpc_port": 50100}) == [50100]
+    text = render("pf", "macfleet.pf.j2", pf_sources=["10.213.0.0/16", "198.18.1.1"], pf_interfaces=["en3"],
+                  pf_mesh_tcp_ports=[50100])
+    rpc = [line for line in text.splitlines() if "50100" in line and not line.startswith("#")]
+    assert rpc == ["pass in quick on lo0 proto tcp to any port { 50100 }",
+                   "pass in quick on en3 proto tcp to any port { 50100 }",
+                   "block in quick proto tcp to any port { 50100 }"]
 
 
 def test_probe_reads_files_and_commands_in_one_run(tmp_path: Path) -> None:

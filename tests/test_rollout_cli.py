@@ -53,3 +53,85 @@ def test_llama_rpc_refuses_before_any_node_is_dialled(cli, tmp_path) -> None:
     (tmp_path / "build" / "VERSION").write_text("b 1; rm -rf /\n")
     badver = cli("rollout", "llama-rpc", "--source", str(tmp_path / "build"), "-i", str(inv), env=env)
     assert badver.exit_code == 2 and "is not a version" in badver.stderr
+
+
+SWITCH_HOLDER = r"""
+import sys, time
+from pathlib import Path
+from macfleet.act.lock import ClusterLock, lock_path
+from macfleet.flow.rollout import switch_step
+lock = ClusterLock(lock_path(Path(sys.argv[1])))
+held = lock.acquire("rollout exo", "switch mesh1 to 1.0.73-b")
+switch_step(lock, held, {"action": "switch", "from": "1.0.71-a", "to": "1.0.73-b", "mesh": "mesh1",
+                         "step": "health"})
+print("held", flush=True)
+time.sleep(300)
+"""
+
+
+def test_a_killed_switch_refuses_rollout_model_naming_the_repair(cli, tmp_path) -> None:
+    """hostile.md row 8: `rollout model` after a kill -9 of `rollout exo` mid-switch took over its lock and threw
+    away the repair record; it must refuse (before dialling a node), naming the repair."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {"MACFLEET_STATE_DIR": str(tmp_path)}
+    holder = subprocess.Popen([sys.executable, "-c", SWITCH_HOLDER, str(EXAMPLE_INVENTORY)],
+                              env={**os.environ, **env}, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    holder.kill()
+    holder.wait()
+    lock = next((tmp_path / "macfleet" / "locks").glob("*.lock.json"))
+    left = lock.read_text()
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    result = cli("rollout", "model", "org/tiny", "--from", str(model), "-i", str(EXAMPLE_INVENTORY), env=env)
+    assert result.exit_code == 1, result.stderr
+    assert "Only its repair may take the lock" in result.stderr
+    assert "macfleet rollout rollback" in result.stderr and "--force" in result.stderr
+    assert lock.read_text() == left and json.loads(left)["phase"]["step"] == "health"
+
+
+def _tarball(path, members: list[tuple[str, bytes | None, str | None]]):
+    """members: (name, data, link target): a file when data is given, else a symlink to the target."""
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data, link in members:
+            info = tarfile.TarInfo(name)
+            if data is None:
+                info.type, info.linkname = tarfile.SYMTYPE, link or ""
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+@pytest.mark.parametrize(("members", "says"), [
+    ([("../evil", b"x", None)], "would land outside the build"),
+    ([("b/VERSION", b"1.0.73\n", None), ("b/lib", None, "/etc/passwd")], "would land outside the build"),
+    ([("c/VERSION", b"1.0; rm -rf /\n", None), ("c/bin/exo", b"#!/bin/sh\n", None)], "is not a version"),
+])
+def test_a_tampered_tarball_is_bad_input(cli, tmp_path, members, says) -> None:
+    """hostile.md row 15: refused, but as `internal error … please report it`, exit 1."""
+    env = {"MACFLEET_STATE_DIR": str(tmp_path)}
+    evil = _tarball(tmp_path / "evil.tar.gz", members)
+    result = cli("rollout", "exo", "--source", str(evil), "--no-build", "-i", str(EXAMPLE_INVENTORY), env=env)
+    assert result.exit_code == 2, result.stderr
+    assert says in result.stderr and "internal error" not in result.stderr
+    assert not (tmp_path / "macfleet" / "locks").exists() or not list((tmp_path / "macfleet" / "locks").glob("*.json"))
+
+
+def test_a_model_file_name_with_a_newline_is_bad_input(cli, tmp_path) -> None:
+    env = {"MACFLEET_STATE_DIR": str(tmp_path)}
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "a\nb.safetensors").write_bytes(b"x")
+    result = cli("rollout", "model", "org/tiny", "--from", str(model), "-i", str(EXAMPLE_INVENTORY), env=env)
+    assert result.exit_code == 2, result.stderr
+    assert "refused the file name 'a\\nb.safetensors'" in result.stderr and "internal error" not in result.stderr

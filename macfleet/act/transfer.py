@@ -23,6 +23,7 @@ import queue
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -44,18 +45,26 @@ SSH_OPTS = ("-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "Con
 MESH_KNOWN_HOSTS = ".macfleet/known_hosts_mesh"  # relative to the admin user's home on each node
 
 
-def file_digest(path: Path) -> str:
+class DigestsStopped(Exception):
+    """local_manifest was told to stop (`stop` set): its caller refused the push meanwhile."""
+
+
+def file_digest(path: Path, stop: threading.Event | None = None) -> str:
     h = hashlib.blake2b(digest_size=32)
     with path.open("rb") as fh:
         while chunk := fh.read(CHUNK):
+            if stop is not None and stop.is_set():
+                raise DigestsStopped(str(path))
             h.update(chunk)
     return h.hexdigest()
 
 
-def local_manifest(root: Path, *, sha256: Mapping[str, str] | None = None, digests: bool = True) -> Manifest:
+def local_manifest(root: Path, *, sha256: Mapping[str, str] | None = None, digests: bool = True,
+                   stop: threading.Event | None = None) -> Manifest:
     """Every regular file under `root` (symlinks and special files refused: a build is plain files).
     `digests=False`: paths and sizes only (digest ""), at the cost of a directory walk. The digests are
-    computed several files at once (hashlib releases the GIL), one per core."""
+    computed several files at once (hashlib releases the GIL), one per core; `stop` set ends them early
+    (DigestsStopped)."""
     found = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
@@ -64,12 +73,18 @@ def local_manifest(root: Path, *, sha256: Mapping[str, str] | None = None, diges
             rel = p.relative_to(root).as_posix()
             if p.is_symlink() or not p.is_file():
                 raise UsageError(f"{p}: not a regular file", hint="a release or model holds plain files only")
-            found.append((p, safe_relpath(rel), p.stat()))
+            try:
+                safe_relpath(rel)
+            except ValueError:
+                raise UsageError(f"{root}: refused the file name {rel[:200]!r}",
+                                 hint="names of one line, without control characters (a newline, a tab…)"
+                                 ) from None
+            found.append((p, rel, p.stat()))
     if digests and len(found) > 1:
         with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
-            sums = list(pool.map(file_digest, [p for p, _, _ in found]))
+            sums = list(pool.map(lambda p: file_digest(p, stop), [p for p, _, _ in found]))
     else:
-        sums = [file_digest(p) if digests else "" for p, _, _ in found]
+        sums = [file_digest(p, stop) if digests else "" for p, _, _ in found]
     return make_manifest([ManifestFile(path=rel, size=st.st_size, digest=d, executable=bool(st.st_mode & 0o111),
                                        sha256=(sha256 or {}).get(rel)) for (_, rel, st), d in zip(found, sums,
                                                                                                   strict=True)])
@@ -159,34 +174,77 @@ def on_nodes(fleet: Fleet, nodes: list[str], fn, *, parallel: int = 8) -> dict[s
 # ------------------------------------------------------------------------------------------------------
 
 
+# The private agent's keeper, run by this Python (`sys.executable -I -c`): it starts `ssh-agent -D` as its child and
+# ends it, and removes the agent's directory, as soon as its stdin reaches EOF. Its stdin is a pipe whose only
+# writer is the push's process, so EOF comes when the push ends and also when it is killed in any way (kill -9
+# included: the kernel closes the dead process's descriptors). PR_SET_PDEATHSIG would do on Linux only (and fires
+# when the forking *thread* ends); `ssh-agent -t` alone leaves the agent running. The keeper runs in a session of its
+# own, so a Ctrl-C at the terminal reaches the push, which then ends it in order.
+_AGENT_KEEPER = r"""
+import os, shutil, subprocess, sys
+sock, lifetime = sys.argv[1], sys.argv[2]
+agent = subprocess.Popen(["ssh-agent", "-D", "-t", lifetime, "-a", sock], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+try:
+    print(agent.pid, flush=True)
+    sys.stdin.buffer.read()
+finally:
+    agent.terminate()
+    try:
+        agent.wait(5)
+    except subprocess.TimeoutExpired:
+        agent.kill()
+        agent.wait()
+    shutil.rmtree(os.path.dirname(sock), ignore_errors=True)
+"""
+
+
+@contextlib.contextmanager
+def private_agent(key: Path, *, lifetime_s: int = 7200) -> Iterator[dict[str, str]]:
+    """An ssh-agent of our own holding only `key` (for `lifetime_s` at most), which dies with this process:
+    yields the environment that points ssh at it."""
+    tmp = Path(tempfile.mkdtemp(prefix="macfleet-agent-"))
+    sock = tmp / "agent.sock"
+    keeper = subprocess.Popen([sys.executable, "-I", "-c", _AGENT_KEEPER, str(sock), str(int(lifetime_s))],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    try:
+        assert keeper.stdout is not None
+        if not keeper.stdout.readline().strip():
+            raise UsageError("ssh-agent did not start (is OpenSSH's ssh-agent on the PATH?)")
+        deadline = time.monotonic() + 5
+        while not sock.exists():
+            if keeper.poll() is not None or time.monotonic() > deadline:
+                raise UsageError("ssh-agent did not start")
+            time.sleep(0.02)
+        env = {"SSH_AUTH_SOCK": str(sock)}
+        add = subprocess.run(["ssh-add", "-q", "-t", str(int(lifetime_s)), str(key)], env={**os.environ, **env},
+                             capture_output=True, text=True, timeout=30)
+        if add.returncode != 0:
+            raise UsageError(f"ssh-add {key} failed: {add.stderr.strip()[-300:]}")
+        yield env
+    finally:
+        with contextlib.suppress(OSError):
+            assert keeper.stdin is not None
+            keeper.stdin.close()
+        try:
+            keeper.wait(10)
+        except subprocess.TimeoutExpired:
+            keeper.kill()
+            keeper.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def transfer_agent(fleet: Fleet, node: Node, *, lifetime_s: int = 7200) -> Iterator[dict[str, str]]:
-    """A private ssh-agent holding only the inventory's key, for node-to-node hops; ended afterwards."""
+    """A private ssh-agent holding only the inventory's key, for node-to-node hops; ended afterwards, and with
+    the push if it is killed (`private_agent`)."""
     ssh = next(m.settings.ssh for m in fleet.meshes if m.name == node.mesh)
     key = fleet.path(ssh.private_key_file)
     if key is None:
         raise UsageError("node-to-node transfers need macfleet_ssh.private_key_file in the inventory")
-    tmp = Path(tempfile.mkdtemp(prefix="macfleet-agent-"))
-    sock = tmp / "agent.sock"
-    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 5
-        while not sock.exists():
-            if agent.poll() is not None or time.monotonic() > deadline:
-                raise UsageError("ssh-agent did not start")
-            time.sleep(0.02)
-        env = {"SSH_AUTH_SOCK": str(sock)}
-        add = subprocess.run(["ssh-add", "-q", "-t", str(lifetime_s), str(key)], env={**os.environ, **env},
-                             capture_output=True, text=True, timeout=30)
-        if add.returncode != 0:
-            raise UsageError(f"ssh-add {key} failed: {add.stderr.strip()}")
+    with private_agent(key, lifetime_s=lifetime_s) as env:
         yield env
-    finally:
-        agent.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            agent.wait(5)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def host_keys(known_hosts: Path, address: str) -> list[str]:
@@ -283,9 +341,10 @@ def digest(p):
 
 
 # preflight(MODELS, NAME, manifest) on the node: where the models dir is, free space (df -k on the nearest
-# existing directory), which files are final (size, digest when the size matches) and what is staged (size).
+# existing directory), which files are final (size, digest when the size matches and `digests`) and what is staged
+# (size). Without `digests` it only stats: the sizes a push compares before it hashes anything or takes the lock.
 NODE_PREFLIGHT = r"""
-def preflight(models, name, manifest):
+def preflight(models, name, manifest, digests=True):
     models = os.path.expanduser(models)
     final = os.path.join(models, name)
     staging = os.path.join(models, ".macfleet-staging", name)
@@ -298,7 +357,7 @@ def preflight(models, name, manifest):
         p = os.path.join(final, f["path"])
         if os.path.isfile(p) and not os.path.islink(p):
             size = os.path.getsize(p)
-            have[f["path"]] = [size, digest(p) if size == f["size"] else None]
+            have[f["path"]] = [size, digest(p) if digests and size == f["size"] else None]
         s = os.path.join(staging, f["path"])
         if os.path.isfile(s):
             staged[f["path"]] = os.path.getsize(s)
@@ -429,7 +488,7 @@ def handle(req):
             p = subprocess.run(argv, input="\0".join(req["files"]).encode(), capture_output=True, env=env)
             ans = {"rc": p.returncode, "stderr": p.stderr.decode(errors="replace")[-2000:]}
         elif req["op"] == "preflight":
-            ans = preflight(req["models"], req["name"], req["manifest"])
+            ans = preflight(req["models"], req["name"], req["manifest"], bool(req.get("digests", True)))
         elif req["op"] == "known_hosts":
             put_known_hosts(req["text"])
             ans = {}
@@ -536,12 +595,14 @@ class NodeSession:
             raise RemoteCommandError(self.node, f"rsync to {dst_address} over the Thunderbolt cable", int(a["rc"]),
                                      str(a["stderr"]))
 
-    def preflight(self, models_dir: str, name: str, manifest: Manifest, *, timeout_s: float = 1800) -> dict:
+    def preflight(self, models_dir: str, name: str, manifest: Manifest, *, digests: bool = True,
+                  timeout_s: float = 1800) -> dict:
         """What the node has of the model, what is staged, and free space (see NODE_PREFLIGHT). It reads only
-        the manifest's paths and sizes (the digests of what is there are compared by the caller)."""
+        the manifest's paths and sizes (the digests of what is there are compared by the caller); `digests=False`:
+        it hashes nothing (the sizes alone)."""
         files = [{"path": f.path, "size": f.size} for f in manifest.files]
-        a = self._call({"op": "preflight", "models": models_dir, "name": name, "manifest": {"files": files}},
-                       timeout_s)
+        a = self._call({"op": "preflight", "models": models_dir, "name": name, "manifest": {"files": files},
+                        "digests": digests}, timeout_s)
         a.pop("id", None)
         return a
 

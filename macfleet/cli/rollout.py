@@ -29,6 +29,9 @@ app = typer.Typer(no_args_is_help=True, help="Push exo builds and model weights 
 
 KeepOpt = Annotated[int, typer.Option("--keep", min=2, max=50, help="Releases kept on each node.")]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", min=1, help="Seconds the health gate waits.")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Take the cluster lock even from a command that died in a "
+                                        "critical step (an exo switch, a reboot): its record of what to repair is "
+                                        "lost, and the nodes stay as it left them.")]
 
 
 @app.command("exo")
@@ -69,12 +72,13 @@ def llama_rpc_cmd(
     keep: KeepOpt = flow.DEFAULT_KEEP,
     timeout: TimeoutOpt = llama_flow.DEFAULT_HEALTH_TIMEOUT_S,
     check: CheckOpt = False,
+    force: ForceOpt = False,
     json_output: JsonOpt = False,
 ) -> None:
     """Stage a llama.cpp build and run rpc-server on every node, bound to its Thunderbolt addresses only."""
     fleet = load_inventory(inventory_path(inventory))
     report = llama_flow.rollout_llama_rpc(fleet, source, mesh=mesh, keep=keep, timeout_s=timeout, check=check,
-                                          say=info)
+                                          say=info, force=force)
     emit(report.json_payload(), human=lambda _: render_llama_rollout(report))
 
 
@@ -116,6 +120,7 @@ def model_cmd(
     = False,
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
+    force: ForceOpt = False,
     json_output: JsonOpt = False,
 ) -> None:
     """Push a model's weights once and fan them out over the Thunderbolt mesh into exo's models dir."""
@@ -128,5 +133,5 @@ def model_cmd(
         return
     with push_progress() as progress:
         report = model_flow.push_model(fleet, model, from_, hf=hf, mesh=mesh, nodes=nodes, say=info,
-                                       progress=progress)
+                                       progress=progress, force=force)
     emit(report, human=render_model_push)

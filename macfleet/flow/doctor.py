@@ -64,11 +64,20 @@ def _probe_parsers() -> dict[str, tuple[str, Callable]]:
             "exo_daemons": ("exo-daemons", parse_exo_daemons)}
 
 
-# check -> the probes only it reads ("tb-ping": each node's pings to its peers)
+# check -> the probes only it (or another check of this table) reads ("tb-ping": each node's pings to its peers)
 PROBE_OF_CHECK: dict[str, tuple[str, ...]] = {
     "clock-skew": ("date",), "disk": ("df",), "updates": ("softwareupdate",),
-    "exo-api-exposure": ("pf-info", "pf-rules"), "tb-ping": ("tb-ping",), "llama-rpc": ("netstat-listen",),
+    "exo-api-exposure": ("pf-info", "pf-rules"), "tb-ping": ("tb-ping",),
+    "llama-rpc": ("netstat-listen", "pf-info", "pf-rules"),
 }
+
+
+def unread_probes(checks: list[str] | None) -> set[str]:
+    """The probes no check of `checks` reads (None: every check; nothing is left unread)."""
+    if not checks:
+        return set()
+    wanted = {k for c in checks for k in PROBE_OF_CHECK.get(c, ())}
+    return {k for keys in PROBE_OF_CHECK.values() for k in keys} - wanted
 
 
 def doctor_specs(meshes: list[Mesh]) -> tuple[CommandSpec, ...]:
@@ -238,7 +247,7 @@ def run_doctor(fleet: Fleet, meshes: list[Mesh], *, only: list[str] | None = Non
     nodes = [n for m in meshes for n in m.nodes]
     # a probe only one check reads is not run when that check is not selected (`softwareupdate --list` asks
     # Apple's catalogue: `watch` should not pay for it at every tick)
-    skip = {k for check, keys in PROBE_OF_CHECK.items() if only and check not in only for k in keys}
+    skip = unread_probes(only)
     specs = tuple(s for s in doctor_specs(meshes) if s.key not in skip)
     pending = start_gather(fleet, nodes, specs, cancel=cancel, deadline_s=deadline_s,
                            per_node=None if "tb-ping" in skip else _pings_once(fleet, meshes))

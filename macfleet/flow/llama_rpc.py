@@ -115,7 +115,8 @@ def _install_jobs(fleet: Fleet, m: Mesh, root: str, have: dict[str, act.LlamaNod
 
 def rollout_llama_rpc(fleet: Fleet, source: str, *, mesh: str | None = None, keep: int = DEFAULT_KEEP,
                       timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S, check: bool = False,
-                      say: Say = _quiet) -> LlamaRolloutReport:
+                      say: Say = _quiet, force: bool = False) -> LlamaRolloutReport:
+    """`force`: take the cluster lock even from a command that died in a critical step (its record is lost)."""
     m = one_mesh(fleet, mesh)
     if not m.settings.llama.enabled:
         raise UsageError(f"llama-rpc is not enabled for mesh {m.name}",
@@ -127,7 +128,13 @@ def rollout_llama_rpc(fleet: Fleet, source: str, *, mesh: str | None = None, kee
         build = resolve_source(source, None, Path(work))
         _check_build(build)
         manifest = transfer.local_manifest(build)
-        name = release_name(llama_version(build), manifest)
+        try:
+            name = release_name(llama_version(build), manifest)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        lock = ClusterLock(lock_path(fleet.root))
+        if not check:
+            lock.check("rollout llama-rpc", force=force)  # refuse before any SSH
         bindings = _bindings(fleet, m)
         have = act.read_nodes(fleet, list(m.node_names), root)
         currents = {h.current for h in have.values()}
@@ -135,8 +142,9 @@ def rollout_llama_rpc(fleet: Fleet, source: str, *, mesh: str | None = None, kee
         need = [n for n in m.node_names if name not in have[n].releases]
         if check:
             return _plan_report(m, name, frm, bindings, need, have)
-        lock = ClusterLock(lock_path(fleet.root))
-        with lock.hold("rollout llama-rpc", f"switch {m.name}'s rpc-server to {name}") as held:
+        with lock.hold("rollout llama-rpc", f"switch {m.name}'s rpc-server to {name}", force=force) as held:
+            if held.taken_over is not None:
+                say(held.explain() or "")
             t0 = time.monotonic()
             lock.set_phase(held, {"action": "llama-stage", "to": name})
             act.make_dirs(fleet, list(m.node_names), root)

@@ -1,9 +1,11 @@
 """`rollout model`: model weights fetched once, sent once over the management network, fanned out over the
 Thunderbolt cables, every file landing under exo's layout only after its digest matched.
 
-Order: one SSH session per node and the controller's stream to the first node are opened (their start-ups
-overlap the manifest of the source) → lock → preflight on every node, as requests on those sessions (what it
-has, what is staged, free space; refuse before a byte moves) → the model cut into chunks, pipelined: the
+Order: the cluster lock is looked at (held, or left by a dead switch: refuse before any SSH) → one SSH session
+per node and the controller's stream to the first node are opened → the sizes alone on every node (a model
+that cannot fit is refused before a byte is hashed and before the lock) → lock → the source's digests while
+every node answers its preflight, as requests on those sessions (what it has, what is staged, free space; refuse
+before a byte moves) → the model cut into chunks, pipelined: the
 controller sends the chunks to the seed in order over its one stream while the ones already there go seed → a
 peer → every other peer, each hop over its own cable; the last chunk's files go seed → every peer at once, each
 as soon as it is there → anything a failed cable left missing comes from the controller over management →
@@ -81,6 +83,21 @@ def _free_space_refusals(pre: dict[str, dict], need: dict[str, int]) -> dict[str
             out[node] = (f"needs {need[node] / 1e9:.2f} GB + {DISK_MARGIN_BYTES / 1e9:.2f} GB margin, "
                          f"has {free / 1e9:.2f} GB free")
     return out
+
+
+def _refuse_on_sizes(pre: dict[str, dict], listing: Manifest) -> None:
+    """Refuse the push when even the files a node lacks by their size alone (absent, or of another size: the
+    least it needs, before any digest says more) do not fit its free space."""
+    need = {}
+    for node, p in pre.items():
+        have, staged = p["have"], p["staged"]
+        need[node] = sum(f.size - min(int(staged.get(f.path, 0)), f.size) for f in listing.files
+                         if f.path not in have or int(have[f.path][0]) != f.size)
+    refusals = _free_space_refusals(pre, need)
+    if refusals:
+        raise Refused("not enough disk space; nothing was sent: " + "; ".join(f"{n}: {w}" for n, w in
+                                                                              refusals.items()),
+                      details={"nodes": refusals})
 
 
 def fetch_hf(model: str, into: Path) -> Path:
@@ -180,7 +197,8 @@ def _links(fleet: Fleet, targets: list[str]) -> Iterator[_Links]:
 
 def push_model(fleet: Fleet, model: str, source: Path | None, *, hf: bool = False, mesh: str | None = None,
                nodes: list[str] | None = None, say: Say = _quiet, progress: Progress | None = None,
-               ) -> ModelPushReport:
+               force: bool = False) -> ModelPushReport:
+    """`force`: take the cluster lock even from a command that died in a critical step (its record is lost)."""
     name = _checked_name(model)
     m = one_mesh(fleet, mesh)
     targets = _targets(m, nodes)
@@ -189,18 +207,31 @@ def push_model(fleet: Fleet, model: str, source: Path | None, *, hf: bool = Fals
     if source is None or not source.is_dir():
         raise UsageError(f"--from {source}: not a directory")
     listing = transfer.local_manifest(source, digests=False)  # paths and sizes: all the preflight reads
-    with _links(fleet, targets) as links, ThreadPoolExecutor(max_workers=1) as side:
-        lock = ClusterLock(lock_path(fleet.root))
-        with lock.hold("rollout model", f"push {model} to {m.name}") as held:
+    lock = ClusterLock(lock_path(fleet.root))
+    lock.check("rollout model", force=force)  # a held lock, or one a dead switch left, refuses before any SSH
+    models_dir = m.settings.exo.models_dir
+    stop = threading.Event()  # the source's digests stop early when the push is refused meanwhile
+    with _links(fleet, targets) as links:
+        # sizes first: a model that cannot fit is refused before a byte is hashed and before the lock
+        t0 = time.monotonic()
+        _refuse_on_sizes(_on_sessions(links.sessions, targets,
+                                      lambda s: s.preflight(models_dir, name, listing, digests=False)), listing)
+        say(f"sizes fit on {len(targets)} nodes (read in {time.monotonic() - t0:.1f} s)")
+        with ThreadPoolExecutor(max_workers=1) as side, \
+                lock.hold("rollout model", f"push {model} to {m.name}", force=force) as held:
             if held.taken_over is not None:
                 say(held.explain() or "")
             # the source's digests while the nodes answer the preflight
             t0 = time.monotonic()
-            digests = side.submit(transfer.local_manifest, source)
-            pre = _on_sessions(links.sessions, targets,
-                               lambda s: s.preflight(m.settings.exo.models_dir, name, listing))
-            say(f"preflight of {len(targets)} nodes in {time.monotonic() - t0:.1f} s")
-            manifest = digests.result()
+            digests = side.submit(transfer.local_manifest, source, stop=stop)
+            try:
+                pre = _on_sessions(links.sessions, targets, lambda s: s.preflight(models_dir, name, listing))
+                say(f"preflight of {len(targets)} nodes in {time.monotonic() - t0:.1f} s")
+                _refuse_on_sizes(pre, listing)  # again, under the lock: another push may have filled a disk
+                manifest = digests.result()
+            except BaseException:
+                stop.set()
+                raise
             say(f"{model}: {len(manifest.files)} files, {manifest.total_bytes / 1e6:.1f} MB, digests in "
                 f"{time.monotonic() - t0:.1f} s")
             if [(f.path, f.size) for f in manifest.files] != [(f.path, f.size) for f in listing.files]:

@@ -25,7 +25,7 @@ from pathlib import Path
 from macfleet.act import build as act_build
 from macfleet.act import release as rel
 from macfleet.act import transfer
-from macfleet.act.lock import Acquired, ClusterLock, lock_path
+from macfleet.act.lock import Acquired, ClusterLock, LockRecord, lock_path
 from macfleet.errors import RolloutFailed, UsageError
 from macfleet.flow.meshes import one_mesh
 from macfleet.inventory.model import ExoBuildSettings, Fleet, Mesh
@@ -40,6 +40,7 @@ from macfleet.judge.build import (
 from macfleet.judge.ipplan import plan_ip
 from macfleet.judge.rollout import (
     MAX_FILES,
+    VERSION_RE,
     HealthVerdict,
     Manifest,
     NodeStatus,
@@ -77,8 +78,16 @@ def link_addresses(fleet: Fleet, mesh: Mesh) -> dict[tuple[str, str], str]:
 
 
 def _safe_extract(archive: Path, into: Path) -> None:
-    with tarfile.open(archive) as tar:
-        tar.extractall(into, filter="data")  # refuses absolute paths, .., devices and links out of the tree
+    """Unpack a tarball into `into` (a temporary directory): a member that would leave it is bad input."""
+    try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(into, filter="data")  # refuses absolute paths, .., devices and links out of the tree
+    except tarfile.FilterError as exc:  # the member's name comes from the file: shown as data, bounded
+        raise UsageError(f"--source {archive}: refused, a member would land outside the build: "
+                         f"{str(exc)[:300]!r}",
+                         hint="a build tarball holds relative paths, and links that stay inside it") from None
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise UsageError(f"--source {archive}: not a readable tarball ({str(exc)[:200]!r})") from None
 
 
 def resolve_source(source: str, ref: str | None, work: Path) -> Path:
@@ -108,13 +117,20 @@ def read_version(build: Path) -> str:
     meta = build / "BUILD.json"
     if meta.is_file():
         try:
-            return str(json.loads(meta.read_text())["version"])
-        except (ValueError, KeyError) as exc:
+            return _checked_version(meta, str(json.loads(meta.read_text())["version"]))
+        except (ValueError, KeyError, TypeError) as exc:
             raise UsageError(f"{meta}: no version ({exc})") from None
     version = build / "VERSION"
     if version.is_file():
-        return version.read_text().strip()
+        return _checked_version(version, version.read_text(errors="replace").strip())
     raise UsageError(f"{build}: no BUILD.json or VERSION file saying which exo version this is")
+
+
+def _checked_version(where: Path, version: str) -> str:
+    if not VERSION_RE.match(version):
+        raise UsageError(f"{where}: {version[:40]!r} is not a version",
+                         hint="expected letters, digits and . _ + - (e.g. 1.0.71), at most 64")
+    return version
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -186,20 +202,40 @@ def wait_healthy(fleet: Fleet, mesh: Mesh, timeout_s: float) -> HealthVerdict:
         time.sleep(1.0)
 
 
+# A switch killed half-way is repaired by these commands only (`repair`); any other lock-taker refuses.
+REPAIRED_BY = ["rollout exo", "rollout rollback"]
+REPAIR = ("`macfleet rollout rollback` (it puts every node back on the release it ran before), or "
+          "`macfleet rollout exo` again with the same source (it repairs first)")
+
+
+def _repairs(mesh: Mesh) -> Callable[[LockRecord], bool]:
+    """A rollout may take over a switch left half-done on its own mesh only (it repairs that one)."""
+    return lambda record: record.phase.get("mesh") == mesh.name
+
+
+def switch_step(lock: ClusterLock, held: Acquired, phase: dict) -> None:
+    """Record a step of a switch in the lock, before it starts: critical, repaired by REPAIRED_BY only."""
+    lock.set_phase(held, phase, critical=True, repair_by=REPAIRED_BY, repair=REPAIR)
+
+
 def switch(fleet: Fleet, mesh: Mesh, lock: ClusterLock, held: Acquired, root: str, frm: str | None, to: str,
            timeout_s: float, say: Say) -> HealthVerdict:
     nodes = list(mesh.node_names)
     phase = {"action": "switch", "from": frm, "to": to, "mesh": mesh.name}
     follow_ports(fleet, mesh, root, frm, to, say)  # before anything stops: a failure here leaves exo running
-    lock.set_phase(held, {**phase, "step": "stop"}, critical=True)
+
+    def step(name: str) -> None:
+        switch_step(lock, held, {**phase, "step": name})
+
+    step("stop")
     t0 = time.monotonic()
     rel.stop_exo(fleet, nodes)
-    lock.set_phase(held, {**phase, "step": "flip"}, critical=True)
+    step("flip")
     rel.flip_current(fleet, nodes, root, to)
-    lock.set_phase(held, {**phase, "step": "start"}, critical=True)
+    step("start")
     rel.start_exo(fleet, nodes)
     say(f"switched {len(nodes)} nodes to {to} in {time.monotonic() - t0:.1f} s; waiting for health")
-    lock.set_phase(held, {**phase, "step": "health"}, critical=True)
+    step("health")
     return wait_healthy(fleet, mesh, timeout_s)
 
 
@@ -327,7 +363,7 @@ def rollout_exo(fleet: Fleet, source: str, *, ref: str | None = None, mesh: str 
         manifest = transfer.local_manifest(build)
         name = release_name(version, manifest)
         lock = ClusterLock(lock_path(fleet.root))
-        with lock.hold("rollout exo", f"switch {m.name} to {name}") as held:
+        with lock.hold("rollout exo", f"switch {m.name} to {name}", may_repair=_repairs(m)) as held:
             if held.taken_over is not None:
                 say(held.explain() or "")
             repair(fleet, m, lock, held, root, timeout_s, say)
@@ -543,7 +579,8 @@ def rollout_exo_build(fleet: Fleet, m: Mesh, source: str, *, ref: str | None, bu
             return plan_rollout(fleet, m, root, name, files, builder)
         assert builder is not None
         lock = ClusterLock(lock_path(fleet.root))
-        with lock.hold("rollout exo", f"build {name} on {builder} and switch {m.name} to it") as held:
+        with lock.hold("rollout exo", f"build {name} on {builder} and switch {m.name} to it",
+                       may_repair=_repairs(m)) as held:
             if held.taken_over is not None:
                 say(held.explain() or "")
             _clear_interrupted_build(fleet, m, held, root, say)
@@ -587,7 +624,7 @@ def rollback_exo(fleet: Fleet, *, mesh: str | None = None, keep: int = DEFAULT_K
     m = one_mesh(fleet, mesh)
     root = m.settings.exo.install_root
     lock = ClusterLock(lock_path(fleet.root))
-    with lock.hold("rollout rollback", f"roll {m.name} back") as held:
+    with lock.hold("rollout rollback", f"roll {m.name} back", may_repair=_repairs(m)) as held:
         if held.taken_over is not None:
             say(held.explain() or "")
         if repair(fleet, m, lock, held, root, timeout_s, say):

@@ -750,10 +750,10 @@ def _thunderbolt_devices(f: NodeFacts) -> set[str] | None:
     return {p.device for p in f.hardware_ports.by_thunderbolt().values() if p.device}
 
 
-def exposure(rules: PfRulesFacts, port: int, allowed_ifaces: set[str]) -> str | None:
-    """Why exo's TCP `port` is open to the LAN under the anchor's rules, or None when only the allowed
-    interfaces and a source list (the Thunderbolt networks and the controller) reach it. Rules are read as pf
-    evaluates `quick` ones: the first that matches decides."""
+def exposure(rules: PfRulesFacts, port: int, allowed_ifaces: set[str], *, sources_ok: bool = True) -> str | None:
+    """Why TCP `port` is open to the LAN under the anchor's rules, or None when only the allowed interfaces
+    and (`sources_ok`: exo's ports) a source list (the Thunderbolt networks and the controller) reach it. Rules
+    are read as pf evaluates `quick` ones: the first that matches decides."""
     for r in rules.rules:
         if r.proto not in (None, "tcp") or r.port not in (None, port):
             continue
@@ -763,22 +763,31 @@ def exposure(rules: PfRulesFacts, port: int, allowed_ifaces: set[str]) -> str | 
             return f"the anchor lets tcp {port} in from anywhere"
         if r.action == "pass" and r.interface is not None and r.interface not in allowed_ifaces:
             return f"the anchor lets tcp {port} in on {r.interface}, not a Thunderbolt port"
+        if r.action == "pass" and r.interface is None and not sources_ok:
+            return f"the anchor lets tcp {port} in from {r.source} on any interface, not the Thunderbolt ports only"
     return f"the anchor has no rule blocking tcp {port} for everyone else"
+
+
+def _pf_exposure(f: NodeFacts, port: int, *, sources_ok: bool) -> str | Unknown | None:
+    """Why the packet filter leaves TCP `port` open to the LAN on this node (pf off, or the anchor), None when
+    it does not, Unknown when pf or the ports could not be read."""
+    if f.pf_info is None or f.pf_rules is None:
+        return Unknown(reason=f.why("pf-info", "pf-rules"))
+    if not f.pf_info.enabled:
+        return f"pf is off ({f.pf_info.status_line})"
+    tb = _thunderbolt_devices(f)
+    if tb is None:
+        return Unknown(reason=f.why("hardware-ports"))
+    return exposure(f.pf_rules, port, tb | {LOOPBACK}, sources_ok=sources_ok)
 
 
 def check_exo_api_exposure(ctx: HealthContext, node: str) -> Verdict:
     f = ctx.facts[node]
-    if f.pf_info is None or f.pf_rules is None:
-        return Unknown(reason=f.why("pf-info", "pf-rules"))
     port = ctx.mesh_of(node).settings.exo.port
-    if not f.pf_info.enabled:
-        why = f"pf is off ({f.pf_info.status_line})"
-    else:
-        tb = _thunderbolt_devices(f)
-        if tb is None:
-            return Unknown(reason=f.why("hardware-ports"))
-        why = exposure(f.pf_rules, port, tb | {LOOPBACK})
-    if why is None:
+    why = _pf_exposure(f, port, sources_ok=True)
+    if isinstance(why, Unknown):
+        return why
+    if why is None or f.pf_info is None or f.pf_rules is None:
         return []
     now = "switch pf on now (`sudo pfctl -E`); " if not f.pf_info.enabled else ""
     return [HealthFinding(
@@ -929,6 +938,9 @@ def check_llama_rpc(ctx: HealthContext, node: str) -> Verdict:
     if not bindings:
         return Unknown(reason=f"{node} has no live Thunderbolt link: no address for rpc-server to listen on")
     port = mesh.settings.llama.rpc_port
+    # rpc-server binds its Thunderbolt addresses, but a Mac takes a packet for any of its addresses on any
+    # interface: only the packet filter keeps a LAN host with a route to that subnet out (hostile.md row 11)
+    pf = _pf_exposure(f, port, sources_ok=False)
     v = judge_listeners([(s.local_address, s.local_port) for s in f.tcp_sockets.sockets if s.state == "LISTEN"],
                         bindings, port)
     evidence = "netstat -an -p tcp: " + (", ".join(f"{s.local_address}.{s.local_port}"
@@ -949,6 +961,17 @@ def check_llama_rpc(ctx: HealthContext, node: str) -> Verdict:
             fix=f"`macfleet rollout llama-rpc` (or `sudo launchctl kickstart -k system/{LABEL_PREFIX}.N` on "
                 f"{node}); its log is ~/Library/Logs/llama-rpc.N.log",
             evidence=evidence))
+    if isinstance(pf, str):
+        out.append(HealthFinding(
+            node=node, check="llama-rpc", severity="error",
+            message=f"rpc-server's port {port} on {node} (unauthenticated) is reachable from the LAN: {pf}",
+            fix=("switch pf on now (`sudo pfctl -E`); " if pf.startswith("pf is off") else "")
+            + "`macfleet bootstrap` loads the packet-filter anchor that lets rpc-server's port in only on the "
+              "Thunderbolt interfaces (docs/runbooks/llama-rpc.md)",
+            evidence=f"pfctl -s info: {f.pf_info.status_line if f.pf_info else '?'}; pfctl -a com.apple/macfleet "
+                     f"-s rules: {len(f.pf_rules.rules) if f.pf_rules else '?'} rules"))
+    elif isinstance(pf, Unknown) and not out:
+        return pf
     return out
 
 
@@ -1007,7 +1030,8 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec(code="exo-api-exposure", title="exo's API reachable only from the Thunderbolt networks and the "
               "controller (pf anchor loaded, pf on)", depends=_R),
     CheckSpec(code="llama-rpc", title="where llama-rpc is enabled, rpc-server listens on each Thunderbolt address "
-              "and nowhere else", depends=(*_R, "cabling", "bridge", "ip-plan")),
+              "and nowhere else, and the packet filter lets its port in on the Thunderbolt interfaces only",
+              depends=(*_R, "cabling", "bridge", "ip-plan")),
     # Read from the controller's files, but a node that does not answer now is not judged on old figures.
     CheckSpec(code="links-bench", title="the latest `bench links` has every link at or above its share of the "
               "saved baseline (where one was saved)", depends=_R),

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -96,4 +97,161 @@ def test_error_in_a_critical_phase_leaves_the_lock_for_repair(tmp_path) -> None:
     with pytest.raises(RuntimeError), lock.hold("rollout exo", "x") as held:
         lock.set_phase(held, {"action": "prune"})
         raise RuntimeError("not critical")
+    assert not path.exists()
+
+
+# ------------------------------------------------------------------------------------------------------
+# A live holder is never stale; a dead one's repair is not thrown away (issue 25, items 8 and 9)
+# ------------------------------------------------------------------------------------------------------
+
+HOLDER = r"""
+import sys, time
+from pathlib import Path
+from macfleet.act.lock import ClusterLock
+lock = ClusterLock(Path(sys.argv[1]))
+held = lock.acquire(sys.argv[2], "the holder", ttl_s=float(sys.argv[3]))
+if len(sys.argv) > 4:
+    lock.set_phase(held, {"action": "switch", "from": "1.0.71-a", "to": "1.0.73-b", "mesh": "mesh1",
+                          "step": sys.argv[4]}, critical=True)
+print("held", flush=True)
+time.sleep(300)
+"""
+
+
+def _holder(path, owner: str = "rollout exo", ttl_s: float = 3600, step: str | None = None) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, "-c", HOLDER, str(path), owner, str(ttl_s), *([step] if step else [])],
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdout.readline().strip() == "held"
+    return p
+
+
+def _kill9(p: subprocess.Popen) -> None:
+    p.kill()  # SIGKILL: no finally, no atexit
+    p.wait()
+
+
+def test_a_live_holder_past_its_ttl_keeps_the_lock(tmp_path) -> None:
+    """hostile.md row 7: a build running longer than the TTL (its lock's `created` moved back 61 min, standing
+    in for the time) lost its lock to a second `rollout exo`, which deleted the live build."""
+    path = tmp_path / "c.lock.json"
+    holder = _holder(path)
+    try:
+        data = json.loads(path.read_text())
+        data["created"] = (datetime.now(UTC) - timedelta(minutes=61)).isoformat()
+        path.write_text(json.dumps(data))
+        with pytest.raises(LockHeld) as info:
+            ClusterLock(path).acquire("rollout exo", "a second one")
+        assert f"pid {holder.pid}" in info.value.message
+        assert json.loads(path.read_text())["pid"] == holder.pid
+    finally:
+        _kill9(holder)
+    held = ClusterLock(path).acquire("rollout exo", "after the holder died")
+    assert f"pid {holder.pid}" in (held.explain() or "")
+    ClusterLock(path).release(held)
+
+
+def test_a_reused_pid_is_not_the_holder(tmp_path) -> None:
+    from macfleet.act.lock import process_started
+
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        now = datetime.now(UTC)
+        rec = _record(pid=other.pid, host="ctl", created=now.isoformat(), started=process_started(other.pid))
+        assert rec.started and stale_reason(rec, now, this_host="ctl") is None
+        reused = _record(pid=other.pid, host="ctl", created=now.isoformat(), started="linux:an-earlier-boot:12")
+        assert "another process" in stale_reason(reused, now, this_host="ctl")
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_another_controllers_lock_lives_by_its_heartbeat(tmp_path) -> None:
+    old = T0 - timedelta(hours=3)
+    beat = _record(host="other", created=old.isoformat(), refreshed=(T0 - timedelta(seconds=30)).isoformat())
+    assert stale_reason(beat, T0, this_host="ctl") is None
+    silent = _record(host="other", created=old.isoformat(), refreshed=(T0 - timedelta(seconds=601)).isoformat())
+    assert "stopped refreshing" in stale_reason(silent, T0, this_host="ctl")
+
+
+def test_the_holder_refreshes_the_lock_while_it_works(tmp_path) -> None:
+    from macfleet.act.lock import LockRecord as Rec
+
+    path = tmp_path / "c.lock.json"
+    lock = ClusterLock(path)
+    held = lock.acquire("rollout model", "a long push", ttl_s=0.4)  # a beat every 0.1 s
+    try:
+        first = Rec.from_json(path.read_text()).refreshed_at
+        deadline = datetime.now(UTC) + timedelta(seconds=10)
+        while Rec.from_json(path.read_text()).refreshed_at <= first + timedelta(seconds=0.5):
+            assert datetime.now(UTC) < deadline, "no heartbeat"
+            time.sleep(0.05)
+        now = datetime.now(UTC)
+        rec = Rec.from_json(path.read_text())
+        assert now - rec.created_at > timedelta(seconds=0.4)  # past its TTL since taken…
+        assert stale_reason(rec, now, this_host="elsewhere") is None  # …but refreshed: live from anywhere
+    finally:
+        lock.release(held)
+    assert not path.exists() and not held.heartbeat.thread.is_alive()
+
+
+@pytest.mark.parametrize("owner", ["rollout model", "reboot", "rollout llama-rpc", "watch"])
+def test_a_killed_switch_is_taken_only_by_its_repair(tmp_path, owner) -> None:
+    """hostile.md row 8: kill -9 of `rollout exo` at its health step; every other lock-taker must refuse,
+    naming the repair, and leave the record for it."""
+    path = tmp_path / "c.lock.json"
+    _kill9(_holder(path, step="health"))
+    left = path.read_text()
+    with pytest.raises(LockHeld) as info:
+        ClusterLock(path).acquire(owner, "something else")
+    msg = info.value.message
+    assert "died" in msg and "1.0.73-b" in msg and "macfleet rollout exo" in msg and "Only its repair" in msg
+    assert path.read_text() == left  # the record is kept for the repair
+    with pytest.raises(LockHeld):
+        ClusterLock(path).check(owner)
+    held = ClusterLock(path).acquire("rollout exo", "the repair")
+    assert held.taken_over is not None and held.taken_over.phase["step"] == "health" and not held.forced
+    ClusterLock(path).release(held)
+
+
+def test_force_takes_a_killed_switch_naming_what_is_lost(tmp_path) -> None:
+    path = tmp_path / "c.lock.json"
+    _kill9(_holder(path, step="flip"))
+    with pytest.raises(LockHeld) as info:
+        ClusterLock(path).acquire("rollout model", "push", force=False)
+    assert "--force" in (info.value.hint or "")
+    held = ClusterLock(path).acquire("rollout model", "push", force=True)
+    said = held.explain() or ""
+    assert held.forced and "FORCED" in said and "switching mesh1 from exo release 1.0.71-a to 1.0.73-b" in said
+    ClusterLock(path).release(held)
+
+
+def test_an_error_in_a_critical_phase_of_a_living_process_leaves_the_lock_stale(tmp_path) -> None:
+    """A healer lives on after its error: the lock it leaves for repair must not stay live by its pid."""
+    path = tmp_path / "c.lock.json"
+    lock = ClusterLock(path)
+    with pytest.raises(RuntimeError), lock.hold("reboot", "x") as held:
+        lock.set_phase(held, {"phase": "waiting for nodes", "mesh": "mesh1"}, critical=True)
+        raise RuntimeError("boom")
+    rec = lock.read()
+    assert rec is not None and rec.left and rec.repair_by == ["reboot"]
+    assert "left it after an error" in stale_reason(rec, datetime.now(UTC), this_host=socket.gethostname())
+    with pytest.raises(LockHeld, match="Only its repair"):
+        lock.acquire("rollout model", "y")
+    lock.release(lock.acquire("reboot", "the resume"))
+
+
+def test_a_repairer_that_fails_before_its_first_step_leaves_the_repair_pending(tmp_path) -> None:
+    path = tmp_path / "c.lock.json"
+    _kill9(_holder(path, step="start"))
+    lock = ClusterLock(path)
+    with pytest.raises(OSError), lock.hold("rollout exo", "the repair"):
+        raise OSError("a node unreachable before the repair began")
+    rec = lock.read()
+    assert rec is not None and rec.phase["step"] == "start" and rec.repair_by == ["rollout exo"]
+    with pytest.raises(LockHeld, match="Only its repair"):
+        lock.acquire("rollout model", "push")
+    held = lock.acquire("rollout exo", "the repair again")
+    assert held.taken_over is not None and held.taken_over.phase["step"] == "start"
+    lock.set_phase(held, {"action": "repaired"})
+    lock.release(held)
     assert not path.exists()

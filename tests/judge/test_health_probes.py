@@ -159,3 +159,42 @@ def test_ip_plan_names_another_tools_addresses_and_routes() -> None:
     assert "next reboot" in note and "plan's address returns" in note
     assert "self-assigned" in _foreign_note(["169.254.3.4/16"], [])
     assert parse_ifconfig and parse_service_order  # the same parsers the flow uses
+
+
+# llama.cpp's rpc-server: its port in the anchor, on the Thunderbolt interfaces only (hostile.md row 11)
+
+RPC_IN_ANCHOR = ("pass in quick on lo0 proto tcp to any port = 50052 flags S/SA keep state\n"
+                 "pass in quick on en3 proto tcp to any port = 50052 flags S/SA keep state\n"
+                 "block drop in quick proto tcp to any port = 50052\n")
+
+
+@pytest.mark.parametrize(("rules", "info", "why"), [
+    (RPC_IN_ANCHOR, None, None),
+    ("", None, "no rule blocking tcp 50052"),  # the anchor of exo's ports only (before this round)
+    ("pass in quick proto tcp from <macfleet_exo_peers> to any port = 50052 flags S/SA keep state\n"
+     "block drop in quick proto tcp to any port = 50052\n", None, "from <macfleet_exo_peers> on any interface"),
+    ("pass in quick on en0 proto tcp to any port = 50052 flags S/SA keep state\n"
+     "block drop in quick proto tcp to any port = 50052\n", None, "on en0, not a Thunderbolt port"),
+    (RPC_IN_ANCHOR, "Status: Disabled                              Debug: Urgent\n", "pf is off"),
+])
+def test_rpc_server_port_is_judged_against_the_anchor(rules: str, info: str | None, why: str | None) -> None:
+    from macfleet.judge.health import _pf_exposure
+
+    facts = pf(text("pf_rules_macfleet.txt") + rules, *([info] if info else []))
+    got = _pf_exposure(facts, 50052, sources_ok=False)
+    assert got is None if why is None else why in got
+    assert isinstance(_pf_exposure(NodeFacts(problems={"pf-info": "exit 1"}), 50052, sources_ok=False), Unknown)
+
+
+def test_the_anchor_bootstrap_writes_closes_every_port_it_lists() -> None:
+    """The pf role's template, loaded by the lab's pfctl and listed back, judged as doctor judges a node: exo's
+    API from the mesh and the controller, rpc-server's port on the Thunderbolt interfaces only."""
+    from macfleet.judge.health import _pf_exposure
+    from macfleet.lab.macos.pf import _listing, parse
+    from tests.test_bootstrap_playbook import render
+
+    anchor = render("pf", "macfleet.pf.j2", pf_sources=["10.213.0.0/16", "198.18.1.1"], pf_interfaces=["en3", "en4"])
+    facts = pf(_listing(parse(anchor, "macfleet")))
+    assert _pf_exposure(facts, 52415, sources_ok=True) is None
+    assert _pf_exposure(facts, 50052, sources_ok=False) is None
+    assert "no rule blocking tcp 50053" in _pf_exposure(facts, 50053, sources_ok=False)

@@ -150,6 +150,41 @@ def _knock(lab: Lab, node: str, address: str) -> str:
     return lab.ssh(node, _KNOCK + address).stdout.strip()
 
 
+class _LanHost:
+    """A host on the management LAN (hostile.md row 11): a namespace on the lab's bridge, at the subnet's
+    .200, with a route to the Thunderbolt pool through one node's management address."""
+
+    def __init__(self, lab: Lab, via: str):
+        import ipaddress
+        import subprocess
+
+        from tests.lab.conftest import LAB_PREFIX
+
+        truth = lab.truth()
+        net = ipaddress.ip_network(truth["subnet"])
+        self.ns, self.run = f"{LAB_PREFIX or 'mf'}-lanhost", subprocess.run
+        host, peer = f"{LAB_PREFIX or 'mf'}lanh"[:12], f"{LAB_PREFIX or 'mf'}lann"[:12]
+        self.host = host
+        for argv in (["ip", "netns", "add", self.ns], ["ip", "link", "add", host, "type", "veth", "peer", "name", peer],
+                     ["ip", "link", "set", peer, "netns", self.ns],
+                     ["ip", "link", "set", host, "master", truth["bridge"], "up"],
+                     ["ip", "-n", self.ns, "addr", "add", f"{net.network_address + 200}/{net.prefixlen}", "dev", peer],
+                     ["ip", "-n", self.ns, "link", "set", peer, "up"], ["ip", "-n", self.ns, "link", "set", "lo", "up"],
+                     ["ip", "-n", self.ns, "route", "add", "10.213.0.0/16", "via", via]):
+            subprocess.run(argv, check=True, capture_output=True)
+
+    def knock(self, address: str, port: int = 50052) -> str:
+        program = ("import socket,sys\ntry:\n socket.create_connection((sys.argv[1], int(sys.argv[2])), 3).close()\n"
+                   " print('open')\nexcept OSError as e:\n print(e.strerror or type(e).__name__)")
+        p = self.run(["ip", "netns", "exec", self.ns, "python3", "-c", program, address, str(port)],
+                     capture_output=True, text=True, timeout=30)
+        return p.stdout.strip() or p.stderr.strip()[-200:]
+
+    def close(self) -> None:
+        self.run(["ip", "link", "del", self.host], capture_output=True)
+        self.run(["ip", "netns", "del", self.ns], capture_output=True)
+
+
 def test_rollout_llama_rpc_binds_each_thunderbolt_address_only_and_doctor_watches_it(lab4: Lab,
                                                                                       tmp_path: Path) -> None:
     """lab llama-build → rollout llama-rpc (--check changes nothing; a broken build is rolled back) → each
@@ -181,6 +216,31 @@ def test_rollout_llama_rpc_binds_each_thunderbolt_address_only_and_doctor_watche
         doc = lab4.macfleet("doctor", "-i", inv, "--only", "llama-rpc", "--json", check=False)
         checks = [c for c in json.loads(doc.stdout)["checks"] if c["check"] == "llama-rpc"]
         assert doc.returncode == 0 and {c["result"] for c in checks} == {"ok"}, doc.stdout
+
+        # a LAN host with a route to the Thunderbolt pool through studio-1's management address: bootstrap's
+        # anchor drops it on rpc-server's port (a Mac takes a packet for any of its addresses on any interface,
+        # so the binding alone let it in), while the peer at the cable's other end still connects
+        lan = _LanHost(lab4, mgmt["studio-1"])
+        try:
+            target = done["jobs"]["studio-1"][0]
+            assert lan.knock(target["address"]) != "open"
+            assert _knock(lab4, target["peer"], target["address"]) == "open"
+            anchor = lab4.sudo("studio-1", "cat /etc/pf.anchors/macfleet").stdout
+            assert "port { 50052 }" in anchor
+            # an anchor without rpc-server's port (as bootstrap wrote it before): the LAN gets in, doctor says so
+            lab4.sudo("studio-1", "grep -v 50052 /etc/pf.anchors/macfleet > /tmp/exo-only.pf && "
+                                  "pfctl -a com.apple/macfleet -f /tmp/exo-only.pf")
+            try:
+                assert lab4.wait(lambda: lan.knock(target["address"]) == "open", 20, "the LAN host let in")
+                doc = lab4.macfleet("doctor", "-i", inv, "--only", "llama-rpc", "--json", check=False)
+                found = [f for f in json.loads(doc.stdout)["findings"] if f["check"] == "llama-rpc"]
+                assert doc.returncode == 1 and [f["node"] for f in found] == ["studio-1"], doc.stdout
+                assert "reachable from the LAN" in found[0]["message"] and "50052" in found[0]["message"]
+            finally:
+                lab4.sudo("studio-1", "pfctl -a com.apple/macfleet -f /etc/pf.anchors/macfleet; rm -f /tmp/exo-only.pf")
+            assert lab4.wait(lambda: lan.knock(target["address"]) != "open", 20, "the LAN host kept out again")
+        finally:
+            lan.close()
 
         broken = lab4.macfleet("rollout", "llama-rpc", "-i", inv, "--source", str(bad), "--timeout", "4",
                                check=False, timeout=300)

@@ -164,3 +164,41 @@ def test_a_builder_without_xcode_builds_nothing_and_says_how(lab4: Lab, controll
     assert lab4.ssh(builder, 'xcrun -f metal', check=False).returncode == 72  # the stand-in: no Xcode here
     st = _status(lab4)
     assert st["current"] == before and all(n["running"] for n in st["nodes"].values()), st
+
+
+def test_a_build_past_the_lock_ttl_keeps_its_lock(lab4: Lab, controller: Path, tmp_path: Path) -> None:
+    """hostile.md row 7: a build running longer than the lock's TTL (its `created` moved back 61 min stands in
+    for the time) lost its lock to a second identical rollout, which removed the live build. The holder lives:
+    the second one refuses, naming it, and the build runs on."""
+    import signal
+    import subprocess
+
+    from tests.lab.conftest import PY
+    from tests.lab.test_rollout_lab import _lock_file
+
+    builder = lab4.nodes[BUILDER_INDEX]
+    src = tmp_path / "src"
+    lab4.macfleet("lab", "exo-build", "--source", "--version", "1.0.94", "--out", str(src))
+    inv = _inventory(lab4, tmp_path / "inv", node=builder, command="echo compiling; sleep 417", timeout_s=600)
+    argv = [PY, "-m", "macfleet", "rollout", "exo", "--source", str(src), "-i", str(inv)]
+    first = subprocess.Popen(argv, cwd=lab4.workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        lab4.wait(lambda: "sleep 417" in lab4.ssh(builder, "ps -eo args").stdout, 120, "the build to run")
+        lock = _lock_file(controller)
+        data = json.loads(lock.read_text())
+        assert data["phase"]["action"] == "build" and data["pid"] == first.pid
+        data["created"] = data["refreshed"] = "2026-01-01T00:00:00+00:00"
+        lock.write_text(json.dumps(data))
+        second = lab4.macfleet("rollout", "exo", "--source", str(src), "-i", str(inv), check=False, timeout=120)
+        assert second.returncode == 1, second.stderr
+        assert f"locked by rollout exo (pid {first.pid}" in second.stderr
+        assert "removing the unfinished build" not in second.stderr
+        assert "sleep 417" in lab4.ssh(builder, "ps -eo args").stdout  # the build runs on
+        assert first.poll() is None
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        pids = lab4.ssh(builder, "pgrep -f 'sleep 417'", check=False).stdout.split()
+        if pids:
+            lab4.ssh(builder, f"kill {' '.join(p for p in pids if p.isdigit())}", check=False)
+        lab4.ssh(builder, "rm -rf /opt/exo/releases/1.0.94-* /opt/exo/releases/.build-*", check=False)

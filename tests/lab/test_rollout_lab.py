@@ -67,6 +67,15 @@ def test_killed_mid_switch_rerun_completes_then_rollback(lab4: Lab, controller: 
     st = _status(lab4)
     running = {n["version"] for n in st["nodes"].values() if n["running"]}
     assert len(running) <= 1, st
+    # another lock-taker refuses, naming the repair, and leaves the record (hostile.md row 8: a push took the lock
+    # over and the rerun then had "no previous release to go back to")
+    left = _lock_file(controller).read_text()
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    push = lab4.macfleet("rollout", "model", "test-org/x", "--from", str(tmp_path / "m"), "-i", str(lab4.inventory),
+                         check=False)
+    assert push.returncode == 1 and "Only its repair may take the lock" in push.stderr, push.stderr
+    assert "macfleet rollout rollback" in push.stderr and _lock_file(controller).read_text() == left
     rerun = lab4.macfleet("rollout", "exo", "--source", str(b72), "-i", str(lab4.inventory), "--json",
                           timeout=300)
     assert "took over a stale cluster lock" in rerun.stderr and "repairing" in rerun.stderr
@@ -150,14 +159,22 @@ def _clean_models(lab: Lab) -> None:
 
 
 def test_model_disk_full_refused_before_anything_moves(lab4: Lab, controller: Path, tmp_path: Path) -> None:
+    """Refused on the sizes alone, before a byte of the model is hashed (hostile.md row 17: a 10 GB model was
+    refused only after 42 s of hashing under the lock; 600 GB would take some 40 min)."""
     src = _model(tmp_path, files=2)
+    with (src / "model-big.safetensors").open("wb") as fh:  # sparse: 12 GB to hash, nothing on disk
+        fh.truncate(12 * 1024**3)
     victim = lab4.nodes[2]
     lab4.fault("disk-full", victim)
     try:
+        t0 = time.monotonic()
         p = _push(lab4, src, "--json")
+        took = time.monotonic() - t0
         assert p.returncode == 1, p.stderr
         err = json.loads(p.stdout)["error"]
         assert err["code"] == "refused" and victim in err["message"] and "nothing was sent" in err["message"]
+        assert "digests in" not in p.stderr and "preflight of" not in p.stderr, p.stderr  # no hashing, no lock
+        print(f"refused in {took:.1f} s")
         for n in lab4.nodes:
             assert lab4.ssh(n, f"ls {MODEL_DIR} ~/.exo/models/.macfleet-staging 2>/dev/null | wc -l").stdout.strip() \
                 == "0"
