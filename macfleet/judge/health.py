@@ -28,6 +28,7 @@ from macfleet.facts.sockets import TcpSocketsFacts
 from macfleet.facts.system import FdesetupFacts, PmsetFacts, SwVersFacts, SysctlFacts
 from macfleet.facts.thunderbolt import ThunderboltFacts
 from macfleet.inventory.model import Fleet, Mesh
+from macfleet.judge.exolog import UNRECOGNISED, Signature, match_signature, shown
 from macfleet.judge.ipplan import IpPlan, NodeNetworkFacts, bind_ports, diff_ip, plan_ip
 from macfleet.judge.links_bench import LinksBenchInput, links_bench_findings
 from macfleet.judge.llama_rpc import LABEL_PREFIX, judge_listeners, rpc_bindings
@@ -468,67 +469,6 @@ def check_filevault(ctx: HealthContext, node: str) -> Verdict:
 # --------------------------------------------------------------------------------------------------- exo
 
 
-@dataclass(frozen=True)
-class Signature:
-    """An error string exo or JACCL prints, what it means and what to do (exo's and MLX's issue trackers)."""
-
-    pattern: re.Pattern[str]
-    cause: str
-    fix: str
-
-
-def _sig(pattern: str, cause: str, fix: str) -> Signature:
-    return Signature(re.compile(pattern), cause, fix)
-
-
-_REBOOT_MESH = "stop exo on every node, reboot the whole mesh together (`macfleet reboot`), then check again"
-SIGNATURES: tuple[Signature, ...] = (
-    _sig(r"Changing queue pair to RTR failed with errno 22",
-         "JACCL found no usable GID: no IPv4 on a Thunderbolt port, or the port is in the Thunderbolt Bridge",
-         "switch the bridge off and restore the IP plan (`macfleet topology apply`); if the GIDs are fine, "
-         + _REBOOT_MESH),
-    _sig(r"Changing queue pair to RTR failed with errno 96",
-         "queue pair setup refused (EPROTOTYPE): a missing GID or bridge0 owning the port; seen after idle nights",
-         "restore the IP plan and the bridge; restarting exo alone does not help: " + _REBOOT_MESH),
-    _sig(r"Changing queue pair to RTR failed with errno 60",
-         "the peer's IPv4-mapped GID is not reachable over this link (ETIMEDOUT)",
-         "check the IP plan on both ends (`macfleet topology ipplan`) and the cable"),
-    _sig(r"Couldn't allocate protection domain",
-         "ibv_alloc_pd failed: a port down, a degraded cable, or RDMA state not released",
-         "reseat the cable; if it persists, " + _REBOOT_MESH),
-    _sig(r"Creating the queue pair failed with errno 16",
-         "the device's queue pairs are exhausted (a Thunderbolt RDMA device has about 10): stale RDMA resources",
-         "reboot the node (`macfleet reboot`); then run fewer instances over RDMA at once"),
-    _sig(r"No IPv4-mapped GID",
-         "the RDMA port has no IPv4-mapped GID: no IPv4 address on the Thunderbolt port",
-         "restore the IP plan (`macfleet topology apply`)"),
-    _sig(r"tbt_post_recv",
-         "a Thunderbolt cable was unplugged during a collective: both ranks crash",
-         "check the cabling (`macfleet topology check`) and restart exo"),
-    _sig(r"ibv_reg_mr|register_to_protection_domain",
-         "JACCL ran with no RDMA device (null protection domain): RDMA off or not ready",
-         "check `macfleet rdma status`; enable RDMA or reboot the mesh"),
-    _sig(r"signal=11|Segmentation fault",
-         "exo's runner crashed (SIGSEGV), often JACCL without a working RDMA device",
-         "check RDMA (`macfleet rdma status`), then restart exo (`macfleet doctor --fix`)"),
-    _sig(r"Function fence_update is using language version",
-         "macOS is older than exo's Metal code needs (macOS 26 or later)",
-         "upgrade macOS (docs/runbooks/macos-upgrade.md)"),
-    _sig(r"mlx_item evaluation timed out|GPU Timeout",
-         "the GPU stopped making progress (often with MLX fast synch on)",
-         "restart exo with EXO_FAST_SYNCH off; a wedged GPU needs a reboot"),
-    _sig(r"\[ring\] (?:Receiving from socket|Too many send/recv errors)",
-         "the MLX ring lost a peer", "check the links (`macfleet topology check`) and restart exo"),
-    # last: a crash whose exception is not one of the above (or was cut off)
-    _sig(r"crashed with critical exception|Runner terminated with signal|exceeded 5 retries",
-         "exo's runner crashed", "read the exception in exo's log on the node, then restart exo"),
-)
-
-
-def match_signature(line: str) -> Signature | None:
-    return next((s for s in SIGNATURES if s.pattern.search(line)), None)
-
-
 def check_exo_running(ctx: HealthContext, node: str) -> Verdict:
     f = ctx.facts[node]
     if f.exo_api is None:
@@ -657,17 +597,32 @@ def check_exo_log(ctx: HealthContext, node: str) -> Verdict:
     if f.exo_state is not None and any(r.node_id == f.exo_node_id and r.status in HEALTHY_RUNNER
                                        for r in f.exo_state.runners):
         return []
-    told = {s for m in _runner_failures(f) if (s := match_signature(m)) is not None}
-    seen: dict[Signature, list[str]] = {}
+    told = {_log_key(m, s) for m in _runner_failures(f) if (s := match_signature(m)) is not None}
+    seen: dict[tuple[Signature, str], list[str]] = {}
     for line in f.exo_log:
         sig = match_signature(line)
-        if sig is not None and sig not in told:
-            seen.setdefault(sig, []).append(line.strip())
+        if sig is not None and (key := _log_key(line, sig)) not in told:
+            seen.setdefault(key, []).append(line.strip())
+    unknown = [k for k in seen if k[0] is UNRECOGNISED]
+    for key in unknown[MAX_UNRECOGNISED:]:  # the first few distinct ones are named; the rest only counted
+        del seen[key]
+    more = len(unknown) - MAX_UNRECOGNISED
     return [HealthFinding(node=node, check="exo-log", severity="error",
-                          message=f"exo's log on {node} since its last start: {sig.cause} "
-                                  f"({len(lines)} line{'s' if len(lines) != 1 else ''})",
-                          fix=sig.fix, evidence=lines[-1][-300:])
-            for sig, lines in seen.items()]
+                          message=f"exo's log on {node} since its last start: {sig.cause}"
+                                  + (f": {text}" if sig is UNRECOGNISED else "")
+                                  + f" ({len(lines)} line{'s' if len(lines) != 1 else ''})"
+                                  + (f"; {more} more unrecognised JACCL line{'s' if more != 1 else ''}"
+                                     if sig is UNRECOGNISED and more > 0 and (sig, text) == unknown[0] else ""),
+                          fix=sig.fix, evidence=shown(lines[-1][-300:]))
+            for (sig, text), lines in seen.items()]
+
+
+MAX_UNRECOGNISED = 3
+
+
+def _log_key(line: str, sig: Signature) -> tuple[Signature, str]:
+    """Known signatures are reported once each; unrecognised JACCL lines once per distinct line."""
+    return (sig, shown(line) if sig is UNRECOGNISED else "")
 
 
 # ------------------------------------------------------------------------------------ clock, disk, updates
