@@ -33,6 +33,7 @@ from macfleet.judge.ipplan import IpPlan, NodeNetworkFacts, bind_ports, diff_ip,
 from macfleet.judge.links_bench import LinksBenchInput, links_bench_findings
 from macfleet.judge.llama_rpc import LABEL_PREFIX, judge_listeners, rpc_bindings
 from macfleet.judge.model import Change
+from macfleet.judge.pf import exposure
 from macfleet.judge.rdma import NodeRdma, NodeRdmaFacts, Problem
 from macfleet.judge.rdma import check_rdma as check_rdma_mesh
 from macfleet.judge.topology import NodeTopologyFacts, TopologyReport, check_cabling
@@ -697,22 +698,6 @@ def _thunderbolt_devices(f: NodeFacts) -> set[str] | None:
     if f.hardware_ports is None:
         return None
     return {p.device for p in f.hardware_ports.by_thunderbolt().values() if p.device}
-
-
-def exposure(rules: PfRulesFacts, port: int, allowed_ifaces: set[str]) -> str | None:
-    """Why exo's TCP `port` is open to the LAN under the anchor's rules, or None when only the allowed
-    interfaces and a source list (the Thunderbolt networks and the controller) reach it. Rules are read as pf
-    evaluates `quick` ones: the first that matches decides."""
-    for r in rules.rules:
-        if r.proto not in (None, "tcp") or r.port not in (None, port):
-            continue
-        if r.action == "block" and r.interface is None and r.source == "any":
-            return None
-        if r.action == "pass" and r.interface is None and r.source == "any":
-            return f"the anchor lets tcp {port} in from anywhere"
-        if r.action == "pass" and r.interface is not None and r.interface not in allowed_ifaces:
-            return f"the anchor lets tcp {port} in on {r.interface}, not a Thunderbolt port"
-    return f"the anchor has no rule blocking tcp {port} for everyone else"
 
 
 def check_exo_api_exposure(ctx: HealthContext, node: str) -> Verdict:
