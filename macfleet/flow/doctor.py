@@ -3,14 +3,17 @@ the safe fixes through their playbooks and judges again. Also what `watch` runs 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from macfleet.act import probecache
 from macfleet.collect.commands import DOCTOR_SPECS, CommandSpec, exo_specs, ping_spec, probe_specs, spec_for
 from macfleet.collect.gather import Gathered, start_gather
+from macfleet.collect.ssh import Raw
 from macfleet.errors import (
     EXIT_PROBLEMS,
     EXIT_UNREACHABLE,
@@ -19,7 +22,7 @@ from macfleet.errors import (
     UsageError,
     most_severe_exit,
 )
-from macfleet.inventory.model import Fleet, Mesh
+from macfleet.inventory.model import Fleet, Mesh, Node
 
 # The parsers and judges are imported where they are used, not here: a doctor run dials every node first and
 # imports them while the nodes answer (`run_doctor`), which hides most of the CLI's start-up behind the pass.
@@ -195,6 +198,70 @@ class DoctorRun:
     report: HealthReport
     gathered: Gathered
     facts: dict[str, NodeFacts] = field(default_factory=dict)
+    cached: dict[str, dict[str, float]] = field(default_factory=dict)  # node -> probe key -> age (s) of its answer
+
+
+# ------------------------------------------------------------------------------------ the slow probe's cache
+
+# Probes whose answer is kept between passes (act/probecache.py): key -> the probe setting of its maximum age.
+CACHED_PROBES: dict[str, str] = {"softwareupdate": "updates_max_age_s"}
+
+
+def _cache_key(fleet: Fleet, node: Node) -> str:
+    return probecache.node_key(str(fleet.root), node.name, node.address, node.port)
+
+
+def _cache_plan(fleet: Fleet, nodes: list[Node], keys: set[str], fresh: bool, now: float
+                ) -> dict[str, dict[str, probecache.CachedAnswer]]:
+    """probe key -> node -> the cached answer this pass uses instead of asking (young enough, not --fresh)."""
+    plan: dict[str, dict[str, probecache.CachedAnswer]] = {}
+    for key in keys & set(CACHED_PROBES):
+        if fresh:
+            plan[key] = {}
+            continue
+        found = probecache.load(key, [_cache_key(fleet, n) for n in nodes])
+        plan[key] = {}
+        for n in nodes:
+            a = found.get(_cache_key(fleet, n))
+            max_age = getattr(fleet.mesh(n.mesh).settings.probes, CACHED_PROBES[key])
+            if a is not None and a.age_s(now) < max_age:
+                plan[key][n.name] = a
+    return plan
+
+
+def _use_and_keep(fleet: Fleet, nodes: list[Node], gathered: Gathered,
+                  plan: dict[str, dict[str, probecache.CachedAnswer]], now: float) -> dict[str, dict[str, float]]:
+    """Put the cached answers into the pass as if just read (their age noted), and keep this pass's fresh ones.
+    A probe that failed or timed out now is not cached: the next pass asks again."""
+    ages: dict[str, dict[str, float]] = {}
+    for key, used in plan.items():
+        fresh_answers = {}
+        for n in nodes:
+            if n.name in used:
+                a = used[n.name]
+                gathered.outputs.setdefault(n.name, {})[key] = Raw(stdout=a.stdout, stderr=a.stderr, rc=a.rc,
+                                                                   took_s=0.0, ended_at=a.read_at)
+                ages.setdefault(n.name, {})[key] = a.age_s(now)
+            elif (raw := gathered.outputs.get(n.name, {}).get(key)) is not None and _answers(key, raw):
+                fresh_answers[_cache_key(fleet, n)] = probecache.CachedAnswer(
+                    stdout=raw.stdout, stderr=raw.stderr, rc=raw.rc, read_at=raw.ended_at or now)
+        with contextlib.suppress(OSError):  # a cache that cannot be written only means the next pass asks again
+            probecache.store(key, fresh_answers)
+    return ages
+
+
+def _answers(key: str, raw: Raw) -> bool:
+    """Whether a slow probe's output is an answer worth keeping: it exited 0 and its parser reads it."""
+    from macfleet.facts.probes import parse_softwareupdate_list
+
+    parsers = {"softwareupdate": lambda r: parse_softwareupdate_list(f"{r.stdout}\n{r.stderr}")}
+    if raw.rc != 0:
+        return False
+    try:
+        parsers[key](raw)
+    except FactsParseError:
+        return False
+    return True
 
 
 def _pings_once(fleet: Fleet, meshes: list[Mesh]) -> Callable[[str], tuple[CommandSpec, ...]]:
@@ -222,16 +289,29 @@ def _judging_modules() -> None:
 
 def run_doctor(fleet: Fleet, meshes: list[Mesh], *, only: list[str] | None = None, now: datetime | None = None,
                cancel: threading.Event | None = None, deadline_s: float | None = None,
-               dialled: Callable[[], None] | None = None) -> DoctorRun:
+               dialled: Callable[[], None] | None = None, fresh: bool = False) -> DoctorRun:
     """One bounded pass over every node of `meshes`, judged. Never raises for a node's sake. `dialled` is
-    called once every node is being dialled (the CLI says so then, and pays for its console meanwhile)."""
+    called once every node is being dialled (the CLI says so then, and pays for its console meanwhile). A slow
+    probe (CACHED_PROBES) is asked only of the nodes whose cached answer is older than its setting, or of all
+    with `fresh`; the others' cached answers are judged, their ages in `DoctorRun.cached`."""
+    import time
+
     nodes = [n for m in meshes for n in m.nodes]
     # a probe only one check reads is not run when that check is not selected (`softwareupdate --list` asks
     # Apple's catalogue: `watch` should not pay for it at every tick)
     skip = {k for check, keys in PROBE_OF_CHECK.items() if only and check not in only for k in keys}
     specs = tuple(s for s in doctor_specs(meshes) if s.key not in skip)
-    pending = start_gather(fleet, nodes, specs, cancel=cancel, deadline_s=deadline_s,
-                           per_node=None if "tb-ping" in skip else _pings_once(fleet, meshes))
+    started = time.time()
+    plan = _cache_plan(fleet, nodes, {s.key for s in specs}, fresh, started)
+    slow = {s.key: s for s in specs if s.key in plan}
+    specs = tuple(s for s in specs if s.key not in plan)
+    pings = None if "tb-ping" in skip else _pings_once(fleet, meshes)
+
+    def per_node(node: str) -> tuple[CommandSpec, ...]:
+        asked = tuple(s for key, s in slow.items() if node not in plan[key])
+        return asked + (pings(node) if pings is not None else ())
+
+    pending = start_gather(fleet, nodes, specs, cancel=cancel, deadline_s=deadline_s, per_node=per_node)
     try:
         if dialled is not None:
             dialled()
@@ -243,10 +323,12 @@ def run_doctor(fleet: Fleet, meshes: list[Mesh], *, only: list[str] | None = Non
     from macfleet.flow.bench_links import links_bench_inputs
     from macfleet.judge.health import judge_health
 
-    facts = {n.name: node_facts(gathered, n.name) for n in nodes}
+    ages = _use_and_keep(fleet, nodes, gathered, plan, time.time())
+    facts = {n.name: node_facts(gathered, n.name).model_copy(update={"ages": ages.get(n.name, {})})
+             for n in nodes}
     report = judge_health(fleet, meshes, facts, now or datetime.now(UTC), only=only,
                           links_bench=links_bench_inputs(fleet, meshes))
-    return DoctorRun(report=report, gathered=gathered, facts=facts)
+    return DoctorRun(report=report, gathered=gathered, facts=facts, cached=ages)
 
 
 # ------------------------------------------------------------------------------------------------- --fix
@@ -312,9 +394,9 @@ def fix_vars(step: FixStep, meshes: list[Mesh], facts: dict[str, NodeFacts]) -> 
 
 
 def fix_doctor(fleet: Fleet, meshes: list[Mesh], apply: Callable[[FixStep, Fleet, list[Mesh]], None], *,
-               only: list[str] | None = None) -> FixRun:
+               only: list[str] | None = None, fresh: bool = False) -> FixRun:
     """Judge, apply the safe fixes (never a reboot) through `apply` (one playbook run per step), judge again."""
-    first = run_doctor(fleet, meshes, only=only)
+    first = run_doctor(fleet, meshes, only=only, fresh=fresh)
     before = first.report
     steps, left = plan_fixes(before)
     for step in steps:

@@ -116,6 +116,7 @@ class NodeFacts(_Model):
     tcp_sockets: TcpSocketsFacts | None = None  # `netstat -an -p tcp` (read where llama-rpc is enabled)
     timed_out: list[str] = Field(default_factory=list)  # kinds whose command gave no answer in time
     problems: dict[str, str] = Field(default_factory=dict)  # kind -> why it is missing
+    ages: dict[str, float] = Field(default_factory=dict)  # probe key -> age (s) of the cached answer used
 
     def why(self, *kinds: str) -> str:
         got = [f"{k}: {self.problems[k]}" for k in kinds if k in self.problems]
@@ -686,7 +687,24 @@ def check_updates(ctx: HealthContext, node: str) -> Verdict:
                 "exo and JACCL need one",
         fix="install updates on every node of the mesh together, in a maintenance window, with the macOS-upgrade "
             "runbook (docs/runbooks/macos-upgrade.md): they need the Mac's screen or Screen Sharing",
-        evidence="softwareupdate --list: " + "; ".join(labels))]
+        evidence=f"softwareupdate --list{cached_note(f.ages.get('softwareupdate'))}: " + "; ".join(labels))]
+
+
+def age_words(seconds: float) -> str:
+    """`3 min`, `2 h 5 min`, `1 d 3 h`: how old an answer is, for a person."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
+
+
+def cached_note(age_s: float | None) -> str:
+    """` (answer of 2 h 5 min ago, cached; doctor --fresh asks again)`, or "" for an answer read in this pass."""
+    return "" if age_s is None else f" (answer of {age_words(age_s)} ago, cached; `doctor --fresh` asks again)"
 
 
 # -------------------------------------------------------------------------------------- exo's API exposure
