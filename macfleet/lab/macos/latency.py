@@ -39,9 +39,13 @@ LATENCY: dict[str, tuple[float, str]] = {
     "xcode-select": (0.05, "guess"),
     "brew": (0.5, "guess: Homebrew's Ruby start"),
 }
-# Every other stand-in (sw_vers, sysctl, pmset, csrutil, ifconfig, nvram, scutil, pfctl, launchctl, defaults,
-# plutil, date, df, route, netstat, ipconfig, caffeinate, afplay, the power commands, ping) answers from the
-# kernel or a small file in milliseconds on a Mac as in the lab: no wait (a guess too, listed in docs/lab.md).
+# The other stand-ins answer from the kernel or a small file, in milliseconds on a Mac as in the lab: no wait
+# (a guess too, listed in docs/lab.md).
+FAST: tuple[str, ...] = (
+    "sw_vers", "sysctl", "pmset", "csrutil", "ifconfig", "nvram", "scutil", "pfctl", "launchctl", "defaults",
+    "plutil", "date", "df", "route", "netstat", "ipconfig", "caffeinate", "afplay", "shutdown", "reboot", "halt",
+    "ping",
+)
 
 
 def seconds(cmd: str, args: list[str]) -> float:
