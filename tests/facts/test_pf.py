@@ -14,16 +14,14 @@ from hypothesis import strategies as st
 from macfleet.errors import FactsParseError
 from macfleet.facts.pf import parse_pf_rules, tokens
 from macfleet.judge.pf import exposure
+from tests.conftest import assert_held_out_set
 
 LISTINGS = Path(__file__).resolve().parent.parent / "fixtures" / "pf-rules"
 EXPECTED: dict[str, dict] = json.loads((LISTINGS / "expected.json").read_text(encoding="utf-8"))
 
 
 def test_every_listing_kept_is_judged_and_cited() -> None:
-    files = {p.name for p in LISTINGS.glob("*.txt")}
-    assert files == set(EXPECTED)
-    sources = (LISTINGS / "SOURCES.md").read_text(encoding="utf-8")
-    assert all(f"`{name}`" in sources for name in files)
+    assert_held_out_set(LISTINGS, EXPECTED)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

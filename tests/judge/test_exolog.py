@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from macfleet.facts.exo import log_since_start
 from macfleet.judge.exolog import SIGNATURES, UNRECOGNISED, is_jaccl_error, match_signature, shown
+from tests.conftest import assert_held_out_set
 from tests.judge.test_health import FIXTURES, IDS, NODES, exo_facts, verdict
 
 LOGS = FIXTURES / "exo-log"
@@ -26,10 +27,7 @@ def codes(lines: list[str]) -> list[str]:
 
 
 def test_every_real_output_kept_is_judged_and_cited() -> None:
-    files = {p.name for p in LOGS.glob("*.txt")}
-    assert files == set(EXPECTED)
-    sources = (LOGS / "SOURCES.md").read_text(encoding="utf-8")
-    assert all(f"`{name}`" in sources for name in files)
+    assert_held_out_set(LOGS, EXPECTED)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
