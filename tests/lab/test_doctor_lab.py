@@ -227,4 +227,5 @@ def test_stand_ins_answer_as_slowly_as_a_mac_and_doctor_waits_on_softwareupdate_
     assert first["cached"] == {} and set(second["cached"]) == set(lab.nodes)
     assert all(0 <= ages["softwareupdate"] < 120 for ages in second["cached"].values())
     assert {c["result"] for c in second["checks"]} == {"ok"}  # judged from the kept answer
-    assert first_s >= 20 * scale and second_s < first_s - 15 * scale, (first_s, second_s)
+    if scale > 0:  # a run that chose the lab's own speed (MACFLEET_TEST_LAB_LATENCY=0) has no wait to save
+        assert first_s >= 20 * scale and second_s < first_s - 15 * scale, (first_s, second_s)
