@@ -10,10 +10,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from macfleet.act import probecache
 from macfleet.collect.commands import DOCTOR_SPECS, CommandSpec, exo_specs, ping_spec, probe_specs, spec_for
 from macfleet.collect.gather import Gathered, start_gather
-from macfleet.collect.ssh import Raw
 from macfleet.errors import (
     EXIT_PROBLEMS,
     EXIT_UNREACHABLE,
@@ -27,6 +25,8 @@ from macfleet.inventory.model import Fleet, Mesh, Node
 # The parsers and judges are imported where they are used, not here: a doctor run dials every node first and
 # imports them while the nodes answer (`run_doctor`), which hides most of the CLI's start-up behind the pass.
 if TYPE_CHECKING:
+    from macfleet.act.probecache import CachedAnswer
+    from macfleet.collect.ssh import Raw
     from macfleet.judge.health import HealthReport, NodeFacts
 
 # NodeFacts field -> (gather key, KIND)
@@ -208,13 +208,17 @@ CACHED_PROBES: dict[str, str] = {"softwareupdate": "updates_max_age_s"}
 
 
 def _cache_key(fleet: Fleet, node: Node) -> str:
+    from macfleet.act import probecache
+
     return probecache.node_key(str(fleet.root), node.name, node.address, node.port)
 
 
 def _cache_plan(fleet: Fleet, nodes: list[Node], keys: set[str], fresh: bool, now: float
-                ) -> dict[str, dict[str, probecache.CachedAnswer]]:
+                ) -> dict[str, dict[str, CachedAnswer]]:
     """probe key -> node -> the cached answer this pass uses instead of asking (young enough, not --fresh)."""
-    plan: dict[str, dict[str, probecache.CachedAnswer]] = {}
+    from macfleet.act import probecache
+
+    plan: dict[str, dict[str, CachedAnswer]] = {}
     for key in keys & set(CACHED_PROBES):
         if fresh:
             plan[key] = {}
@@ -230,13 +234,18 @@ def _cache_plan(fleet: Fleet, nodes: list[Node], keys: set[str], fresh: bool, no
 
 
 def _use_and_keep(fleet: Fleet, nodes: list[Node], gathered: Gathered,
-                  plan: dict[str, dict[str, probecache.CachedAnswer]], now: float) -> dict[str, dict[str, float]]:
+                  plan: dict[str, dict[str, CachedAnswer]], now: float) -> dict[str, dict[str, float]]:
     """Put the cached answers into the pass as if just read (their age noted), and keep this pass's fresh ones.
     A probe that failed or timed out now is not cached: the next pass asks again."""
+    from macfleet.act import probecache
+    from macfleet.collect.ssh import Raw
+
     ages: dict[str, dict[str, float]] = {}
     for key, used in plan.items():
         fresh_answers = {}
         for n in nodes:
+            if n.name in gathered.unreachable:
+                continue  # an unreachable node is judged unreachable, not from an old answer
             if n.name in used:
                 a = used[n.name]
                 gathered.outputs.setdefault(n.name, {})[key] = Raw(stdout=a.stdout, stderr=a.stderr, rc=a.rc,
@@ -301,13 +310,22 @@ def run_doctor(fleet: Fleet, meshes: list[Mesh], *, only: list[str] | None = Non
     # Apple's catalogue: `watch` should not pay for it at every tick)
     skip = {k for check, keys in PROBE_OF_CHECK.items() if only and check not in only for k in keys}
     specs = tuple(s for s in doctor_specs(meshes) if s.key not in skip)
-    started = time.time()
-    plan = _cache_plan(fleet, nodes, {s.key for s in specs}, fresh, started)
-    slow = {s.key: s for s in specs if s.key in plan}
-    specs = tuple(s for s in specs if s.key not in plan)
+    # the slow probes go per node: the cache is read on the first node thread whose login is done (its file
+    # and imports are not paid before the first handshake), and asks each node only what it has no young answer to
+    slow = {s.key: s for s in specs if s.key in CACHED_PROBES}
+    specs = tuple(s for s in specs if s.key not in slow)
     pings = None if "tb-ping" in skip else _pings_once(fleet, meshes)
+    lock = threading.Lock()
+    plans: list[dict[str, dict[str, CachedAnswer]]] = []
+
+    def the_plan() -> dict[str, dict[str, CachedAnswer]]:
+        with lock:
+            if not plans:
+                plans.append(_cache_plan(fleet, nodes, set(slow), fresh, time.time()))
+        return plans[0]
 
     def per_node(node: str) -> tuple[CommandSpec, ...]:
+        plan = the_plan() if slow else {}
         asked = tuple(s for key, s in slow.items() if node not in plan[key])
         return asked + (pings(node) if pings is not None else ())
 
@@ -323,7 +341,7 @@ def run_doctor(fleet: Fleet, meshes: list[Mesh], *, only: list[str] | None = Non
     from macfleet.flow.bench_links import links_bench_inputs
     from macfleet.judge.health import judge_health
 
-    ages = _use_and_keep(fleet, nodes, gathered, plan, time.time())
+    ages = _use_and_keep(fleet, nodes, gathered, the_plan() if slow else {}, time.time())
     facts = {n.name: node_facts(gathered, n.name).model_copy(update={"ages": ages.get(n.name, {})})
              for n in nodes}
     report = judge_health(fleet, meshes, facts, now or datetime.now(UTC), only=only,
