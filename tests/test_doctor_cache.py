@@ -124,3 +124,23 @@ def test_a_damaged_cache_is_ignored_never_an_error(tmp_path: Path, content: byte
     assert probecache.load("softwareupdate", ["k"], path=path) == {}
     probecache.store("softwareupdate", {"k": probecache.CachedAnswer("y", "", 0, time.time())}, path=path)
     assert probecache.load("softwareupdate", ["k"], path=path)["k"].stdout == "y"
+
+
+def test_an_unreachable_node_is_not_judged_from_its_kept_answer(fake_pass, monkeypatch) -> None:
+    fleet = load_inventory(EXAMPLE_INVENTORY)
+    flow.run_doctor(fleet, list(fleet.meshes), only=["updates"])
+
+    def unreachable(fleet, nodes, specs, **kw):
+        nodes = list(nodes)
+        for n in nodes:
+            kw["per_node"](n.name)
+        return Answering([], {}, "")
+
+    monkeypatch.setattr(flow, "start_gather", lambda *a, **kw: _all_down(unreachable(*a, **kw), a[1]))
+    run = flow.run_doctor(fleet, list(fleet.meshes), only=["updates"])
+    assert run.cached == {} and all(not f.reachable for f in run.facts.values())
+
+
+def _all_down(answering: Answering, nodes) -> Answering:
+    answering.gathered.unreachable = {n.name: "no route to host" for n in nodes}
+    return answering
