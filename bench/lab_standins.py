@@ -117,7 +117,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="macfleet-bench-") as tmp:
         workdir = Path(tmp)
         _run(["lab", "down", "--name", name], workdir)
-        up = _run(["lab", "up", "--name", name, "--nodes", str(args.nodes), "--no-exo"], workdir)
+        # --latency 0: this bench weighs what a stand-in's own code costs, not the wait a Mac's answer takes
+        # (lab/macos/latency.py), which would swamp it
+        up = _run(["lab", "up", "--name", name, "--nodes", str(args.nodes), "--no-exo", "--latency", "0"], workdir)
         if up.returncode != 0:
             sys.exit(f"lab up failed: {(up.stderr or up.stdout).strip()[-300:]}")
         try:

@@ -16,6 +16,15 @@ SAMPLES = ROOT.parent / "shared" / "samples"
 CAPTURES = ROOT / "tests" / "fixtures" / "captures"
 
 
+def assert_held_out_set(folder: Path, expected: dict) -> None:
+    """A held-out set of real outputs: every file in `folder` has its expected verdict and is cited in the
+    folder's SOURCES.md, and every verdict has its file."""
+    files = {p.name for p in folder.glob("*.txt")}
+    assert files == set(expected)
+    sources = (folder / "SOURCES.md").read_text(encoding="utf-8")
+    assert all(f"`{name}`" in sources for name in files)
+
+
 def capture(name: str) -> str:
     """A real capture by its shared/samples file name, from the verbatim copy kept in the repo."""
     found = sorted(CAPTURES.glob(f"*/{name}"))

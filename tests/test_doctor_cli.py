@@ -118,7 +118,7 @@ def test_node_facts_of_the_small_probes() -> None:
     assert "10.213.0.6" not in a.pings and "gave no answer" in a.problems["tb-ping:10.213.0.6"]
 
 
-def test_only_leaves_out_the_probes_no_selected_check_reads(monkeypatch) -> None:
+def test_only_leaves_out_the_probes_no_selected_check_reads(monkeypatch, tmp_path) -> None:
     """`--only rdma` (what `watch` runs) does not ask softwareupdate, pfctl, date, df or ping."""
     from macfleet.collect.gather import Gathered
     from macfleet.flow import doctor as flow
@@ -138,11 +138,13 @@ def test_only_leaves_out_the_probes_no_selected_check_reads(monkeypatch) -> None
 
     def fake_start_gather(fleet, nodes, specs, **kw):
         nodes = list(nodes)
-        asked["keys"] = {s.key for s in specs}
         per_node = kw.get("per_node")
-        asked["pings"] = [s for n in nodes for s in (per_node(n.name) if per_node else ())]
+        extra = [s for n in nodes for s in (per_node(n.name) if per_node else ())]
+        asked["keys"] = {s.key for s in (*specs, *extra)}  # a slow probe is asked per node (its cache)
+        asked["pings"] = [s for s in extra if s.kind == "tb-ping"]
         return NotDialled(nodes)
 
+    monkeypatch.setenv("MACFLEET_STATE_DIR", str(tmp_path))
     monkeypatch.setattr(flow, "start_gather", fake_start_gather)
     fleet = load_inventory(EXAMPLE_INVENTORY)
     flow.run_doctor(fleet, list(fleet.meshes), only=["rdma"])

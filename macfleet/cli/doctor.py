@@ -38,6 +38,9 @@ def doctor(
     only: Annotated[str | None, typer.Option("--only", help="Only these checks (comma-separated codes).",
                                              show_default=False)] = None,
     list_checks: Annotated[bool, typer.Option("--list", help="List the checks and exit.")] = False,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Ask the slow probes again (softwareupdate --list), "
+                                        "not their cached answers (kept up to probes.updates_max_age_s).")]
+    = False,
 ) -> None:
     """Every probe on every node in one bounded pass; findings grouped by node, each with its fix.
 
@@ -56,13 +59,15 @@ def doctor(
         info(probing)
         from macfleet.render.doctor import render_fix
 
-        run = fix_doctor(fleet, meshes, apply_fix_step, only=codes)
+        run = fix_doctor(fleet, meshes, apply_fix_step, only=codes, fresh=fresh)
         final = run.after or run.before
         emit(fix_payload(run), human=lambda _: render_fix(run.before, run.after, run.steps, run.not_fixed),
              exit_code=doctor_exit_code(final))
         return
-    report = run_doctor(fleet, meshes, only=codes, dialled=lambda: info(probing)).report
+    done = run_doctor(fleet, meshes, only=codes, dialled=lambda: info(probing), fresh=fresh)
+    report = done.report
     from macfleet.render.doctor import render_doctor
 
-    emit(report.json_payload(), human=lambda _: render_doctor(report, verbose=mode.verbose),
+    emit({**report.json_payload(), "cached": done.cached},
+         human=lambda _: render_doctor(report, verbose=mode.verbose, cached=done.cached),
          exit_code=doctor_exit_code(report))

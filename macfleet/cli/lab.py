@@ -93,13 +93,17 @@ def up_cmd(
                                             "meshes larger than the RDMA ports allow (7 Mac Studios).")] = False,
     inventories: Annotated[Path, typer.Option("--inventories", help="Where inventories/NAME is written.")]
     = Path("inventories"),
+    latency: Annotated[float, typer.Option("--latency", min=0, max=10, help="How long the stand-ins take to "
+                                           "answer, as a share of a real Mac's (docs/lab.md): 1 as a Mac, 0 the "
+                                           "lab's own speed.")] = 1.0,
     json_output: JsonOpt = False,
 ) -> None:
     """Bring a lab up and write inventories/NAME for it."""
     from macfleet.lab import control
 
     lab = control.up(name, nodes=nodes, pods=pods, model=model, fresh=fresh, exo=not no_exo, tb_rate=tb_rate,
-                     mgmt_rate=mgmt_rate, boot_seconds=boot_seconds, inventories=inventories, all_ports=all_ports)
+                     mgmt_rate=mgmt_rate, boot_seconds=boot_seconds, inventories=inventories, all_ports=all_ports,
+                     latency=latency)
     result = LabUp(name=name, inventory=lab["inventory_dir"], took_s=lab["took_s"],
                    nodes=[LabNode(**n) for n in control.status(name)])
 

@@ -1,11 +1,10 @@
-"""Doctor's small probes: `date -u +%s`, `softwareupdate --list`, `pfctl -s info`, `pfctl -a ANCHOR -s rules`
-and `ping -c 1`.
+"""Doctor's small probes: `date -u +%s`, `softwareupdate --list`, and `ping -c 1`
+(pf's `pfctl -s info` and `pfctl -a ANCHOR -s rules`: facts/pf.py, re-exported here).
 
 No real capture of these commands from a Mac is in the repository yet. The parsers read only the lines whose
 shape is stable across macOS releases and public reports (the epoch number; softwareupdate's `* Label:` and
-`Title:` lines or its "No new software available."; pfctl's `Status:` line and its rule listing as pf.conf(5)
-writes rules; ping's "N packets transmitted, M packets received" summary), and refuse anything else with
-FactsParseError. docs/lab.md lists the lab's stand-ins for them as guesses.
+`Title:` lines or its "No new software available."; ping's "N packets transmitted, M packets received"
+summary), and refuse anything else with FactsParseError. docs/lab.md lists the lab's stand-ins for them as guesses.
 """
 
 from __future__ import annotations
@@ -14,6 +13,13 @@ import re
 
 from macfleet.errors import FactsParseError
 from macfleet.facts._common import Facts
+from macfleet.facts.pf import (  # noqa: F401  pf's parsers live in facts/pf.py; still importable from here
+    PfInfoFacts,
+    PfRule,
+    PfRulesFacts,
+    parse_pf_info,
+    parse_pf_rules,
+)
 
 # ------------------------------------------------------------------------------------------------ date
 
@@ -84,65 +90,6 @@ def _title_fields(rest: str) -> list[tuple[str, str]]:
         key, sep, value = part.partition(":")
         out.append((key.strip(), value.strip()) if sep and i > 0 else ("", part))
     return out
-
-
-# ------------------------------------------------------------------------------------------------- pf
-
-
-class PfInfoFacts(Facts):
-    enabled: bool
-    status_line: str
-
-
-def parse_pf_info(text: str) -> PfInfoFacts:
-    """`pfctl -s info`: its first line, `Status: Enabled for … ` or `Status: Disabled`."""
-    for line in text.splitlines():
-        if m := re.match(r"^Status:\s*(Enabled|Disabled)\b", line):
-            return PfInfoFacts(enabled=m.group(1) == "Enabled", status_line=line.split("  ")[0].strip())
-    first = next((t.strip() for t in text.splitlines() if t.strip()), "")
-    raise FactsParseError("pfctl -s info", "a 'Status: Enabled|Disabled' line", line=1, found=first[:80])
-
-
-class PfRule(Facts):
-    action: str  # pass | block
-    interface: str | None  # `on IF`; None: every interface
-    proto: str | None
-    source: str  # "any", an address or network, or "<table>"
-    port: int | None  # `port = N`; None: every port
-
-
-class PfRulesFacts(Facts):
-    rules: list[PfRule]
-
-
-_PF_RULE = re.compile(
-    r"^(?P<action>pass|block)(?: (?:drop|return))? in(?: log)?(?: quick)?(?: on (?P<iface>\S+))?"
-    r"(?: inet6?)?(?: proto (?P<proto>\w+))?"
-    r"(?: all\b| from (?P<src>\S+)(?: port = \S+)? to \S+(?: port = (?P<port>\d+))?\b"
-    r"| to \S+(?: port = (?P<port2>\d+))?\b)")
-
-
-def parse_pf_rules(text: str) -> PfRulesFacts:
-    """`pfctl -a ANCHOR -s rules`: the anchor's inbound rules, one a line (empty: no rules loaded)."""
-    rules = []
-    for n, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith("No ALTQ") or line.startswith("ALTQ"):
-            continue
-        m = _PF_RULE.match(line)
-        if not m:
-            if line.startswith(("pass out", "block out", "anchor", "scrub", "nat", "rdr")):
-                continue  # not an inbound filter rule: no bearing on who may reach exo
-            raise FactsParseError("pfctl -a ANCHOR -s rules", "pf rules such as 'pass in quick on en2 proto tcp "
-                                  "from any to any port = 52415'", line=n, found=line[:80])
-        rules.append(PfRule(action=m.group("action"), interface=m.group("iface"), proto=m.group("proto"),
-                            source=m.group("src") or "any", port=_port(m)))
-    return PfRulesFacts(rules=rules)
-
-
-def _port(m: re.Match[str]) -> int | None:
-    port = m.group("port") or m.group("port2")
-    return int(port) if port else None
 
 
 # ----------------------------------------------------------------------------------------------- ping

@@ -3,6 +3,7 @@ the safe fixes through their playbooks and judges again. Also what `watch` runs 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,11 +28,13 @@ from macfleet.errors import (
     UsageError,
     most_severe_exit,
 )
-from macfleet.inventory.model import Fleet, Mesh
+from macfleet.inventory.model import Fleet, Mesh, Node
 
 # The parsers and judges are imported where they are used, not here: a doctor run dials every node first and
 # imports them while the nodes answer (`run_doctor`), which hides most of the CLI's start-up behind the pass.
 if TYPE_CHECKING:
+    from macfleet.act.probecache import CachedAnswer
+    from macfleet.collect.ssh import Raw
     from macfleet.judge.health import HealthReport, NodeFacts
 
 # NodeFacts field -> (gather key, KIND)
@@ -214,6 +217,79 @@ class DoctorRun:
     report: HealthReport
     gathered: Gathered
     facts: dict[str, NodeFacts] = field(default_factory=dict)
+    cached: dict[str, dict[str, float]] = field(default_factory=dict)  # node -> probe key -> age (s) of its answer
+
+
+# ------------------------------------------------------------------------------------ the slow probe's cache
+
+# Probes whose answer is kept between passes (act/probecache.py): key -> the probe setting of its maximum age.
+CACHED_PROBES: dict[str, str] = {"softwareupdate": "updates_max_age_s"}
+
+
+def _cache_key(fleet: Fleet, node: Node) -> str:
+    from macfleet.act import probecache
+
+    return probecache.node_key(str(fleet.root), node.name, node.address, node.port)
+
+
+def _cache_plan(fleet: Fleet, nodes: list[Node], keys: set[str], fresh: bool, now: float
+                ) -> dict[str, dict[str, CachedAnswer]]:
+    """probe key -> node -> the cached answer this pass uses instead of asking (young enough, not --fresh)."""
+    from macfleet.act import probecache
+
+    plan: dict[str, dict[str, CachedAnswer]] = {}
+    for key in keys & set(CACHED_PROBES):
+        if fresh:
+            plan[key] = {}
+            continue
+        found = probecache.load(key, [_cache_key(fleet, n) for n in nodes])
+        plan[key] = {}
+        for n in nodes:
+            a = found.get(_cache_key(fleet, n))
+            max_age = getattr(fleet.mesh(n.mesh).settings.probes, CACHED_PROBES[key])
+            if a is not None and a.age_s(now) < max_age:
+                plan[key][n.name] = a
+    return plan
+
+
+def _use_and_keep(fleet: Fleet, nodes: list[Node], gathered: Gathered,
+                  plan: dict[str, dict[str, CachedAnswer]], now: float) -> dict[str, dict[str, float]]:
+    """Put the cached answers into the pass as if just read (their age noted), and keep this pass's fresh ones.
+    A probe that failed or timed out now is not cached: the next pass asks again."""
+    from macfleet.act import probecache
+    from macfleet.collect.ssh import Raw
+
+    ages: dict[str, dict[str, float]] = {}
+    for key, used in plan.items():
+        fresh_answers = {}
+        for n in nodes:
+            if n.name in gathered.unreachable:
+                continue  # an unreachable node is judged unreachable, not from an old answer
+            if n.name in used:
+                a = used[n.name]
+                gathered.outputs.setdefault(n.name, {})[key] = Raw(stdout=a.stdout, stderr=a.stderr, rc=a.rc,
+                                                                   took_s=0.0, ended_at=a.read_at)
+                ages.setdefault(n.name, {})[key] = a.age_s(now)
+            elif (raw := gathered.outputs.get(n.name, {}).get(key)) is not None and _answers(key, raw):
+                fresh_answers[_cache_key(fleet, n)] = probecache.CachedAnswer(
+                    stdout=raw.stdout, stderr=raw.stderr, rc=raw.rc, read_at=raw.ended_at or now)
+        with contextlib.suppress(OSError):  # a cache that cannot be written only means the next pass asks again
+            probecache.store(key, fresh_answers)
+    return ages
+
+
+def _answers(key: str, raw: Raw) -> bool:
+    """Whether a slow probe's output is an answer worth keeping: it exited 0 and its parser reads it."""
+    from macfleet.facts.probes import parse_softwareupdate_list
+
+    parsers = {"softwareupdate": lambda r: parse_softwareupdate_list(f"{r.stdout}\n{r.stderr}")}
+    if raw.rc != 0:
+        return False
+    try:
+        parsers[key](raw)
+    except FactsParseError:
+        return False
+    return True
 
 
 def _pings_once(fleet: Fleet, meshes: list[Mesh]) -> Callable[[str], tuple[CommandSpec, ...]]:
@@ -241,16 +317,38 @@ def _judging_modules() -> None:
 
 def run_doctor(fleet: Fleet, meshes: list[Mesh], *, only: list[str] | None = None, now: datetime | None = None,
                cancel: threading.Event | None = None, deadline_s: float | None = None,
-               dialled: Callable[[], None] | None = None) -> DoctorRun:
+               dialled: Callable[[], None] | None = None, fresh: bool = False) -> DoctorRun:
     """One bounded pass over every node of `meshes`, judged. Never raises for a node's sake. `dialled` is
-    called once every node is being dialled (the CLI says so then, and pays for its console meanwhile)."""
+    called once every node is being dialled (the CLI says so then, and pays for its console meanwhile). A slow
+    probe (CACHED_PROBES) is asked only of the nodes whose cached answer is older than its setting, or of all
+    with `fresh`; the others' cached answers are judged, their ages in `DoctorRun.cached`."""
+    import time
+
     nodes = [n for m in meshes for n in m.nodes]
     # a probe only one check reads is not run when that check is not selected (`softwareupdate --list` asks
     # Apple's catalogue: `watch` should not pay for it at every tick)
     skip = unread_probes(only)
     specs = tuple(s for s in doctor_specs(meshes) if s.key not in skip)
-    pending = start_gather(fleet, nodes, specs, cancel=cancel, deadline_s=deadline_s,
-                           per_node=None if "tb-ping" in skip else _pings_once(fleet, meshes))
+    # the slow probes go per node: the cache is read on the first node thread whose login is done (its file
+    # and imports are not paid before the first handshake), and asks each node only what it has no young answer to
+    slow = {s.key: s for s in specs if s.key in CACHED_PROBES}
+    specs = tuple(s for s in specs if s.key not in slow)
+    pings = None if "tb-ping" in skip else _pings_once(fleet, meshes)
+    lock = threading.Lock()
+    plans: list[dict[str, dict[str, CachedAnswer]]] = []
+
+    def the_plan() -> dict[str, dict[str, CachedAnswer]]:
+        with lock:
+            if not plans:
+                plans.append(_cache_plan(fleet, nodes, set(slow), fresh, time.time()))
+        return plans[0]
+
+    def per_node(node: str) -> tuple[CommandSpec, ...]:
+        plan = the_plan() if slow else {}
+        asked = tuple(s for key, s in slow.items() if node not in plan[key])
+        return asked + (pings(node) if pings is not None else ())
+
+    pending = start_gather(fleet, nodes, specs, cancel=cancel, deadline_s=deadline_s, per_node=per_node)
     try:
         if dialled is not None:
             dialled()
@@ -262,10 +360,12 @@ def run_doctor(fleet: Fleet, meshes: list[Mesh], *, only: list[str] | None = Non
     from macfleet.flow.bench_links import links_bench_inputs
     from macfleet.judge.health import judge_health
 
-    facts = {n.name: node_facts(gathered, n.name) for n in nodes}
+    ages = _use_and_keep(fleet, nodes, gathered, the_plan() if slow else {}, time.time())
+    facts = {n.name: node_facts(gathered, n.name).model_copy(update={"ages": ages.get(n.name, {})})
+             for n in nodes}
     report = judge_health(fleet, meshes, facts, now or datetime.now(UTC), only=only,
                           links_bench=links_bench_inputs(fleet, meshes))
-    return DoctorRun(report=report, gathered=gathered, facts=facts)
+    return DoctorRun(report=report, gathered=gathered, facts=facts, cached=ages)
 
 
 # ------------------------------------------------------------------------------------------------- --fix
@@ -331,9 +431,9 @@ def fix_vars(step: FixStep, meshes: list[Mesh], facts: dict[str, NodeFacts]) -> 
 
 
 def fix_doctor(fleet: Fleet, meshes: list[Mesh], apply: Callable[[FixStep, Fleet, list[Mesh]], None], *,
-               only: list[str] | None = None) -> FixRun:
+               only: list[str] | None = None, fresh: bool = False) -> FixRun:
     """Judge, apply the safe fixes (never a reboot) through `apply` (one playbook run per step), judge again."""
-    first = run_doctor(fleet, meshes, only=only)
+    first = run_doctor(fleet, meshes, only=only, fresh=fresh)
     before = first.report
     steps, left = plan_fixes(before)
     for step in steps:

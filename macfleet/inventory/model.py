@@ -269,6 +269,9 @@ class ProbeSettings(_Settings):
     min_free_disk_gb: float = Field(default=20.0, ge=0, le=1_000_000, allow_inf_nan=False)
     # commands one pass runs at once on a node (collect.batch); a Mac's cores take 8 with room to spare
     lanes: int = Field(default=8, ge=1, le=16)
+    # doctor: how old a node's cached `softwareupdate --list` answer may be before a pass asks Apple again
+    # (act/probecache.py; 0 = every pass asks)
+    updates_max_age_s: float = Field(default=6 * 3600.0, ge=0, le=7 * DAY_S, allow_inf_nan=False)
 
 
 class BenchSettings(_Settings):

@@ -30,10 +30,12 @@ from macfleet.facts.sockets import TcpSocketsFacts
 from macfleet.facts.system import FdesetupFacts, PmsetFacts, SwVersFacts, SysctlFacts
 from macfleet.facts.thunderbolt import ThunderboltFacts
 from macfleet.inventory.model import Fleet, Mesh
+from macfleet.judge.exolog import UNRECOGNISED, Signature, match_signature, shown
 from macfleet.judge.ipplan import IpPlan, NodeNetworkFacts, bind_ports, diff_ip, plan_ip
 from macfleet.judge.links_bench import LinksBenchInput, links_bench_findings
 from macfleet.judge.llama_rpc import LABEL_PREFIX, judge_listeners, rpc_bindings
 from macfleet.judge.model import Change
+from macfleet.judge.pf import exposure
 from macfleet.judge.rdma import NodeRdma, NodeRdmaFacts, Problem
 from macfleet.judge.rdma import check_rdma as check_rdma_mesh
 from macfleet.judge.topology import NodeTopologyFacts, TopologyReport, check_cabling
@@ -117,6 +119,7 @@ class NodeFacts(_Model):
     exo_daemons: ExoDaemonsFacts | None = None  # exo's job's plist, exo's app's network daemon (facts/daemons)
     timed_out: list[str] = Field(default_factory=list)  # kinds whose command gave no answer in time
     problems: dict[str, str] = Field(default_factory=dict)  # kind -> why it is missing
+    ages: dict[str, float] = Field(default_factory=dict)  # probe key -> age (s) of the cached answer used
 
     def why(self, *kinds: str) -> str:
         got = [f"{k}: {self.problems[k]}" for k in kinds if k in self.problems]
@@ -474,67 +477,6 @@ def check_filevault(ctx: HealthContext, node: str) -> Verdict:
 # --------------------------------------------------------------------------------------------------- exo
 
 
-@dataclass(frozen=True)
-class Signature:
-    """An error string exo or JACCL prints, what it means and what to do (exo's and MLX's issue trackers)."""
-
-    pattern: re.Pattern[str]
-    cause: str
-    fix: str
-
-
-def _sig(pattern: str, cause: str, fix: str) -> Signature:
-    return Signature(re.compile(pattern), cause, fix)
-
-
-_REBOOT_MESH = "stop exo on every node, reboot the whole mesh together (`macfleet reboot`), then check again"
-SIGNATURES: tuple[Signature, ...] = (
-    _sig(r"Changing queue pair to RTR failed with errno 22",
-         "JACCL found no usable GID: no IPv4 on a Thunderbolt port, or the port is in the Thunderbolt Bridge",
-         "switch the bridge off and restore the IP plan (`macfleet topology apply`); if the GIDs are fine, "
-         + _REBOOT_MESH),
-    _sig(r"Changing queue pair to RTR failed with errno 96",
-         "queue pair setup refused (EPROTOTYPE): a missing GID or bridge0 owning the port; seen after idle nights",
-         "restore the IP plan and the bridge; restarting exo alone does not help: " + _REBOOT_MESH),
-    _sig(r"Changing queue pair to RTR failed with errno 60",
-         "the peer's IPv4-mapped GID is not reachable over this link (ETIMEDOUT)",
-         "check the IP plan on both ends (`macfleet topology ipplan`) and the cable"),
-    _sig(r"Couldn't allocate protection domain",
-         "ibv_alloc_pd failed: a port down, a degraded cable, or RDMA state not released",
-         "reseat the cable; if it persists, " + _REBOOT_MESH),
-    _sig(r"Creating the queue pair failed with errno 16",
-         "the device's queue pairs are exhausted (a Thunderbolt RDMA device has about 10): stale RDMA resources",
-         "reboot the node (`macfleet reboot`); then run fewer instances over RDMA at once"),
-    _sig(r"No IPv4-mapped GID",
-         "the RDMA port has no IPv4-mapped GID: no IPv4 address on the Thunderbolt port",
-         "restore the IP plan (`macfleet topology apply`)"),
-    _sig(r"tbt_post_recv",
-         "a Thunderbolt cable was unplugged during a collective: both ranks crash",
-         "check the cabling (`macfleet topology check`) and restart exo"),
-    _sig(r"ibv_reg_mr|register_to_protection_domain",
-         "JACCL ran with no RDMA device (null protection domain): RDMA off or not ready",
-         "check `macfleet rdma status`; enable RDMA or reboot the mesh"),
-    _sig(r"signal=11|Segmentation fault",
-         "exo's runner crashed (SIGSEGV), often JACCL without a working RDMA device",
-         "check RDMA (`macfleet rdma status`), then restart exo (`macfleet doctor --fix`)"),
-    _sig(r"Function fence_update is using language version",
-         "macOS is older than exo's Metal code needs (macOS 26 or later)",
-         "upgrade macOS (docs/runbooks/macos-upgrade.md)"),
-    _sig(r"mlx_item evaluation timed out|GPU Timeout",
-         "the GPU stopped making progress (often with MLX fast synch on)",
-         "restart exo with EXO_FAST_SYNCH off; a wedged GPU needs a reboot"),
-    _sig(r"\[ring\] (?:Receiving from socket|Too many send/recv errors)",
-         "the MLX ring lost a peer", "check the links (`macfleet topology check`) and restart exo"),
-    # last: a crash whose exception is not one of the above (or was cut off)
-    _sig(r"crashed with critical exception|Runner terminated with signal|exceeded 5 retries",
-         "exo's runner crashed", "read the exception in exo's log on the node, then restart exo"),
-)
-
-
-def match_signature(line: str) -> Signature | None:
-    return next((s for s in SIGNATURES if s.pattern.search(line)), None)
-
-
 def check_exo_running(ctx: HealthContext, node: str) -> Verdict:
     f = ctx.facts[node]
     if f.exo_api is None:
@@ -663,17 +605,32 @@ def check_exo_log(ctx: HealthContext, node: str) -> Verdict:
     if f.exo_state is not None and any(r.node_id == f.exo_node_id and r.status in HEALTHY_RUNNER
                                        for r in f.exo_state.runners):
         return []
-    told = {s for m in _runner_failures(f) if (s := match_signature(m)) is not None}
-    seen: dict[Signature, list[str]] = {}
+    told = {_log_key(m, s) for m in _runner_failures(f) if (s := match_signature(m)) is not None}
+    seen: dict[tuple[Signature, str], list[str]] = {}
     for line in f.exo_log:
         sig = match_signature(line)
-        if sig is not None and sig not in told:
-            seen.setdefault(sig, []).append(line.strip())
+        if sig is not None and (key := _log_key(line, sig)) not in told:
+            seen.setdefault(key, []).append(line.strip())
+    unknown = [k for k in seen if k[0] is UNRECOGNISED]
+    for key in unknown[MAX_UNRECOGNISED:]:  # the first few distinct ones are named; the rest only counted
+        del seen[key]
+    more = len(unknown) - MAX_UNRECOGNISED
     return [HealthFinding(node=node, check="exo-log", severity="error",
-                          message=f"exo's log on {node} since its last start: {sig.cause} "
-                                  f"({len(lines)} line{'s' if len(lines) != 1 else ''})",
-                          fix=sig.fix, evidence=lines[-1][-300:])
-            for sig, lines in seen.items()]
+                          message=f"exo's log on {node} since its last start: {sig.cause}"
+                                  + (f": {text}" if sig is UNRECOGNISED else "")
+                                  + f" ({len(lines)} line{'s' if len(lines) != 1 else ''})"
+                                  + (f"; {more} more unrecognised JACCL line{'s' if more != 1 else ''}"
+                                     if sig is UNRECOGNISED and more > 0 and (sig, text) == unknown[0] else ""),
+                          fix=sig.fix, evidence=shown(lines[-1][-300:]))
+            for (sig, text), lines in seen.items()]
+
+
+MAX_UNRECOGNISED = 3
+
+
+def _log_key(line: str, sig: Signature) -> tuple[Signature, str]:
+    """Known signatures are reported once each; unrecognised JACCL lines once per distinct line."""
+    return (sig, shown(line) if sig is UNRECOGNISED else "")
 
 
 # ------------------------------------------------------------------------------------ clock, disk, updates
@@ -736,7 +693,24 @@ def check_updates(ctx: HealthContext, node: str) -> Verdict:
                 "exo and JACCL need one",
         fix="install updates on every node of the mesh together, in a maintenance window, with the macOS-upgrade "
             "runbook (docs/runbooks/macos-upgrade.md): they need the Mac's screen or Screen Sharing",
-        evidence="softwareupdate --list: " + "; ".join(labels))]
+        evidence=f"softwareupdate --list{cached_note(f.ages.get('softwareupdate'))}: " + "; ".join(labels))]
+
+
+def age_words(seconds: float) -> str:
+    """`3 min`, `2 h 5 min`, `1 d 3 h`: how old an answer is, for a person."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
+
+
+def cached_note(age_s: float | None) -> str:
+    """` (answer of 2 h 5 min ago, cached; doctor --fresh asks again)`, or "" for an answer read in this pass."""
+    return "" if age_s is None else f" (answer of {age_words(age_s)} ago, cached; `doctor --fresh` asks again)"
 
 
 # -------------------------------------------------------------------------------------- exo's API exposure
@@ -748,24 +722,6 @@ def _thunderbolt_devices(f: NodeFacts) -> set[str] | None:
     if f.hardware_ports is None:
         return None
     return {p.device for p in f.hardware_ports.by_thunderbolt().values() if p.device}
-
-
-def exposure(rules: PfRulesFacts, port: int, allowed_ifaces: set[str], *, sources_ok: bool = True) -> str | None:
-    """Why TCP `port` is open to the LAN under the anchor's rules, or None when only the allowed interfaces
-    and (`sources_ok`: exo's ports) a source list (the Thunderbolt networks and the controller) reach it. Rules
-    are read as pf evaluates `quick` ones: the first that matches decides."""
-    for r in rules.rules:
-        if r.proto not in (None, "tcp") or r.port not in (None, port):
-            continue
-        if r.action == "block" and r.interface is None and r.source == "any":
-            return None
-        if r.action == "pass" and r.interface is None and r.source == "any":
-            return f"the anchor lets tcp {port} in from anywhere"
-        if r.action == "pass" and r.interface is not None and r.interface not in allowed_ifaces:
-            return f"the anchor lets tcp {port} in on {r.interface}, not a Thunderbolt port"
-        if r.action == "pass" and r.interface is None and not sources_ok:
-            return f"the anchor lets tcp {port} in from {r.source} on any interface, not the Thunderbolt ports only"
-    return f"the anchor has no rule blocking tcp {port} for everyone else"
 
 
 def _pf_exposure(f: NodeFacts, port: int, *, sources_ok: bool) -> str | Unknown | None:

@@ -611,6 +611,7 @@ def up(
     boot_seconds: float = 3.0,
     inventories: Path = Path("inventories"),
     all_ports: bool = False,
+    latency: float = 1.0,
 ) -> dict:
     require_root_linux()
     check_name(name)
@@ -623,7 +624,7 @@ def up(
     def make_plan(index: int) -> dict:
         return specmod.plan(name, index=index, nodes=nodes, pods=pods, model=model, fresh=fresh, tb_rate=tb_rate,
                             mgmt_rate=mgmt_rate, boot_seconds=boot_seconds, inventory_dir=str(inv),
-                            exo=exo and not fresh, all_ports=all_ports)
+                            exo=exo and not fresh, all_ports=all_ports, latency=latency)
 
     make_plan(1)  # every option checked before anything changes
     if (d / "lab.json").exists():

@@ -161,8 +161,11 @@ def plan(
     inventory_dir: str,
     exo: bool,
     all_ports: bool = False,
+    latency: float = 1.0,
 ) -> dict:
     spec, n_pods, per_pod = _checked(name, nodes, pods, model, tb_rate, mgmt_rate, boot_seconds, all_ports)
+    if not math.isfinite(latency) or not 0 <= latency <= 10:
+        raise UsageError(f"bad --latency {latency!r}", hint="a scale from 0 (the lab's own speed) to 10; 1 is a Mac's")
     short = SHORT[spec.slug]
     net = ipaddress.IPv4Network(f"198.18.{index}.0/24")
     rng = random.Random(f"{name}-{index}")
@@ -193,6 +196,7 @@ def plan(
         "tb_rate": tb_rate,
         "mgmt_rate": mgmt_rate,
         "boot_seconds": boot_seconds,
+        "latency": latency,  # the stand-ins' wait, as a share of a Mac's (lab/macos/latency.py)
         "inventory_dir": inventory_dir,
         "models": {spec.slug: model_dict(spec)},
         "meshes": meshes,

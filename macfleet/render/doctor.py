@@ -6,7 +6,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from macfleet.judge.health import CheckSpec, HealthReport
+from macfleet.judge.health import CheckSpec, HealthReport, age_words
 from macfleet.render.text import text
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow"}
@@ -27,9 +27,10 @@ def verdict_line(report: HealthReport) -> Text:
     return Text(f"not healthy: {'; '.join(parts)} ({s.ok} of {s.checks} checks ok)", style=style)
 
 
-def render_doctor(report: HealthReport, *, verbose: int = 0) -> RenderableType:
-    """Findings grouped by node (severity, check, evidence, fix), then the verdict. Text from a Mac is data:
-    it goes in as plain Text, never as markup."""
+def render_doctor(report: HealthReport, *, verbose: int = 0,
+                  cached: dict[str, dict[str, float]] | None = None) -> RenderableType:
+    """Findings grouped by node (severity, check, evidence, fix), then which answers were cached and how old,
+    then the verdict. Text from a Mac is data: it goes in as plain Text, never as markup."""
     parts: list[RenderableType] = []
     nodes = list(dict.fromkeys([c.node for c in report.checks]))
     for node in nodes:
@@ -52,8 +53,20 @@ def render_doctor(report: HealthReport, *, verbose: int = 0) -> RenderableType:
                 parts.append(text(f"                       evidence: {f.evidence}", style="dim"))
         for c in unknown:
             parts.append(text(f"  unknown {c.check:<12} {c.reason}", style="dim"))
+    parts += cached_lines(cached or {})
     parts.append(verdict_line(report))
     return Group(*parts)
+
+
+def cached_lines(cached: dict[str, dict[str, float]]) -> list[Text]:
+    """One line per cached probe: the nodes whose answer was not asked again in this pass, and how old it is."""
+    by_probe: dict[str, list[str]] = {}
+    for node, ages in cached.items():
+        for probe, age in ages.items():
+            by_probe.setdefault(probe, []).append(f"{node} {age_words(age)} ago")
+    command = {"softwareupdate": "softwareupdate --list"}
+    return [text(f"{command.get(p, p)}: cached answers used ({', '.join(sorted(nodes))}); "
+                 "`macfleet doctor --fresh` asks again", style="dim") for p, nodes in sorted(by_probe.items())]
 
 
 def render_catalogue(checks: list[CheckSpec]) -> Table:

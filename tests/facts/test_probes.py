@@ -70,9 +70,9 @@ def test_pf_info_enabled_and_disabled() -> None:
 def test_pf_rules_of_the_bootstrap_anchor() -> None:
     rules = parse_pf_rules(text("pf_rules_macfleet.txt")).rules
     assert len(rules) == 15
-    assert (rules[0].action, rules[0].interface, rules[0].proto, rules[0].source, rules[0].port) == (
+    assert (rules[0].action, rules[0].interface, rules[0].proto, rules[0].source.address, rules[0].port) == (
         "pass", "lo0", "tcp", "any", 52415)
-    assert rules[6].source == "<macfleet_exo_peers>" and rules[6].interface is None
+    assert rules[6].source.address == "<macfleet_exo_peers>" and rules[6].interface is None
     assert (rules[8].action, rules[8].interface, rules[8].port) == ("block", None, 52415)
 
 
@@ -85,7 +85,7 @@ def test_pf_rules_of_the_bootstrap_anchor() -> None:
 ])
 def test_pf_rules_as_pfctl_prints_them(line: str, iface: str | None, source: str, port: int | None) -> None:
     [rule] = parse_pf_rules(line + "\n").rules
-    assert (rule.interface, rule.source, rule.port) == (iface, source, port)
+    assert (rule.interface, rule.source.address, rule.port) == (iface, source, port)
 
 
 def test_pf_rules_empty_anchor_and_garbage() -> None:

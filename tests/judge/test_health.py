@@ -20,7 +20,6 @@ from macfleet.judge.health import (
     NodeFacts,
     Unknown,
     judge_health,
-    match_signature,
     select_checks,
 )
 from tests.judge.builders import mesh
@@ -201,20 +200,6 @@ def test_failed_runner_is_mapped_to_its_cause_and_not_repeated_by_the_log_check(
     assert verdict("exo-runners", facts, "s2") == []
     facts["s1"] = facts["s1"].model_copy(update={"exo_log": [f"W Runner crashed with critical exception {msg}"]})
     assert verdict("exo-log", facts, "s1") == []  # the runner finding already says it (and exo-log depends on it)
-
-
-@pytest.mark.parametrize("name, expected", json.loads((FIXTURES / "exo-log" / "expected.json").read_text()).items())
-def test_log_signatures_on_real_exo_logs(name: str, expected: str) -> None:
-    lines = log_since_start((FIXTURES / "exo-log" / name).read_text(encoding="utf-8"))
-    found = [s for line in lines if (s := match_signature(line)) is not None]
-    assert found and expected in found[0].pattern.pattern
-    no_runner_on_s1 = {f"r-{IDS[n]}": {"RunnerReady": {}} for n in ("s2", "s3")}  # exo gave up on it
-    facts = exo_facts({n: NODES for n in NODES}, runners=no_runner_on_s1)
-    facts["s1"] = facts["s1"].model_copy(update={"exo_log": lines})
-    v = verdict("exo-log", facts, "s1")
-    assert v and v[0].fix == found[0].fix
-    ready = exo_facts({n: NODES for n in NODES})  # its runner is ready again: the errors are history
-    assert verdict("exo-log", {**ready, "s1": ready["s1"].model_copy(update={"exo_log": lines})}, "s1") == []
 
 
 def test_log_since_last_start_only() -> None:

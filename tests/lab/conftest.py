@@ -42,6 +42,9 @@ STATE_ROOT = Path("/run/macfleet-lab")
 PY = sys.executable
 # Lets two checkouts run their lab tests on one machine at once without sharing a lab (e.g. "w1").
 LAB_PREFIX = os.environ.get("MACFLEET_TEST_LAB_PREFIX", "")
+# The stand-ins wait as long as a Mac takes (lab/macos/latency.py) unless a run chooses a share of that here
+# (`lab up --latency`); unset: as a Mac.
+LAB_LATENCY = os.environ.get("MACFLEET_TEST_LAB_LATENCY")
 
 
 def _lab_capable() -> str | None:
@@ -179,7 +182,8 @@ def _up(name: str, workdir: Path, *args: str, trust: bool = True) -> Lab:
     name = LAB_PREFIX + name
     workdir.mkdir(parents=True, exist_ok=True)
     run_macfleet(["lab", "down", "--name", name], cwd=workdir, check=False)
-    p = run_macfleet(["lab", "up", "--name", name, *args], cwd=workdir)
+    latency = ("--latency", LAB_LATENCY) if LAB_LATENCY is not None and "--latency" not in args else ()
+    p = run_macfleet(["lab", "up", "--name", name, *args, *latency], cwd=workdir)
     if "--fresh" in args and trust:
         run_macfleet(["trust", "-i", str(workdir / "inventories" / name), "--yes", "--json"], cwd=workdir)
     lab = Lab(name, workdir, up_output=p.stdout)

@@ -226,3 +226,22 @@ def test_fix_applies_the_safe_fixes_and_leaves_the_wedge(bootstrapped) -> None:
             lab.fault(*f, clear=True, check=False)
         set_wired_limit(lab, WIRED_MB)
     wait_doctor(lab, set(), 120, "healthy after --fix")
+
+
+def test_stand_ins_answer_as_slowly_as_a_mac_and_doctor_waits_on_softwareupdate_once(bootstrapped, tmp_path,
+                                                                                       monkeypatch) -> None:
+    """system_profiler takes its second (lab/macos/latency.py); doctor's first pass waits for softwareupdate's
+    tens of seconds, the next uses the answer it kept and says how old it is."""
+    lab = bootstrapped
+    scale = float(lab.truth().get("latency", 1.0))
+    t0 = time.monotonic()
+    lab.ssh(S1, "system_profiler SPThunderboltDataType >/dev/null")
+    assert time.monotonic() - t0 >= 1.0 * scale
+    monkeypatch.setenv("MACFLEET_STATE_DIR", str(tmp_path))
+    _, first, first_s = doctor(lab, "--only", "updates")
+    _, second, second_s = doctor(lab, "--only", "updates")
+    assert first["cached"] == {} and set(second["cached"]) == set(lab.nodes)
+    assert all(0 <= ages["softwareupdate"] < 120 for ages in second["cached"].values())
+    assert {c["result"] for c in second["checks"]} == {"ok"}  # judged from the kept answer
+    if scale > 0:  # a run that chose the lab's own speed (MACFLEET_TEST_LAB_LATENCY=0) has no wait to save
+        assert first_s >= 20 * scale and second_s < first_s - 15 * scale, (first_s, second_s)

@@ -68,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     if target is None:
         sys.stderr.write(f"{cmd}: command not found\n")
         return 127
+    from .latency import pause
+
+    pause(lab.spec, cmd, args)  # as long as a Mac takes to answer (latency.py: the one table)
     mod, func = target.split(":")
     fn = getattr(__import__(mod, globals(), None, (func,), 1), func)  # importlib's import costs more than this
     try:
