@@ -10,10 +10,12 @@ What it does, like exo does (its source: github.com/exo-explore/exo):
   (slow facts `system_profiler SPHardwareDataType`, `scutil --get ComputerName` every 10th tick) - and parses
   them with the small private parsers below;
 - for every Thunderbolt interface ("Thunderbolt N" -> enX) with an IPv4 address on a /28../31, it probes the
-  other address(es) of that subnet at `http://<addr>:52415/node_id`; a peer that answers with the same
-  version (header `X-Exo-Version`, a lab addition: exo has no version field in /state) is linked over that
-  interface. Peers' node information travels by a small gossip endpoint, `GET /_lab/gossip` (not exo's:
-  real exo gossips over libp2p/zenoh), so every node's /state shows the whole cluster;
+  other address(es) of that subnet at `http://<addr>:52415/node_id`, then reads the peer's records from a
+  small gossip endpoint, `GET /_lab/gossip` (not exo's: real exo gossips over libp2p/zenoh), so every node's
+  /state shows the whole cluster. A peer whose gossip carries another version is not linked: exo's nodes of
+  different versions do not connect (exo b5375f8 src/exo/main.py: `--namespace` defaults to `__version__`,
+  "nodes with different namespaces will not connect"). The version is the build's VERSION; exo's API says
+  nothing of it (no header, no field), so neither does the stand-in's;
 - outgoing edges of this node: one socket connection per live link, and an RDMA connection
   `{"sourceRdmaIface", "sinkRdmaIface"}` when the Thunderbolt bus behind that link sees the peer's domain
   UUID, both ends have `rdma_ctl` enabled and both `rdma_enX` ports are PORT_ACTIVE;
@@ -23,7 +25,6 @@ What it does, like exo does (its source: github.com/exo-explore/exo):
 Fault hooks: the JSON file `~/.exo/lab_faults.json` (or `$EXO_LAB_FAULTS_FILE`) is re-read every tick:
   {"runnerFailed": "<errorMessage>" | true,   -> runner RunnerFailed{errorMessage}; crash line in the log
    "rdmaWedge": true,                          -> as if ibv_devinfo hung: no RDMA edges, JACCL signature
-   "version": "1.0.70",                        -> advertise another version (peers stop seeing this node)
    "log": ["line", ...]}                       -> appended to exo.log once per distinct content
 A missing or unreadable file means no faults.
 """
@@ -53,8 +54,20 @@ from pathlib import Path
 from typing import Any
 
 API_PORT = 52415
-VERSION_HEADER = "X-Exo-Version"
+VERSION_HEADER = "X-Exo-Version"  # never sent (see LAB_ONLY): named only so the product cannot read it
 GOSSIP_PATH = "/_lab/gossip"
+
+# What this stand-in serves, reads or writes that real exo does not (nothing in exo's source defines it): the
+# product must never read any of these names (tests/test_lab_only.py scans macfleet/ outside the lab, and
+# playbooks/). Kept on the list after removal, so that a lab-only name cannot come back into the product.
+LAB_ONLY = frozenset({
+    VERSION_HEADER,  # a response header this stand-in once sent; exo sends none (exo b5375f8 src/exo/api/main.py)
+    GOSSIP_PATH,  # how lab nodes share their records; real exo gossips over libp2p (1.0.x) / zenoh (HEAD)
+    "lab_faults.json", "EXO_LAB_FAULTS_FILE",  # the fault overlay
+    "EXO_LAB_API_PORT", "EXO_LAB_BIND", "EXO_LAB_REFRESH_S", "EXO_LAB_INSTANCE_MODEL",  # lab settings
+    "node_zid",  # the lab's persisted node id (exo HEAD draws one per start)
+    "--exo-version", "--peer-port",  # lab-only options of bin/exo
+})
 DEFAULT_INSTANCE_MODEL = "mlx-community/Llama-3.2-1B-Instruct-4bit"
 EXTRA_PATH = ("/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/sbin", "/opt/homebrew/bin")
 
@@ -438,8 +451,7 @@ class ExoStandin:
 
     @property
     def version(self) -> str:
-        override = self._faults.get("version")
-        return str(override) if override else self.cfg.version
+        return self.cfg.version
 
     # ---- lifecycle
 
@@ -732,21 +744,22 @@ class ExoStandin:
         host, port = self.peer_endpoint(addr)
         base = f"http://{host}:{port}"
         try:
-            status, headers, body = self.http_get(base + "/node_id", self.cfg.probe_timeout_s * self.pace.factor)
+            status, _h, body = self.http_get(base + "/node_id", self.cfg.probe_timeout_s * self.pace.factor)
             if status != 200:
                 return None
             peer_id = json.loads(body)
             if not isinstance(peer_id, str) or peer_id == self.node_id:
                 return None
-            peer_version = headers.get(VERSION_HEADER.lower())
+            status, _h, body = self.http_get(base + GOSSIP_PATH, self.cfg.probe_timeout_s * self.pace.factor)
+            if status != 200:
+                return None
+            gossip = json.loads(body)
+            peer_version = gossip.get("version") if isinstance(gossip, dict) else None
             if peer_version != self.version:
                 self._warn_once(f"version:{addr}:{peer_version}", "exo.routing.router:_on_peer:88",
                                 f"ignoring peer {peer_id} at {addr}: version {peer_version} != {self.version}")
                 return None
-            status, _h, body = self.http_get(base + GOSSIP_PATH, self.cfg.probe_timeout_s * self.pace.factor)
-            if status != 200:
-                return None
-            self._merge(json.loads(body))
+            self._merge(gossip)
             return peer_id
         except (OSError, ValueError, urllib.error.URLError):
             return None
@@ -936,8 +949,8 @@ def _make_handler(app: ExoStandin):
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
-            self.send_header(VERSION_HEADER, app.version)
-            self.send_header("Access-Control-Allow-Origin", "*")
+            if self.headers.get("Origin"):  # exo's CORSMiddleware answers a cross-origin request only
+                self.send_header("Access-Control-Allow-Origin", "*")
             self.end_headers()
             self.wfile.write(body)
 
