@@ -867,8 +867,9 @@ class ExoStandin:
             for m in records[nid].get("models", []):
                 shard = {"PipelineShardMetadata": {"modelCard": {"modelId": m["modelId"]}}}
                 if m["complete"]:
+                    # exo: DownloadCompleted.total (`totalBytes` until c45ff9ad4, 2026-02-19; v1.0.71 has `total`)
                     entries.append({"DownloadCompleted": {"nodeId": nid, "shardMetadata": shard,
-                                                          "totalBytes": {"inBytes": m["bytes"]}}})
+                                                          "total": {"inBytes": m["bytes"]}}})
                 else:
                     entries.append({"DownloadPending": {"nodeId": nid, "shardMetadata": shard}})
             downloads[nid] = entries
