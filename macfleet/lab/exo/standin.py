@@ -937,6 +937,63 @@ def _card(model_id: str, name: str, family: str | None, quant: str | None, size_
 # ---------------------------------------------------------------------------------------------- handler
 
 
+# Where each behaviour of this stand-in comes from (issue 31: every behaviour cites its source; what has none is
+# listed in docs/lab.md "Guesses"). "exo" is github.com/exo-explore/exo at b5375f8cee43 unless a tag is named;
+# "samples" is /work/shared/samples (shared/samples/SOURCES.md says where each came from).
+SOURCES = {
+    "GET /node_id": "exo src/exo/api/main.py:344 `lambda: self.node_id`: a bare JSON string",
+    "GET /state, /state/<path>": "exo src/exo/api/main.py:411-427 get_state: the State model (camelCase, "
+                                 "src/exo/shared/types/state.py), a path walked over model_dump(by_alias=True)",
+    "404 for a path not in /state": "exo src/exo/api/main.py:424-427 (HTTPException 404, detail \"unable to find "
+                                    "path '<dotted>' in state json\") through http_exception_handler :322-332 "
+                                    "(ErrorResponse/ErrorInfo, src/exo/api/types/api.py:21-29)",
+    "404 for an unknown route": "GUESS: FastAPI's own handler ({\"detail\": \"Not Found\"}); exo registers its "
+                                "handler for fastapi.HTTPException only (main.py:16,320), the router raises "
+                                "starlette's (inferred, not captured)",
+    "GET /models, /v1/models, ?status=downloaded": "exo src/exo/api/main.py:357-358, 1786-1800 get_models "
+                                                   "(ModelList/ModelListModel, src/exo/api/types/api.py:32-56)",
+    "model cards listed": "GUESS: KNOWN_MODELS is illustrative, not exo's catalogue (src/exo/shared/models/)",
+    "Server: hypercorn-h11": "exo serves with hypercorn (src/exo/api/main.py:20-23); hypercorn's h11 server "
+                             "header (not captured from a Mac)",
+    "Access-Control-Allow-Origin only with Origin": "exo src/exo/api/main.py:334-341 CORSMiddleware "
+                                                   "(starlette adds CORS headers to cross-origin requests only)",
+    "no version anywhere in the API": "exo src/exo/api/main.py (no header or field carries it; `/ollama/api/"
+                                      "version` answers a constant 1.0.0, :1773-1775)",
+    "peers of another version ignored": "exo src/exo/main.py:468-472 `--namespace` defaults to __version__: "
+                                        "\"nodes with different namespaces will not connect\" (since 09f9ea313)",
+    "peer discovery over the Thunderbolt /30s and GET /_lab/gossip": "LAB ONLY (LAB_ONLY): exo discovers and "
+                                        "gossips over libp2p (v1.0.71) / zenoh (b5375f8), not HTTP",
+    "RDMA edge rule": "exo src/exo/shared/types/topology.py RDMAConnection; rule (both ends rdma_ctl enabled, "
+                      "both rdma_enX PORT_ACTIVE, same cable): research/macos-outputs.md section 8 (TN3205)",
+    "facts gathered (networksetup, ifconfig, system_profiler -json, rdma_ctl status, sw_vers, "
+    "-getnetworkserviceenabled)": "exo src/exo/utils/info_gatherer/info_gatherer.py:52,168,339, "
+                                  "src/exo/shared/types/thunderbolt.py:78; cadences GUESS (exo's differ, "
+                                  "info_gatherer.py:467-572)",
+    "ibv_devinfo hanging = wedged RDMA": "GUESS (a lab fault; exo does not run ibv_devinfo)",
+    "interfaceType wifi/ethernet/maybe_ethernet/thunderbolt": "exo src/exo/utils/info_gatherer/system_info.py:59-111,"
+                                                             " src/exo/shared/types/profiling.py:69",
+    "a model dir is complete": "exo src/exo/download/download_utils.py:283-306 (*.safetensors.index.json, "
+                               "no .partial)",
+    "models dirs from EXO_DEFAULT_MODELS_DIR / EXO_MODELS_DIRS / EXO_MODELS_READ_ONLY_DIRS, ~/.exo/models": "exo "
+                               "src/exo/shared/constants.py:31-45",
+    "~/.exo, EXO_HOME relative to $HOME": "exo src/exo/shared/constants.py:7-14",
+    "log ~/.exo/exo_log/exo.log, loguru line format": "exo src/exo/shared/constants.py:69-70, "
+                                                      "src/exo/shared/logging.py:77-79",
+    "`runner ready` log line": "exo src/exo/worker/runner/runner.py:295",
+    "`Runner … crashed with critical exception …`": "exo src/exo/worker/runner/bootstrap.py:94",
+    "`Starting EXO` start line, module:function:line tags": "GUESS (exo logs `pid = …` first, main.py:342)",
+    "JACCL messages": "samples exo__exo-issue-1390_exo_log_node2_jaccl_rtr_errno22.txt, "
+                      "mlx__exo-issue-1390_jaccl_runner_log_rtr-errno22.txt; NO_PD: GUESS (no capture)",
+    "RunnerFailed errorMessage `Terminated (signal=11 (…))`": "exo src/exo/worker/runner/supervisor.py:385",
+    "single instance lock ~/.exo/exo.pid": "exo src/exo/shared/constants.py:76 EXO_PID_FILE",
+    "node id kept in ~/.exo/node_zid": "LAB ONLY (LAB_ONLY): exo b5375f8 draws one per start",
+    "DownloadCompleted.total / DownloadPending": "exo src/exo/shared/types/worker/downloads.py:26-41",
+    "instances: one MlxJacclInstance over every node": "GUESS: shape from exo src/exo/shared/types/worker/"
+                                                       "instances.py:20-37, its presence without a placed model is "
+                                                       "the lab's",
+}
+
+
 def _make_handler(app: ExoStandin):
     class Handler(BaseHTTPRequestHandler):
         def version_string(self) -> str:
@@ -976,13 +1033,14 @@ def _make_handler(app: ExoStandin):
                     elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
                         node = node[int(part)]
                     else:
-                        self._error(404, f"unable to find path {path[len('/state/'):]}", "Not Found")
+                        dotted = path[len('/state/'):].replace("/", ".")
+                        self._error(404, f"unable to find path '{dotted}' in state json", "Not Found")
                         return
                 self._send(200, node)
             elif path in ("/models", "/v1/models"):
                 self._send(200, app.models(downloaded_only="status=downloaded" in query))
             else:
-                self._error(404, "Not Found", "Not Found")
+                self._send(404, {"detail": "Not Found"})
 
     return Handler
 
