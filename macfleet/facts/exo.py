@@ -1,4 +1,5 @@
-"""exo's HTTP API and log, as read on a node: `/node_id`, `/state` and `~/.exo/exo_log/exo.log`.
+"""exo's HTTP API and log, as read on a node: `/node_id`, `/state` and `~/.exo/exo_log/exo.log`; and exo's
+version, which its API does not say, from the release installed under the install root (`parse_exo_release`).
 
 Shapes follow exo's own source (HEAD schema: `/state` is the State model in camelCase, tagged unions as
 `{"ClassName": {...}}`, `/node_id` a bare JSON string). No full capture of `/state` from a real cluster is
