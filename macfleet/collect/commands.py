@@ -57,15 +57,29 @@ ALL_SPECS: tuple[CommandSpec, ...] = tuple(
 
 # exo's HTTP API and log, read on the node itself (exo listens on every IPv4 interface, loopback included).
 # Not macOS commands: their shapes are exo's (facts/exo.py), so they stay out of ALL_SPECS.
-def exo_specs(port: int = 52415) -> tuple[CommandSpec, ...]:
+# exo's API does not say its version (no header, no field): the version is what is installed. `$1` is the
+# install root (`root ROOT`); the release `current` points at (`current TARGET`, or `no-current`), then the
+# `Version:` header of package exo's dist-info METADATA in any environment directly inside that release
+# (`package VERSION`, e.g. the build's .venv; exo's own version, facts/exo.py ExoRelease). One cheap read: a
+# link, a glob and the METADATA's head.
+EXO_RELEASE_SCRIPT = (
+    'echo "root $1"; r=$(readlink "$1/current") || { echo no-current; exit 0; }; echo "current $r"; '
+    'for m in "$1"/current/.*/lib/python*/site-packages/exo-*.dist-info/METADATA '
+    '"$1"/current/*/lib/python*/site-packages/exo-*.dist-info/METADATA; do '
+    "[ -f \"$m\" ] && sed -n '/^$/q;s/^Version: /package /p' \"$m\"; done; exit 0"
+)
+
+
+def exo_specs(port: int, install_root: str) -> tuple[CommandSpec, ...]:
     base = f"http://127.0.0.1:{int(port)}"
     return (
-        # -i: the status line and headers (a build's version header), then the JSON string
+        # -i: the status line and headers, then the JSON string
         CommandSpec("exo-node-id", ("curl", "-s", "-i", "--max-time", "3", f"{base}/node_id"), timeout_s=6),
         CommandSpec("exo-state", ("curl", "-s", "--max-time", "3", "--max-filesize", "8388608", f"{base}/state"),
                     timeout_s=6),
         # relative to the login directory (sshd starts there): `~` would not expand once quoted
         CommandSpec("exo-log", ("tail", "-n", "2000", ".exo/exo_log/exo.log"), timeout_s=6),
+        CommandSpec("exo-release", ("sh", "-c", EXO_RELEASE_SCRIPT, "sh", home_relative(install_root)), timeout_s=6),
     )
 
 

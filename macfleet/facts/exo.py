@@ -1,4 +1,5 @@
-"""exo's HTTP API and log, as read on a node: `/node_id`, `/state` and `~/.exo/exo_log/exo.log`.
+"""exo's HTTP API and log, as read on a node: `/node_id`, `/state` and `~/.exo/exo_log/exo.log`; and exo's
+version, which its API does not say, from the release installed under the install root (`parse_exo_release`).
 
 Shapes follow exo's own source (HEAD schema: `/state` is the State model in camelCase, tagged unions as
 `{"ClassName": {...}}`, `/node_id` a bare JSON string). No full capture of `/state` from a real cluster is
@@ -16,22 +17,78 @@ from pydantic import Field
 from macfleet.errors import FactsParseError
 from macfleet.facts._common import Facts
 
-# The lab's exo build (and a release directory's VERSION) is advertised in this response header; exo itself
-# has no version field in /state, so a missing header is "could not tell", not a mismatch.
-VERSION_HEADER = "x-exo-version"
 MAX_JSON_BYTES = 8 * 1024 * 1024
 
 
 class ExoHttp(Facts):
-    """One `curl -s -i` answer: status, headers (lower-case names) and the body text."""
+    """One `curl -s -i` answer: status, headers (lower-case names) and the body text. exo's API says nothing of
+    its version: no header, no field (exo b5375f8 src/exo/api/main.py); the version is read from the release
+    on disk instead (`parse_exo_release`)."""
 
     status: int
     headers: dict[str, str] = Field(default_factory=dict)
     body: str = ""
 
+
+# A release directory's name as rollout makes it: `<version>-<12 hex of its content>` (judge/rollout.py).
+_RELEASE_HASH = re.compile(r"-[0-9a-f]{12}$")
+NO_CURRENT = "no-current"
+
+
+class ExoRelease(Facts):
+    """What the `exo-release` read found under the install root: the release `current` points at, and the
+    `Version:` of package `exo` in that release's Python environment(s) (its dist-info METADATA).
+
+    The package version is exo's own: exo's `__version__` is `importlib.metadata.version("exo")`, and its
+    default discovery namespace ("nodes with different namespaces will not connect") is that version (exo
+    b5375f8cee43 src/exo/__init__.py, src/exo/main.py `--namespace`; since 09f9ea313). It is pyproject's
+    [project] version, not the git tag: exo's tag v1.0.71 (fd707de30b42) carries version 0.3.70."""
+
+    root: str
+    current: str | None = None  # the link's target (`releases/<name>`), None: no `current` there
+    packages: list[str] = Field(default_factory=list)  # each exo dist-info's Version, as found
+
+    @property
+    def name(self) -> str | None:
+        return self.current.rstrip("/").rsplit("/", 1)[-1] if self.current else None
+
     @property
     def version(self) -> str | None:
-        return self.headers.get(VERSION_HEADER)
+        """The package's version when one is there, else the version in the release's name; None: unknown."""
+        found = sorted(set(self.packages))
+        if len(found) > 1 or self.name is None:
+            return None
+        return found[0] if found else _RELEASE_HASH.sub("", self.name) or None
+
+    def why_unknown(self) -> str:
+        if self.name is None:
+            return (f"no exo release installed by macfleet on this node ({self.root}/current is not there): "
+                    "an exo installed another way does not say its version")
+        return f"{self.root}/current ({self.name}) holds more than one exo package: {', '.join(self.packages)}"
+
+
+def parse_exo_release(text: str) -> ExoRelease:
+    """The output of collect's `exo-release` read: `root ROOT`, `current TARGET` (or `no-current`), then one
+    `package VERSION` per exo dist-info in the release."""
+    root = current = None
+    packages: list[str] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        word, _, value = line.strip().partition(" ")
+        if word == NO_CURRENT and not value:
+            continue
+        if word == "root" and value.strip() and root is None:
+            root = value.strip()[:200]
+        elif word == "current" and value.strip() and current is None:
+            current = value.strip()
+        elif word == "package" and value.strip():
+            packages.append(value.strip()[:80])
+        elif line.strip():
+            raise FactsParseError("exo-release", "`root ROOT`, `current TARGET` or `no-current`, then `package "
+                                  "VERSION` lines", line=n, found=line[:120])
+    if root is None or (current is None and NO_CURRENT not in text.split()):
+        raise FactsParseError("exo-release", "`root ROOT`, then `current TARGET` or `no-current`", line=1,
+                              found=text[:120])
+    return ExoRelease(root=root, current=current, packages=packages)
 
 
 def parse_http_response(text: str) -> ExoHttp:

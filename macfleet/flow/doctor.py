@@ -28,7 +28,7 @@ from macfleet.errors import (
     UsageError,
     most_severe_exit,
 )
-from macfleet.inventory.model import Fleet, Mesh, Node
+from macfleet.inventory.model import ExoSettings, Fleet, Mesh, Node
 
 # The parsers and judges are imported where they are used, not here: a doctor run dials every node first and
 # imports them while the nodes answer (`run_doctor`), which hides most of the CLI's start-up behind the pass.
@@ -72,6 +72,7 @@ PROBE_OF_CHECK: dict[str, tuple[str, ...]] = {
     "clock-skew": ("date",), "disk": ("df",), "updates": ("softwareupdate",),
     "exo-api-exposure": ("pf-info", "pf-rules"), "tb-ping": ("tb-ping",),
     "llama-rpc": ("netstat-listen", "pf-info", "pf-rules"),
+    "exo-version": ("exo-release",),
 }
 
 
@@ -87,7 +88,13 @@ def doctor_specs(meshes: list[Mesh]) -> tuple[CommandSpec, ...]:
     port = meshes[0].settings.exo.port if meshes else 52415
     models_dir = meshes[0].settings.exo.models_dir if meshes else "~/.exo/models"
     llama = (spec_for("netstat-listen"),) if any(m.settings.llama.enabled for m in meshes) else ()
-    return DOCTOR_SPECS + exo_specs(port) + probe_specs(models_dir) + (exo_daemons_spec(),) + llama
+    return (DOCTOR_SPECS + exo_specs(port, exo_install_root(meshes)) + probe_specs(models_dir)
+            + (exo_daemons_spec(),) + llama)
+
+
+def exo_install_root(meshes: list[Mesh]) -> str:
+    """Where exo's releases are (`macfleet_exo.install_root`): the `exo-release` read looks there."""
+    return meshes[0].settings.exo.install_root if meshes else ExoSettings().install_root
 
 
 def ping_specs(fleet: Fleet, meshes: list[Mesh]) -> dict[str, tuple[CommandSpec, ...]]:
@@ -115,7 +122,13 @@ def _read(gathered: Gathered, node: str, key: str, problems: dict[str, str], tim
 
 
 def _exo_facts(gathered: Gathered, node: str, problems: dict[str, str], timed_out: list[str]) -> dict:
-    from macfleet.facts.exo import log_since_start, parse_exo_state, parse_http_response, parse_node_id
+    from macfleet.facts.exo import (
+        log_since_start,
+        parse_exo_release,
+        parse_exo_state,
+        parse_http_response,
+        parse_node_id,
+    )
 
     out: dict = {}
     raw = gathered.outputs.get(node, {}).get("exo-node-id")
@@ -125,7 +138,7 @@ def _exo_facts(gathered: Gathered, node: str, problems: dict[str, str], timed_ou
     elif (text := _read(gathered, node, "exo-node-id", problems, timed_out)) is not None:
         try:
             http = parse_http_response(text)
-            out.update(exo_api="up" if http.status == 200 else None, exo_version=http.version,
+            out.update(exo_api="up" if http.status == 200 else None,
                        exo_node_id=parse_node_id(http.body) if http.status == 200 else None)
             if http.status != 200:
                 problems["exo"] = f"GET /node_id answered {http.status}"
@@ -140,6 +153,15 @@ def _exo_facts(gathered: Gathered, node: str, problems: dict[str, str], timed_ou
             problems["exo-state"] = e.message
     if (text := _read(gathered, node, "exo-log", problems, timed_out)) is not None:
         out["exo_log"] = log_since_start(text)
+    if (text := _read(gathered, node, "exo-release", problems, timed_out)) is not None:
+        try:
+            release = parse_exo_release(text)
+        except FactsParseError as e:
+            problems["exo-release"] = e.message
+        else:
+            out["exo_version"] = release.version
+            if release.version is None:
+                problems["exo-release"] = release.why_unknown()
     return out
 
 

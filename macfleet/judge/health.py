@@ -106,7 +106,7 @@ class NodeFacts(_Model):
     fdesetup: FdesetupFacts | None = None
     exo_api: Literal["up", "refused"] | None = None  # None: could not tell (see problems["exo"])
     exo_node_id: str | None = None
-    exo_version: str | None = None
+    exo_version: str | None = None  # the release `current` points at: its exo package's version (facts/exo.py)
     exo_state: ExoStateFacts | None = None
     exo_log: list[str] | None = None  # exo's log lines since its last start
     clock: ClockReading | None = None
@@ -494,7 +494,7 @@ def check_exo_version(ctx: HealthContext, node: str) -> Verdict:
                 if ctx.up(n) and ctx.facts[n].exo_api == "up" and ctx.facts[n].exo_version}
     mine = ctx.facts[node].exo_version
     if mine is None:
-        return Unknown(reason="exo did not say its version")
+        return Unknown(reason=ctx.facts[node].why("exo-release"))
     counts: dict[str, int] = {}
     for v in versions.values():
         counts[v] = counts.get(v, 0) + 1

@@ -704,15 +704,63 @@ def exo_down_clear(target: LoadedLab, data: dict, node: str) -> None:
         raise LabError(f"{node}: launchctl bootstrap failed: {p.stderr.strip() or p.stdout.strip()}")
 
 
+def _exo_root(target: LoadedLab, node: str) -> str:
+    return os.path.join(target.dir, "nodes", node, "fs", "exo")  # the node's /opt/exo
+
+
+def _exo_restart(target: LoadedLab, node: str) -> None:
+    p = target.ssh(node, f"sudo -n launchctl kickstart -k system/{EXO_LABEL}")
+    if p.returncode != 0:
+        raise LabError(f"{node}: launchctl kickstart failed: {p.stderr.strip() or p.stdout.strip()}")
+
+
+def _exo_point_current(root: str, target_rel: str) -> None:
+    tmp = os.path.join(root, ".current.lab-tmp")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    os.symlink(target_rel, tmp)
+    os.lchown(tmp, *_admin_ids_of(root))
+    os.replace(tmp, os.path.join(root, "current"))
+
+
+def _admin_ids_of(root: str) -> tuple[int, int]:
+    st = os.stat(root)
+    return st.st_uid, st.st_gid
+
+
 def exo_version_apply(target: LoadedLab, node: str, version: str) -> dict:
-    if not version or any(c.isspace() for c in version) or len(version) > 40:
+    """NODE runs another exo release: a build of VERSION lands next to the current one, `current` points at it
+    and exo restarts on it (what a Mac left behind by a rollout looks like). Its version is what doctor reads on
+    disk; peers, gossiping versions, drop it (exo: nodes of different versions do not connect)."""
+    from .exo import build as exo_build
+
+    if not version or any(c.isspace() for c in version) or len(version) > 40 or "/" in version:
         raise UsageError(f"bad exo version {version!r}")
-    target.set_overlay(node, "version", version)
-    return {}
+    root = _exo_root(target, node)
+    before = os.readlink(os.path.join(root, "current"))
+    name = f"{version}-{hashlib.blake2b(b'lab fault ' + version.encode(), digest_size=6).hexdigest()}"  # as rollout
+    rel = os.path.join(root, "releases", name)
+    if not os.path.isdir(rel):
+        exo_build.write_build(rel, version)
+        uid, gid = _admin_ids_of(root)
+        for dirpath, dirnames, filenames in os.walk(rel):
+            for n in [dirpath, *(os.path.join(dirpath, x) for x in dirnames + filenames)]:
+                os.lchown(n, uid, gid)
+    _exo_point_current(root, f"releases/{name}")
+    _exo_restart(target, node)
+    return {"current": before, "release": name}
 
 
 def exo_version_clear(target: LoadedLab, data: dict, node: str, version: str) -> None:
-    target.set_overlay(node, "version", None)
+    import shutil
+
+    root = _exo_root(target, node)
+    if data.get("current"):
+        _exo_point_current(root, data["current"])
+    if target.on(node):
+        _exo_restart(target, node)
+    if data.get("release"):
+        shutil.rmtree(os.path.join(root, "releases", data["release"]), ignore_errors=True)
 
 
 def runner_apply(target: LoadedLab, node: str) -> dict:
@@ -871,7 +919,7 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
           skew_apply, skew_clear),
     Fault("exo-down", ("NODE",), "exo", "exo's LaunchAgent is booted out (a reboot starts it again)",
           exo_down_apply, exo_down_clear, reboot="cleared", exo=True),
-    Fault("exo-version", ("NODE", "VERSION"), "exo", "NODE's exo advertises another version: peers drop it",
+    Fault("exo-version", ("NODE", "VERSION"), "exo", "NODE runs another exo release (VERSION): peers drop it",
           exo_version_apply, exo_version_clear, exo=True),
     Fault("exo-networksetup", ("NODE",), "exo", "exo's app's LaunchDaemon io.exo.networksetup is installed and "
           "loaded: at every load (boot, install) it puts the Thunderbolt services on DHCP and the bridge off, "

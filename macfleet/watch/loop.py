@@ -111,7 +111,9 @@ class Watcher:
     def probe(self, mesh: Mesh, now: datetime, *, preflight: bool = False) -> tuple[HealthReport, Gathered]:
         """One probe; with `preflight`, it also reads what a reboot must read first (this probe may decide one)."""
         checks = mesh.settings.remediation.checks
-        specs = DOCTOR_SPECS + (exo_specs(mesh.settings.exo.port) if any(c.startswith("exo") for c in checks) else ())
+        exo = mesh.settings.exo
+        specs = DOCTOR_SPECS + (exo_specs(exo.port, exo.install_root) if any(c.startswith("exo") for c in checks)
+                                else ())
         if preflight:
             specs += tuple(s for s in act_reboot.PREFLIGHT_SPECS if s not in specs)
         probes = mesh.settings.probes

@@ -169,8 +169,9 @@ def exo_facts(views: dict[str, list[str]], version: dict[str, str] | None = None
 
 
 def test_exo_http_and_node_id_parsers() -> None:
-    http = parse_http_response('HTTP/1.0 200 OK\r\nServer: hypercorn-h11\r\nX-Exo-Version: 1.0.71\r\n\r\n"abc"')
-    assert (http.status, http.version, parse_node_id(http.body)) == (200, "1.0.71", "abc")
+    http = parse_http_response('HTTP/1.1 200 OK\r\ndate: Wed, 02 Dec 2026 08:00:00 GMT\r\nserver: hypercorn-h11\r\n'
+                               'content-type: application/json\r\ncontent-length: 5\r\n\r\n"abc"')
+    assert (http.status, parse_node_id(http.body)) == (200, "abc")
     # exo's docs show an object; the code serves a bare string: both are accepted
     assert parse_node_id('{"node_id": "abc"}') == "abc"
 
@@ -188,6 +189,15 @@ def test_exo_version_odd_node() -> None:
     assert verdict("exo-version", facts, "s1") == []
     [f] = verdict("exo-version", facts, "s3")
     assert "1.0.70" in f.message
+
+
+def test_exo_version_of_a_node_without_a_macfleet_release_is_could_not_tell_saying_why() -> None:
+    facts = exo_facts({n: NODES for n in NODES})
+    why = "no exo release installed by macfleet on this node (/opt/exo/current is not there)"
+    facts["s3"] = facts["s3"].model_copy(update={"exo_version": None, "problems": {"exo-release": why}})
+    got = verdict("exo-version", facts, "s3")
+    assert isinstance(got, Unknown) and why in got.reason
+    assert verdict("exo-version", facts, "s1") == []  # the others still agree with each other
 
 
 def test_failed_runner_is_mapped_to_its_cause_and_not_repeated_by_the_log_check() -> None:

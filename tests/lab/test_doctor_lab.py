@@ -126,6 +126,25 @@ def has_words(report: dict, fault: str) -> list[str]:
     return missing
 
 
+def test_exo_not_installed_by_macfleet_has_a_version_doctor_cannot_tell_and_says_why(bootstrapped) -> None:
+    """exo's API does not say its version: doctor reads the release `current` points at. A Mac whose exo came
+    another way (no /opt/exo/current) is "could not tell" on that node, with the reason; its exo still runs."""
+    lab = bootstrapped
+    lab.ssh(S2, "mv /opt/exo/current /opt/exo/current.elsewhere")
+    try:
+        rc, report, _ = doctor(lab, "--only", "exo-running,exo-version")
+        human = lab.macfleet("doctor", "-i", str(lab.inventory), "--only", "exo-running,exo-version", check=False,
+                             timeout=120)
+    finally:
+        lab.ssh(S2, "mv /opt/exo/current.elsewhere /opt/exo/current")
+    results = {(c["check"], c["node"]): c["result"] for c in report["checks"]}
+    assert results.pop(("exo-version", S2)) == "unknown" and set(results.values()) == {"ok"}, results
+    assert rc == 1 and report["findings"] == []
+    # the reason is said (the text output; --json gives the results only)
+    assert human.returncode == 1 and human.stdout.count("no exo release installed by macfleet") == 1, human.stdout
+    assert "/opt/exo/current is not there" in " ".join(human.stdout.split())
+
+
 def test_fault_matrix(bootstrapped) -> None:
     lab = bootstrapped
     wait_doctor(lab, set(), 60, "healthy before the matrix")

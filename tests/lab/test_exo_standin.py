@@ -415,7 +415,8 @@ def test_single_node_api_shapes(start_mesh):
     _mesh, (app,) = start_mesh(1)
     status, headers, node_id = _get(app.port, "/node_id")
     assert status == 200 and isinstance(node_id, str) and len(node_id) == 32
-    assert headers["X-Exo-Version"] == "1.0.71"
+    # exo's API says nothing of its version (exo b5375f8 src/exo/api/main.py): no header carries it
+    assert not any("version" in h.lower() for h in headers), headers
 
     state = _wait(lambda: (s := _get(app.port, "/state")[2])["runners"] and s)
     for key in ("instances", "runners", "downloads", "tasks", "lastSeen", "topology", "lastEventAppliedIdx",
@@ -658,12 +659,92 @@ def test_fault_overlay_runner_failed_and_log_lines(start_mesh):
     _wait(lambda: "RunnerReady" in next(iter(_get(app.port, "/state")[2]["runners"].values())), 5)
 
 
-def test_fault_overlay_version_hides_node_from_peers(start_mesh):
+# ------------------------------------------------------------------------------------------------------------
+# only keys exo defines (issue 31 item 3): every object the stand-in serves is one of exo's models, with no key
+# exo's model lacks. The key lists are derived from exo's source at a pinned commit (tests/fixtures/exo_schema/).
+
+EXO_SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "fixtures" / "exo_schema" / "keys.json").read_text())
+MODELS = EXO_SCHEMA["models"]
+
+
+def _family(base: str) -> set[str]:
+    return {n for n, m in MODELS.items() if base in m["ancestors"]}
+
+
+MAP, LIST, ANY = "map", "list", None  # a mapping's values / a list's items follow the spec after it
+SHARD = ("tagged", _family("BaseShardMetadata"), {"modelCard": ("model", "ModelCard", {})})
+MEMORY = ("model", "Memory", {})
+STATE_SPEC = ("model", "State", {
+    "instances": (MAP, ("tagged", _family("BaseInstance"), {"shardAssignments": ("model", "ShardAssignments", {
+        "runnerToShard": (MAP, SHARD), "nodeToRunner": ANY})})),
+    "runners": (MAP, ("tagged", _family("BaseRunnerStatus"), {})),
+    "downloads": (MAP, (LIST, ("tagged", _family("BaseDownloadProgress"), {
+        "shardMetadata": SHARD, "total": MEMORY, "downloaded": MEMORY}))),
+    "topology": ("model", "TopologySnapshot", {"connections": (MAP, (MAP, (LIST, ("oneof", {
+        "RDMAConnection": {}, "SocketConnection": {"sinkMultiaddr": ("model", "Multiaddr", {})}}))))}),
+    "nodeIdentities": (MAP, ("model", "NodeIdentity", {})),
+    "nodeMemory": (MAP, ("model", "MemoryUsage", {})),
+    "nodeDisk": (MAP, ("model", "DiskUsage", {"total": MEMORY, "available": MEMORY})),
+    "nodeSystem": (MAP, ("model", "SystemPerformanceProfile", {})),
+    "nodeNetwork": (MAP, ("model", "NodeNetworkInfo", {"interfaces": (LIST, ("model", "NetworkInterfaceInfo", {}))})),
+    "nodeThunderbolt": (MAP, ("model", "NodeThunderboltInfo", {
+        "interfaces": (LIST, ("model", "ThunderboltIdentifier", {}))})),
+    "nodeThunderboltBridge": (MAP, ("model", "ThunderboltBridgeStatus", {})),
+    "nodeRdmaCtl": (MAP, ("model", "NodeRdmaCtlStatus", {})),
+})
+MODELS_SPEC = ("model", "ModelList", {"data": (LIST, ("model", "ModelListModel", {}))})
+ERROR_SPEC = ("model", "ErrorResponse", {"error": ("model", "ErrorInfo", {})})
+
+
+def _extra_keys(value, spec, where: str = "") -> list[str]:
+    """Keys in `value` that exo's model at that place does not define (`where` names the place)."""
+    if spec is None:
+        return []
+    kind = spec[0]
+    if kind in (MAP, LIST):
+        items = value.items() if kind == MAP else enumerate(value)
+        return [x for k, v in items for x in _extra_keys(v, spec[1], f"{where}[{k}]")]
+    if kind == "tagged":
+        assert isinstance(value, dict) and len(value) == 1, f"{where}: not a tagged object: {value!r}"
+        [(tag, inner)] = value.items()
+        if tag not in spec[1]:
+            return [f"{where}: tag {tag!r} is none of exo's {sorted(spec[1])}"]
+        return _extra_keys(inner, ("model", tag, spec[2]), f"{where}.{tag}")
+    if kind == "oneof":
+        fits = [n for n in spec[1] if set(value) <= set(MODELS[n]["keys"])]
+        if not fits:
+            return [f"{where}: keys {sorted(value)} fit none of exo's {sorted(spec[1])}"]
+        return _extra_keys(value, ("model", fits[0], spec[1][fits[0]]), where)
+    _kind, name, children = spec
+    assert isinstance(value, dict), f"{where}: {name} is an object, got {value!r}"
+    out = [f"{where}.{k}: not a field of exo's {name} ({MODELS[name]['path']})" for k in value
+           if k not in MODELS[name]["keys"]]
+    return out + [x for k, sub in children.items() if k in value for x in _extra_keys(value[k], sub, f"{where}.{k}")]
+
+
+def test_the_fixture_is_exo_source_at_a_pinned_commit():
+    assert EXO_SCHEMA["source"]["commit"] == "b5375f8cee4368d09e1ce96a56b9f81fb0bc81aa"
+    assert MODELS["State"]["keys"][:6] == ["instances", "runners", "downloads", "tasks", "lastSeen", "topology"]
+    assert MODELS["RunnerFailed"]["tagged"] and "BaseRunnerStatus" in MODELS["RunnerFailed"]["ancestors"]
+
+
+def test_every_answer_carries_only_keys_exo_defines(start_mesh, tmp_path: Path):
+    models = tmp_path / "home0" / ".exo" / "models"
+    (models / "acme--single").mkdir(parents=True)
+    (models / "acme--single" / "model.safetensors").write_bytes(b"x")
+    (models / "acme--partial").mkdir()
+    (models / "acme--partial" / "tokenizer.json.partial").write_bytes(b"x")
     _mesh, apps = start_mesh(2)
-    _wait(lambda: len(_get(apps[0].port, "/state")[2]["topology"]["nodes"]) == 2)
-    (apps[1].cfg.exo_home / "lab_faults.json").write_text(json.dumps({"version": "1.0.70"}))
-    _wait(lambda: len(_get(apps[0].port, "/state")[2]["topology"]["nodes"]) == 1, 5)
-    assert _get(apps[1].port, "/node_id")[1]["X-Exo-Version"] == "1.0.70"
+    (apps[1].cfg.exo_home / "lab_faults.json").write_text(json.dumps({"runnerFailed": exo.SEGV_MESSAGE}))
+    state = _wait(lambda: (s := _get(apps[0].port, "/state")[2]) and len(_rdma_pairs(s)) == 2
+                  and any("RunnerFailed" in r for r in s["runners"].values())
+                  and len(s["downloads"].get(apps[0].node_id, [])) == 2 and s)
+    assert _extra_keys(state, STATE_SPEC) == []
+    assert _extra_keys(_get(apps[0].port, "/models")[2], MODELS_SPEC) == []
+    assert isinstance(_get(apps[0].port, "/node_id")[2], str)  # exo: `lambda: self.node_id`, a bare string
+    with pytest.raises(urllib.error.HTTPError) as e:
+        _get(apps[0].port, "/state/noSuchKey")
+    assert _extra_keys(json.loads(e.value.read()), ERROR_SPEC) == []
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -736,7 +817,7 @@ def test_write_build_is_runnable_from_an_install_root(tmp_path: Path):
     proc = _start_build(current / "bin" / "exo", home, port, fake)
     try:
         status, headers, node_id = _wait_http(port, "/node_id", proc)
-        assert status == 200 and isinstance(node_id, str) and headers["X-Exo-Version"] == "1.0.71"
+        assert status == 200 and isinstance(node_id, str) and not any("version" in h.lower() for h in headers)
         state = _wait(lambda: (s := _get(port, "/state")[2])["runners"] and s)
         assert state["nodeIdentities"][node_id]["osBuildVersion"] == "25G83"
         assert "RunnerReady" in next(iter(state["runners"].values()))

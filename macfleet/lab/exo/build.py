@@ -60,6 +60,11 @@ if __name__ == "__main__":
 """
 
 
+# Sources (issue 31): the build layout (VERSION, BUILD.json, bin/exo, lib/) is the lab's own format, not exo's: a
+# real exo release is exo's checkout with a uv environment (.venv, where package exo's dist-info METADATA holds
+# its version, exo src/exo/__init__.py) built by its README's steps (dashboard `npm run build`, then `uv sync`).
+# The product reads no file of this layout on a node (tests/test_lab_only.py); doctor reads `current`'s target
+# name and that METADATA, which a lab build lacks, so the lab's version comes from the release's name.
 def write_build(out_dir: Path, version: str, *, broken: bool = False) -> Path:
     """Write an exo build (layout in the module docstring) into `out_dir`; returns `out_dir`.
 

@@ -10,10 +10,12 @@ What it does, like exo does (its source: github.com/exo-explore/exo):
   (slow facts `system_profiler SPHardwareDataType`, `scutil --get ComputerName` every 10th tick) - and parses
   them with the small private parsers below;
 - for every Thunderbolt interface ("Thunderbolt N" -> enX) with an IPv4 address on a /28../31, it probes the
-  other address(es) of that subnet at `http://<addr>:52415/node_id`; a peer that answers with the same
-  version (header `X-Exo-Version`, a lab addition: exo has no version field in /state) is linked over that
-  interface. Peers' node information travels by a small gossip endpoint, `GET /_lab/gossip` (not exo's:
-  real exo gossips over libp2p/zenoh), so every node's /state shows the whole cluster;
+  other address(es) of that subnet at `http://<addr>:52415/node_id`, then reads the peer's records from a
+  small gossip endpoint, `GET /_lab/gossip` (not exo's: real exo gossips over libp2p/zenoh), so every node's
+  /state shows the whole cluster. A peer whose gossip carries another version is not linked: exo's nodes of
+  different versions do not connect (exo b5375f8 src/exo/main.py: `--namespace` defaults to `__version__`,
+  "nodes with different namespaces will not connect"). The version is the build's VERSION; exo's API says
+  nothing of it (no header, no field), so neither does the stand-in's;
 - outgoing edges of this node: one socket connection per live link, and an RDMA connection
   `{"sourceRdmaIface", "sinkRdmaIface"}` when the Thunderbolt bus behind that link sees the peer's domain
   UUID, both ends have `rdma_ctl` enabled and both `rdma_enX` ports are PORT_ACTIVE;
@@ -23,7 +25,6 @@ What it does, like exo does (its source: github.com/exo-explore/exo):
 Fault hooks: the JSON file `~/.exo/lab_faults.json` (or `$EXO_LAB_FAULTS_FILE`) is re-read every tick:
   {"runnerFailed": "<errorMessage>" | true,   -> runner RunnerFailed{errorMessage}; crash line in the log
    "rdmaWedge": true,                          -> as if ibv_devinfo hung: no RDMA edges, JACCL signature
-   "version": "1.0.70",                        -> advertise another version (peers stop seeing this node)
    "log": ["line", ...]}                       -> appended to exo.log once per distinct content
 A missing or unreadable file means no faults.
 """
@@ -53,8 +54,20 @@ from pathlib import Path
 from typing import Any
 
 API_PORT = 52415
-VERSION_HEADER = "X-Exo-Version"
+VERSION_HEADER = "X-Exo-Version"  # never sent (see LAB_ONLY): named only so the product cannot read it
 GOSSIP_PATH = "/_lab/gossip"
+
+# What this stand-in serves, reads or writes that real exo does not (nothing in exo's source defines it): the
+# product must never read any of these names (tests/test_lab_only.py scans macfleet/ outside the lab, and
+# playbooks/). Kept on the list after removal, so that a lab-only name cannot come back into the product.
+LAB_ONLY = frozenset({
+    VERSION_HEADER,  # a response header this stand-in once sent; exo sends none (exo b5375f8 src/exo/api/main.py)
+    GOSSIP_PATH,  # how lab nodes share their records; real exo gossips over libp2p (1.0.x) / zenoh (HEAD)
+    "lab_faults.json", "EXO_LAB_FAULTS_FILE",  # the fault overlay
+    "EXO_LAB_API_PORT", "EXO_LAB_BIND", "EXO_LAB_REFRESH_S", "EXO_LAB_INSTANCE_MODEL",  # lab settings
+    "node_zid",  # the lab's persisted node id (exo HEAD draws one per start)
+    "--exo-version", "--peer-port",  # lab-only options of bin/exo
+})
 DEFAULT_INSTANCE_MODEL = "mlx-community/Llama-3.2-1B-Instruct-4bit"
 EXTRA_PATH = ("/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/sbin", "/opt/homebrew/bin")
 
@@ -438,8 +451,7 @@ class ExoStandin:
 
     @property
     def version(self) -> str:
-        override = self._faults.get("version")
-        return str(override) if override else self.cfg.version
+        return self.cfg.version
 
     # ---- lifecycle
 
@@ -732,21 +744,22 @@ class ExoStandin:
         host, port = self.peer_endpoint(addr)
         base = f"http://{host}:{port}"
         try:
-            status, headers, body = self.http_get(base + "/node_id", self.cfg.probe_timeout_s * self.pace.factor)
+            status, _h, body = self.http_get(base + "/node_id", self.cfg.probe_timeout_s * self.pace.factor)
             if status != 200:
                 return None
             peer_id = json.loads(body)
             if not isinstance(peer_id, str) or peer_id == self.node_id:
                 return None
-            peer_version = headers.get(VERSION_HEADER.lower())
+            status, _h, body = self.http_get(base + GOSSIP_PATH, self.cfg.probe_timeout_s * self.pace.factor)
+            if status != 200:
+                return None
+            gossip = json.loads(body)
+            peer_version = gossip.get("version") if isinstance(gossip, dict) else None
             if peer_version != self.version:
                 self._warn_once(f"version:{addr}:{peer_version}", "exo.routing.router:_on_peer:88",
                                 f"ignoring peer {peer_id} at {addr}: version {peer_version} != {self.version}")
                 return None
-            status, _h, body = self.http_get(base + GOSSIP_PATH, self.cfg.probe_timeout_s * self.pace.factor)
-            if status != 200:
-                return None
-            self._merge(json.loads(body))
+            self._merge(gossip)
             return peer_id
         except (OSError, ValueError, urllib.error.URLError):
             return None
@@ -854,8 +867,9 @@ class ExoStandin:
             for m in records[nid].get("models", []):
                 shard = {"PipelineShardMetadata": {"modelCard": {"modelId": m["modelId"]}}}
                 if m["complete"]:
+                    # exo: DownloadCompleted.total (`totalBytes` until c45ff9ad4, 2026-02-19; v1.0.71 has `total`)
                     entries.append({"DownloadCompleted": {"nodeId": nid, "shardMetadata": shard,
-                                                          "totalBytes": {"inBytes": m["bytes"]}}})
+                                                          "total": {"inBytes": m["bytes"]}}})
                 else:
                     entries.append({"DownloadPending": {"nodeId": nid, "shardMetadata": shard}})
             downloads[nid] = entries
@@ -923,6 +937,63 @@ def _card(model_id: str, name: str, family: str | None, quant: str | None, size_
 # ---------------------------------------------------------------------------------------------- handler
 
 
+# Where each behaviour of this stand-in comes from (issue 31: every behaviour cites its source; what has none is
+# listed in docs/lab.md "Guesses"). "exo" is github.com/exo-explore/exo at b5375f8cee43 unless a tag is named;
+# "samples" is /work/shared/samples (shared/samples/SOURCES.md says where each came from).
+SOURCES = {
+    "GET /node_id": "exo src/exo/api/main.py:344 `lambda: self.node_id`: a bare JSON string",
+    "GET /state, /state/<path>": "exo src/exo/api/main.py:411-427 get_state: the State model (camelCase, "
+                                 "src/exo/shared/types/state.py), a path walked over model_dump(by_alias=True)",
+    "404 for a path not in /state": "exo src/exo/api/main.py:424-427 (HTTPException 404, detail \"unable to find "
+                                    "path '<dotted>' in state json\") through http_exception_handler :322-332 "
+                                    "(ErrorResponse/ErrorInfo, src/exo/api/types/api.py:21-29)",
+    "404 for an unknown route": "GUESS: FastAPI's own handler ({\"detail\": \"Not Found\"}); exo registers its "
+                                "handler for fastapi.HTTPException only (main.py:16,320), the router raises "
+                                "starlette's (inferred, not captured)",
+    "GET /models, /v1/models, ?status=downloaded": "exo src/exo/api/main.py:357-358, 1786-1800 get_models "
+                                                   "(ModelList/ModelListModel, src/exo/api/types/api.py:32-56)",
+    "model cards listed": "GUESS: KNOWN_MODELS is illustrative, not exo's catalogue (src/exo/shared/models/)",
+    "Server: hypercorn-h11": "exo serves with hypercorn (src/exo/api/main.py:20-23); hypercorn's h11 server "
+                             "header (not captured from a Mac)",
+    "Access-Control-Allow-Origin only with Origin": "exo src/exo/api/main.py:334-341 CORSMiddleware "
+                                                   "(starlette adds CORS headers to cross-origin requests only)",
+    "no version anywhere in the API": "exo src/exo/api/main.py (no header or field carries it; `/ollama/api/"
+                                      "version` answers a constant 1.0.0, :1773-1775)",
+    "peers of another version ignored": "exo src/exo/main.py:468-472 `--namespace` defaults to __version__: "
+                                        "\"nodes with different namespaces will not connect\" (since 09f9ea313)",
+    "peer discovery over the Thunderbolt /30s and GET /_lab/gossip": "LAB ONLY (LAB_ONLY): exo discovers and "
+                                        "gossips over libp2p (v1.0.71) / zenoh (b5375f8), not HTTP",
+    "RDMA edge rule": "exo src/exo/shared/types/topology.py RDMAConnection; rule (both ends rdma_ctl enabled, "
+                      "both rdma_enX PORT_ACTIVE, same cable): research/macos-outputs.md section 8 (TN3205)",
+    "facts gathered (networksetup, ifconfig, system_profiler -json, rdma_ctl status, sw_vers, "
+    "-getnetworkserviceenabled)": "exo src/exo/utils/info_gatherer/info_gatherer.py:52,168,339, "
+                                  "src/exo/shared/types/thunderbolt.py:78; cadences GUESS (exo's differ, "
+                                  "info_gatherer.py:467-572)",
+    "ibv_devinfo hanging = wedged RDMA": "GUESS (a lab fault; exo does not run ibv_devinfo)",
+    "interfaceType wifi/ethernet/maybe_ethernet/thunderbolt": "exo src/exo/utils/info_gatherer/system_info.py:59-111,"
+                                                             " src/exo/shared/types/profiling.py:69",
+    "a model dir is complete": "exo src/exo/download/download_utils.py:283-306 (*.safetensors.index.json, "
+                               "no .partial)",
+    "models dirs from EXO_DEFAULT_MODELS_DIR / EXO_MODELS_DIRS / EXO_MODELS_READ_ONLY_DIRS, ~/.exo/models": "exo "
+                               "src/exo/shared/constants.py:31-45",
+    "~/.exo, EXO_HOME relative to $HOME": "exo src/exo/shared/constants.py:7-14",
+    "log ~/.exo/exo_log/exo.log, loguru line format": "exo src/exo/shared/constants.py:69-70, "
+                                                      "src/exo/shared/logging.py:77-79",
+    "`runner ready` log line": "exo src/exo/worker/runner/runner.py:295",
+    "`Runner … crashed with critical exception …`": "exo src/exo/worker/runner/bootstrap.py:94",
+    "`Starting EXO` start line, module:function:line tags": "GUESS (exo logs `pid = …` first, main.py:342)",
+    "JACCL messages": "samples exo__exo-issue-1390_exo_log_node2_jaccl_rtr_errno22.txt, "
+                      "mlx__exo-issue-1390_jaccl_runner_log_rtr-errno22.txt; NO_PD: GUESS (no capture)",
+    "RunnerFailed errorMessage `Terminated (signal=11 (…))`": "exo src/exo/worker/runner/supervisor.py:385",
+    "single instance lock ~/.exo/exo.pid": "exo src/exo/shared/constants.py:76 EXO_PID_FILE",
+    "node id kept in ~/.exo/node_zid": "LAB ONLY (LAB_ONLY): exo b5375f8 draws one per start",
+    "DownloadCompleted.total / DownloadPending": "exo src/exo/shared/types/worker/downloads.py:26-41",
+    "instances: one MlxJacclInstance over every node": "GUESS: shape from exo src/exo/shared/types/worker/"
+                                                       "instances.py:20-37, its presence without a placed model is "
+                                                       "the lab's",
+}
+
+
 def _make_handler(app: ExoStandin):
     class Handler(BaseHTTPRequestHandler):
         def version_string(self) -> str:
@@ -936,8 +1007,8 @@ def _make_handler(app: ExoStandin):
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
-            self.send_header(VERSION_HEADER, app.version)
-            self.send_header("Access-Control-Allow-Origin", "*")
+            if self.headers.get("Origin"):  # exo's CORSMiddleware answers a cross-origin request only
+                self.send_header("Access-Control-Allow-Origin", "*")
             self.end_headers()
             self.wfile.write(body)
 
@@ -962,13 +1033,14 @@ def _make_handler(app: ExoStandin):
                     elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
                         node = node[int(part)]
                     else:
-                        self._error(404, f"unable to find path {path[len('/state/'):]}", "Not Found")
+                        dotted = path[len('/state/'):].replace("/", ".")
+                        self._error(404, f"unable to find path '{dotted}' in state json", "Not Found")
                         return
                 self._send(200, node)
             elif path in ("/models", "/v1/models"):
                 self._send(200, app.models(downloaded_only="status=downloaded" in query))
             else:
-                self._error(404, "Not Found", "Not Found")
+                self._send(404, {"detail": "Not Found"})
 
     return Handler
 

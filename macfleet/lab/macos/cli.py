@@ -7,6 +7,7 @@ import sys
 
 from .common import Lab, Path
 
+# Sources (issue 31): lab plumbing, no behaviour of a Mac of its own; each command's sources are above its handler.
 COMMANDS = {
     "system_profiler": "profiler:main",
     "networksetup": "network:networksetup",

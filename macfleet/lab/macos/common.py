@@ -20,6 +20,7 @@ import sys
 # Stand-ins run many times a second (Ansible, exo, doctor): a call should cost little more than the interpreter's
 # start, so import only builtin modules at import time (no json, re, contextlib, pathlib, subprocess or tempfile);
 # a function that needs more imports it where it needs it.
+# Sources (issue 31): lab plumbing, no behaviour of a Mac of its own; each command's sources are above its handler.
 IP = "/usr/sbin/ip" if os.path.exists("/usr/sbin/ip") else "/sbin/ip"
 # chip -> (cores, performance cores, efficiency cores), for sysctl and system_profiler
 CORES = {"Apple M3 Ultra": (32, 24, 8), "Apple M4 Max": (16, 12, 4), "Apple M4 Pro": (14, 10, 4)}

@@ -31,6 +31,9 @@ NO_TOOLS = (
 )
 
 
+# Sources (issue 31; samples = shared/samples, GUESS = listed in docs/lab.md "Guesses"):
+# - /usr/bin/python3 without the Command Line Tools prints xcode-select's note and exits 1: NO_TOOLS, widely
+#   quoted (no capture here): GUESS for the exact text
 def python3_stub() -> str:
     """The node's /usr/bin/python3: the tools' Python once installed, else the stub's note and exit 1."""
     return (
@@ -53,6 +56,7 @@ def install_clt(real_python: str) -> None:
         os.symlink(real_python, CLT_PYTHON)
 
 
+# - `-p`, `--install`, `-v`: xcode-select(1); `-p`'s error without the tools: GUESS (docs/lab.md)
 def xcode_select(node: Node, args: list[str]) -> int:
     if args[:1] in (["-p"], ["--print-path"]):
         if clt_installed():
@@ -97,6 +101,8 @@ def xcrun(node: Node, args: list[str]) -> int:
     return 1
 
 
+# - the tools offered while /tmp/.com.apple.dt.CommandLineTools.installondemand.in-progress exists: Homebrew's
+#   installer (github.com/Homebrew/install install.sh, clt_placeholder)
 def _offers_clt(node: Node, *, listed: bool = False) -> bool:
     """The catalogue offers the tools while the placeholder exists (in the node's own /tmp), and to an install
     that follows a listing that saw them."""
@@ -105,6 +111,9 @@ def _offers_clt(node: Node, *, listed: bool = False) -> bool:
     return os.path.exists(PLACEHOLDER) or (listed and bool(node.boot.get("clt_listed")))
 
 
+# - `--list` / `--install LABEL`: softwareupdate(8); progress lines, the label `Command Line Tools for
+#   Xcode-26.0` and its title line: GUESS (docs/lab.md); the `* Label:` / tab `Title:` shape:
+#   tests/fixtures/probes/public/softwareupdate_bigsur_pending.txt
 def softwareupdate(node: Node, args: list[str]) -> int:
     if any(a in ("-l", "--list") for a in args):
         err("Software Update Tool\n\nFinding available software")
@@ -163,6 +172,7 @@ def install_formula(name: str, prefix: str, userland: str) -> None:
     os.symlink(f"../Cellar/{name}/{version}/bin/{name}", f"{prefix}/bin/{name}")
 
 
+# - GUESS: every `brew` output (docs/lab.md lists them); refused as root: Homebrew's own check (brew.sh)
 def _brew_list(args: list[str]) -> int:
     names = [a for a in args if not a.startswith("-")]
     if "--versions" in args:  # one "name version" line per installed formula; exit 1 if any named is not

@@ -17,6 +17,7 @@ import time
 from . import launchd, network, pf
 from .common import Node
 
+# Sources (issue 31): lab plumbing, no behaviour of a Mac of its own; each command's sources are above its handler.
 MOUNT = "/usr/bin/mount" if os.path.exists("/usr/bin/mount") else "/bin/mount"
 
 

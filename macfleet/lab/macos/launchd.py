@@ -46,6 +46,9 @@ def load_plist(path: str) -> dict:
         return plistlib.load(f)
 
 
+# Sources (issue 31; samples = shared/samples, GUESS = listed in docs/lab.md "Guesses"):
+# - a job's ProgramArguments, UserName, EnvironmentVariables, WorkingDirectory, StandardOutPath/ErrorPath:
+#   launchd.plist(5)
 def spawn(job: dict, domain: str) -> int:
     """Start the job's program detached (double fork), as its user; returns the pid."""
     argv = job.get("ProgramArguments") or [job["Program"]]
@@ -166,6 +169,8 @@ def _state(entry: dict) -> str:
     return "running" if alive(entry.get("pid")) else "not running"
 
 
+# - `bootstrap|load DOMAIN PLIST`, RunAtLoad starting it: launchctl(1), launchd.plist(5); the messages
+#   (`Bootstrap failed: 5: Input/output error` for a loaded job): GUESS (widely quoted, no capture here)
 def _bootstrap(node: Node, sub: str, rest: list[str]) -> int:
     if sub == "load":
         paths = [a for a in rest if not a.startswith("-")]
@@ -186,6 +191,7 @@ def _bootstrap(node: Node, sub: str, rest: list[str]) -> int:
     return 0
 
 
+# - `bootout DOMAIN/LABEL`: launchctl(1); `Boot-out failed: 3: No such process`: GUESS (widely quoted)
 def _bootout(node: Node, sub: str, rest: list[str]) -> int:
     jobs: dict = node.jobs
     labels = []
@@ -218,6 +224,8 @@ def _bootout(node: Node, sub: str, rest: list[str]) -> int:
     return rc
 
 
+# - `kickstart [-k] DOMAIN/LABEL`: launchctl(1); `Could not find service "…" in domain for …`, exit 113: GUESS
+#   (widely quoted, no capture here)
 def _kickstart(node: Node, sub: str, rest: list[str]) -> int:
     jobs: dict = node.jobs
     kill = "-k" in rest
@@ -253,6 +261,8 @@ def _kickstart(node: Node, sub: str, rest: list[str]) -> int:
     return 0
 
 
+# - `print DOMAIN/LABEL` with a `state = running` line: launchctl(1) (the output is documented as not stable);
+#   the block's other lines: GUESS
 def _print(node: Node, sub: str, rest: list[str]) -> int:
     jobs: dict = node.jobs
     if not rest:
@@ -299,6 +309,7 @@ def _print(node: Node, sub: str, rest: list[str]) -> int:
     return 0
 
 
+# - `list`: `PID<TAB>Status<TAB>Label` rows: launchctl(1); `list LABEL`'s dictionary: GUESS
 def _list(node: Node, sub: str, rest: list[str]) -> int:
     jobs: dict = node.jobs
     if rest:
@@ -371,6 +382,8 @@ def launchctl(node: Node, args: list[str]) -> int:
     return handler(node, args[0], args[1:])
 
 
+# - every LaunchDaemon loaded at boot, RunAtLoad ones started; LaunchAgents only for a user who logs in:
+#   launchd(8), launchd.plist(5)
 def boot_jobs(node: Node, user: str) -> None:
     """At boot: load every plist of /Library/LaunchDaemons (system), and the admin's LaunchAgents (gui/uid) when
     the admin logs in automatically."""
@@ -388,6 +401,8 @@ def boot_jobs(node: Node, user: str) -> None:
                 load_job(node, domain, str(p))  # a disabled one is refused, as at a Mac's boot
 
 
+# - KeepAlive jobs restarted: launchd.plist(5); within a second here, where launchd waits ThrottleInterval
+#   (default 10 s, launchd.plist(5)): the lab is quicker (docs/lab.md)
 def keep_alive_tick(node: Node) -> None:
     """Restart KeepAlive jobs whose process ended (run by the node's init every second)."""
     for label, e in node.jobs.items():

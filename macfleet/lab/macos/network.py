@@ -141,16 +141,23 @@ def _find(services: list[dict], name: str) -> dict | None:
     return None
 
 
+# Sources (issue 31; samples = shared/samples, GUESS = listed in docs/lab.md "Guesses"):
+# - `NAME is not a recognized network service.` + `** Error: The parameters were not valid.` on stdout, exit 4:
+#   crc-org/crc#1990 (a capture of -setnetworkserviceenabled, docs/lab.md)
 def _not_a_service(name: str) -> int:
     sys.stdout.write(f"{name} is not a recognized network service.\n** Error: The parameters were not valid.\n")
     return 4
 
 
+# - GUESS: the non-admin message and exit 14 (docs/lab.md: networksetup errors for non-admins)
 def _need_root() -> int:
     sys.stdout.write("** Error: Command requires admin privileges.\n")
     return 14
 
 
+# - `Manual Configuration` (no Client ID line) / `DHCP Configuration`, IP/Subnet/Router only with an address,
+#   IPv6 lines, `Ethernet Address:`: samples macos__networksetup_getinfo_manual_1.txt,
+#   macos__networksetup_getinfo_thunderbolt_bridge_noip_1.txt; `Router: (null)`, `Wi-Fi ID:`: GUESS
 def _getinfo(node: Node, svc: dict) -> str:
     dev = port_device(node, svc["port"])
     links = Links()
@@ -182,6 +189,9 @@ def _getinfo(node: Node, svc: dict) -> str:
 # -- reads: anyone ---------------------------------------------------------------------------
 
 
+# - leading blank line, `Hardware Port/Device/Ethernet Address` blocks, `VLAN Configurations` footer: samples
+#   macos__networksetup_listallhardwareports_studio_m4max_1.txt, …_macmini_m4_1.txt; no Thunderbolt Bridge
+#   port once the bridge is gone: …_macmini_m4pro_no_bridge_1.txt
 def _list_hardware_ports(node: Node, rest: list[str]) -> int:
     """A Mac lists the "Thunderbolt Bridge" port exactly when it has the bridge0 interface (a Mac whose bridge
     was deleted, as exo's setup script does, lists neither: macos__networksetup_listallhardwareports_macmini_
@@ -197,12 +207,16 @@ def _list_hardware_ports(node: Node, rest: list[str]) -> int:
     return 0
 
 
+# - the asterisk header, one name per line: samples macos__networksetup_listallnetworkservices_1.txt; the `*`
+#   before a disabled one: networksetup(8)
 def _list_services(node: Node, rest: list[str]) -> int:
     names = [s["name"] if s.get("enabled") else "*" + s["name"] for s in node.persist.get("services", [])]
     sys.stdout.write("\n".join([HEADER, *names]) + "\n")
     return 0
 
 
+# - `(N) Name` / `(*) Name` and `(Hardware Port: X, Device: enN)`: samples
+#   macos__networksetup_listnetworkserviceorder_exo_services_1.txt, …_stock_1.txt
 def _list_service_order(node: Node, rest: list[str]) -> int:
     blocks = []
     n = 0
@@ -226,6 +240,8 @@ def _get_info(node: Node, rest: list[str]) -> int:
     return 0
 
 
+# - `Enabled` / `Disabled`: read the same way by exo (src/exo/utils/info_gatherer/info_gatherer.py:168-180);
+#   no capture: GUESS
 def _get_enabled(node: Node, rest: list[str]) -> int:
     svc = _find(node.persist.get("services", []), rest[0]) if rest else None
     if svc is None:
@@ -234,12 +250,14 @@ def _get_enabled(node: Node, rest: list[str]) -> int:
     return 0
 
 
+# - GUESS: `Active MTU: N (Current Setting: N)`
 def _get_mtu(node: Node, rest: list[str]) -> int:
     mtu = Links().mtu(rest[0] if rest else "")
     sys.stdout.write(f"Active MTU: {mtu} (Current Setting: {mtu})\n")
     return 0
 
 
+# - GUESS: these verbs change nothing in the lab (IPv6 is not modelled)
 def _root_no_op(node: Node, rest: list[str]) -> int:
     return 0 if is_root() else _need_root()
 
@@ -261,6 +279,10 @@ def _named_service(svcs: list[dict], rest: list[str], need: int = 1) -> tuple[di
     return svc, 0
 
 
+# - the changes (-setmanual, -setdhcp, -createnetworkservice, -removenetworkservice, -renamenetworkservice,
+#   -setnetworkserviceenabled, -ordernetworkservices, -setmtu) and that they persist: networksetup(8)
+# - GUESS: their error lines (`is not a valid hardware port.`, `already exists.`) and exit codes but the
+#   unknown service's; that -createnetworkservice works as root (issue 31 item 10: reported to fail on macOS 26)
 def _set_manual(node: Node, data: dict, rest: list[str], touched: set[str]) -> int:
     if len(rest) < 3:
         return 4
@@ -343,6 +365,7 @@ CHANGES = {"-setmanual": _set_manual, "-setdhcp": _set_dhcp, "-createnetworkserv
            "-setmtu": _set_mtu}
 
 
+# - reads need no admin, changes need root: networksetup(8); an unknown verb's message: GUESS
 def networksetup(node: Node, args: list[str]) -> int:
     if not args:
         sys.stdout.write("networksetup: no command given; see `networksetup -help`\n")
@@ -393,6 +416,12 @@ def _hexmask(prefix: int) -> str:
     return f"0x{(0xFFFFFFFF << (32 - prefix)) & 0xFFFFFFFF if prefix else 0:08x}"
 
 
+# - TAB-indented blocks, lo0/gif0/stf0, flags and options words, `ether`, a bridge member's PROMISC flag and no
+#   address, `media: autoselect <full-duplex>`, `status: active|inactive`: samples
+#   macos__ifconfig_full_macbook_bridge_inactive_1.txt; a Thunderbolt port with its own inet, netmask in hex and
+#   a `secured` fe80: mlx__apple-tn3205_ifconfig_en2_thunderbolt-ip.txt; bridge0's Configuration, `member:`
+#   and `ifmaxaddr … port N` lines: mlx__apple-tn3205_ifconfig_bridge0_default.txt
+# - GUESS: en0's `10GbaseT` media and options, en1 (Wi-Fi) inactive, bridge member port numbers 10+i
 def _block(node: Node, links: Links, name: str, scope: int) -> str:
     if name == "lo0":
         return (
@@ -474,6 +503,9 @@ def _parse_addr(words: list[str]) -> tuple[str, int | None]:
     return addr, prefix
 
 
+# - `-l`, `-a`, `-u`, one interface, `inet ADDR netmask M [alias]`, `-alias`, up/down, mtu: ifconfig(8);
+#   its changes are runtime only (networksetup's persist: networksetup(8))
+# - GUESS: the error messages
 def ifconfig(node: Node, args: list[str]) -> int:
     links = Links()
     names = _names(node, links)

@@ -29,6 +29,8 @@ class PfSyntaxError(Exception):
     pass
 
 
+# Sources (issue 31; samples = shared/samples, GUESS = listed in docs/lab.md "Guesses"):
+# - the rule grammar (tables, `pass|block in quick [on IF] proto P [from <T>] to any port {…}`): pf.conf(5)
 def parse(text: str, source: str) -> list[dict]:
     import re
 
@@ -93,6 +95,7 @@ def apply_nft(anchors: dict[str, list[dict]], enabled: bool) -> str | None:
     return None
 
 
+# - GUESS: `-s rules`' listing, one line per port (pfctl expands lists; docs/lab.md)
 def _listing(rules: list[dict]) -> str:
     out = []
     for r in rules:
@@ -122,6 +125,9 @@ def _args(args: list[str]) -> dict:
     return opts
 
 
+# - verbs `-s info`, `-a ANCHOR -s rules`, `[-n] [-E] -a ANCHOR -f FILE`, `-E`, `-d`: pfctl(8); the `Status:`
+#   line of `-s info`: GUESS (docs/lab.md); pf off at boot until a LaunchDaemon enables it: GUESS; `-E`'s
+#   token outliving pfctl: xnu bsd/net/pf_ioctl.c generate_token (reviews-2026-12/real-mac.md)
 def pfctl(node: Node, args: list[str]) -> int:
     try:
         o = _args(args)

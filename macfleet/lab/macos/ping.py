@@ -54,6 +54,8 @@ VALUED = {"-c": ("count", int), "-i": ("interval", float), "-t": ("timeout", flo
 FLAGS = {"-q": "quiet", "-o": "once", "-n": None, "-D": None, "-Q": None}
 
 
+# Sources (issue 31; samples = shared/samples, GUESS = listed in docs/lab.md "Guesses"):
+# - flags -c -i -t -W -q -s -S -o and the usage line: ping(8) (macOS)
 def _options(args: list[str]) -> dict | int:
     """The options as a dict, or the exit code of a usage error (already reported)."""
     opts: dict = {"count": None, "interval": 1.0, "timeout": None, "wait_ms": 10000, "quiet": False, "size": 56,
@@ -151,6 +153,8 @@ def _exchange(sock: socket.socket, addr: str, o: dict, rtts: list[float]) -> Non
             return
 
 
+# - reply and summary lines: tests/fixtures/probes/public/ping_macos12_one.txt, ping_osx_five.txt; exit 0 with
+#   a reply, 2 without, 68 unknown host, 64 usage: ping(8) EXIT STATUS
 def ping(args: list[str]) -> int:
     o = _options(args)
     if isinstance(o, int):

@@ -28,6 +28,8 @@ def _not_a_volume(path: str) -> int:
     return 1
 
 
+# Sources (issue 31; samples = shared/samples, GUESS = listed in docs/lab.md "Guesses"):
+# - `-s PATH`, `-i on|off PATH`: mdutil(1) (indexing is per volume); a folder refused, and its message: GUESS
 def mdutil(node: Node, args: list[str]) -> int:
     off = set(node.persist.get("spotlight_off") or [])
     if len(args) == 2 and args[0] == "-s":
@@ -63,6 +65,9 @@ def mdutil(node: Node, args: list[str]) -> int:
     return 1
 
 
+# - `read|write|delete DOMAIN KEY`: defaults(1); `The domain/default pair of (…) does not exist`: GUESS (widely
+#   quoted); only loginwindow's autoLoginUser is modelled; FileVault forbidding automatic login:
+#   apple_ssh_and_filevault(7)
 def defaults(node: Node, args: list[str]) -> int:
     domain = args[1] if len(args) > 1 else ""
     if domain not in (LOGINWINDOW, LOGINWINDOW + ".plist", "com.apple.loginwindow") or len(args) < 3 \

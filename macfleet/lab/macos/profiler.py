@@ -15,6 +15,11 @@ SERVICE_KEY_RDMA = "\u02c7" * 6 + "AD"  # the mojibake key of macOS 26.5+ captur
 SPEED_BY_KIND = {"tb5": "80 Gb/s", "tb4": "40 Gb/s"}
 
 
+# Sources (issue 31; samples = shared/samples, GUESS = listed in docs/lab.md "Guesses"):
+# - a Mac peer: `Vendor Name`, `Device Name`, `Domain UUID`, no route string or switch UID, its services; the
+#   RDMA service (protocol 64087, key `ˇˇˇˇˇˇAD`) only when the PEER has RDMA on: samples
+#   macos__sp_thunderbolt_json_mbp_m5max_pair_peer_anon_1.json, …_local_anon_1.json,
+#   macos__sp_thunderbolt_text_macmini_m4pro_2_peer_mbp.txt
 def _peer_item(node: Node, receptacle: int, links: Links) -> dict | None:
     hit = node.peer(receptacle)
     if hit is None:
@@ -54,6 +59,7 @@ def _peer_item(node: Node, receptacle: int, links: Links) -> dict | None:
     }
 
 
+# - GUESS: an unknown Mac's entry (the unknown-mac fault), shaped like a peer
 def _foreign_item(foreign: dict) -> dict:
     """A Mac that is not part of the lab (lab fault `unknown-mac`): its bus domain UUID matches no node."""
     return {
@@ -72,6 +78,8 @@ def _foreign_item(foreign: dict) -> dict:
     }
 
 
+# - a dock with the far Mac behind it: samples macos__sp_thunderbolt_json_mbp_tb5_dock_1.json (the dock's
+#   fields); which side names the other Mac through a hub: GUESS (reported: research/macos-outputs.md 10.8)
 def _dock_item(hub: dict, inner: dict | None) -> dict:
     """A dock between two Macs (lab fault `via-hub`), shaped as macos__sp_thunderbolt_json_mbp_tb5_dock_1."""
     item: dict = {}
@@ -99,6 +107,10 @@ def _dock_item(hub: dict, inner: dict | None) -> dict:
     return item
 
 
+# - buses in descending order, host bus keys, `Up to 120 Gb/s` idle / `80 Gb/s` TB5 / `40 Gb/s` TB4, link
+#   status 0x2 connected / 0x7 idle, receptacle_status_key: samples macos__sp_thunderbolt_json_macmini_m4pro_2_
+#   peer_mbp.json, macos__sp_thunderbolt_json_mbp_tb5_dock_1.json; research/macos-outputs.md section 5
+# - domain UUIDs new at every boot: research/macos-outputs.md 10.1; values of UIDs/UUIDs: GUESS
 def thunderbolt_items(node: Node) -> list[dict]:
     links = Links()
     boot = node.boot
@@ -152,6 +164,7 @@ def thunderbolt_items(node: Node) -> list[dict]:
     return buses
 
 
+# - text layout: samples macos__sp_thunderbolt_text_macmini_m4pro_2_peer_mbp.txt, …_macmini_m4pro_1.txt
 def _text(items: list[dict]) -> str:
     out = ["Thunderbolt/USB4:", ""]
     for bus in items:
@@ -209,6 +222,7 @@ def _item_text(item: dict, indent: int) -> list[str]:
     return out
 
 
+# - `-json` layout: samples macos__sp_thunderbolt_json_macmini_m4pro_2_peer_mbp.json
 def _json(data_type: str, items: list[dict]) -> str:
     # Real output: 2-space indent, `"key" : value`, keys sorted (`_items` sorts first), raw UTF-8,
     # no trailing newline. json is imported here, for the -json form only.
@@ -217,6 +231,7 @@ def _json(data_type: str, items: list[dict]) -> str:
     return json.dumps({data_type: items}, indent=2, sort_keys=True, separators=(",", " : "), ensure_ascii=False)
 
 
+# - `-xml` plist: samples macos__sp_thunderbolt_xml_mbp_tb5_dock_1.xml
 def _xml(data_type: str, items: list[dict], reporter: str) -> bytes:
     import datetime as dt
     import plistlib
@@ -247,6 +262,8 @@ def _xml(data_type: str, items: list[dict], reporter: str) -> bytes:
 
 
 
+# - SPHardwareDataType -json keys, `proc T:P:E:0`: samples macos__sp_hardware_json_studio_m2ultra_1.json,
+#   macos__sp_hardware_json_mbp_m5max_1.json; GUESS: boot_rom_version and os_loader_version values
 def hardware_items(node: Node) -> list[dict]:
     total, perf, eff = CORES.get(node.model["chip"], (8, 4, 4))
     info = node.info
@@ -269,6 +286,8 @@ def hardware_items(node: Node) -> list[dict]:
     ]
 
 
+# - `Chip:`, `Total Number of Cores: T (P Performance and E Efficiency)`, `Memory:` lines with 6-space indent:
+#   samples macos__sysctl_memsize_plus_sphardware_grep_studio_m3ultra_1.txt; the other lines: GUESS
 def _hardware_text(node: Node) -> str:
     h = hardware_items(node)[0]
     total, perf, eff = CORES.get(node.model["chip"], (8, 4, 4))
@@ -294,6 +313,8 @@ def _hardware_text(node: Node) -> str:
     return "\n".join(lines) + "\n"
 
 
+# - data types, `-json`, `-xml`, `-detailLevel`, `-timeout`, `-listDataTypes`: system_profiler(8); the two-line
+#   `-listDataTypes` list: GUESS
 def main(node: Node, args: list[str]) -> int:
     fmt = "text"
     types = []

@@ -14,6 +14,10 @@ import sys
 from .common import Links, Node, err, eui64_fe80, secured_fe80
 
 
+# Sources (issue 31; samples = shared/samples, GUESS = listed in docs/lab.md "Guesses"):
+# - no rdma_enX on a Thunderbolt 4 Mac although `rdma_ctl status` says enabled: samples
+#   mlx__omlx-issue-3037_rdma_ctl_status_ibv_devices_empty_tb4.txt (and the reporter of
+#   exo__mlx-issue-3777_exo1071_distributed_config_rdma_not_enabled.txt, M4 Mac mini)
 def has_devices(node: Node) -> bool:
     """RDMA devices exist only while RDMA is on, and only on a Thunderbolt 5 Mac: on a Thunderbolt 4 Mac
     `rdma_ctl enable` succeeds but `ibv_devices` stays empty (as reported on an M4 Mac mini in
@@ -21,10 +25,14 @@ def has_devices(node: Node) -> bool:
     return node.rdma_enabled and any(p["max_speed_gbps"] >= 80 for p in node.ports)
 
 
+# - GUESS: the GUID's value (its 16-hex shape: samples macos__ibv_devices_studio_m3ultra_1.txt)
 def node_guid(node: Node, receptacle: int) -> str:
     return f"{0xD0 + receptacle - 1:02x}{node.info['guid_base']}ac05"
 
 
+# - PORT_ACTIVE on every cabled port of a mesh with RDMA on: samples mlx__apple-tn3205_ibv_devinfo_4-node-m4-pro-
+#   cluster.txt; PORT_DOWN while the peer has RDMA off, through a hub or over a non-TB5 cable: GUESS (reported,
+#   not captured: research/macos-outputs.md sections 8 and 10)
 def port_active(node: Node, port: dict, links: Links) -> bool:
     if not node.rdma_enabled or not port["rdma_capable"] or not links.carrier(port["device"]):
         return False
@@ -41,6 +49,10 @@ def port_active(node: Node, port: dict, links: Links) -> bool:
     )
 
 
+# - header and one `rdma_enX<TAB>GUID` row per port: samples macos__ibv_devices_studio_m3ultra_1.txt,
+#   mlx__apple-tn3205_ibv_devices_m4-pro-mac-mini.txt; header only, exit 0, with RDMA off:
+#   macos__ibv_devices_rdma_disabled_1.txt
+# - GUESS: rows in receptacle order (a real Mac lists kernel order, e.g. M5 Max en1, en6, en2)
 def ibv_devices(node: Node, args: list[str]) -> int:
     out = ["    device          \t   node GUID", "    ------          \t----------------"]
     if has_devices(node):
@@ -54,6 +66,17 @@ def _guid_groups(guid: str) -> str:
     return ":".join(guid[i : i + 4] for i in range(0, 16, 4))
 
 
+# - per-device block (hca_id … link_layer, TAB layout, transport Thunderbolt (100), port_lid = index): samples
+#   mlx__apple-tn3205_ibv_devinfo_4-node-m4-pro-cluster.txt, macos__ibv_devinfo_elided_macmini_m4pro_tn3205_1.txt
+# - `-v`: GID[0] EUI-64 fe80 of enX's MAC, GID[1] ::ffff:<IPv4> only with an IPv4, then the secured fe80:
+#   mlx__apple-tn3205_ibv_devinfo_-d_rdma_en2_-v.txt, macos__ibv_devinfo_v_rdma_en2_elided_tn3205_1.txt;
+#   active_width 8X idle / 4X active, active_speed 10.0 Gbps: macos__ibv_devinfo_v_grep_tb4_mac_3ports_1.txt,
+#   macos__ibv_devinfo_v_grep_peer_en9_1.txt; max_qp/max_pd 11, max_mr 100: reported in
+#   exo__mlx-pr-4209_queue_pair_limit_output.txt (QP 11 fails with errno 16)
+# - "No IB devices found": the reporter's words in exo__mlx-issue-3777_…_rdma_not_enabled.txt; its exit 255,
+#   `-l`'s "N HCAs found:", the unknown `-d` message, max_mr_size/page_size_cap/max_qp_wr/max_cqe/max_msg_sz
+#   values and the phys_state strings: GUESS
+# - hanging while the rdma-wedge fault is on: GUESS (a lab fault)
 def ibv_devinfo(node: Node, args: list[str]) -> int:
     verbose = "-v" in args or "--verbose" in args
     want = None
@@ -144,6 +167,11 @@ def ibv_devinfo(node: Node, args: list[str]) -> int:
 RECOVERY_ENV = "MACFLEET_LAB_RECOVERY"
 
 
+# - `status` prints one word: samples macos__rdma_ctl_status_enabled_1.txt, _enabled_2.txt; `disabled`: GUESS
+#   (no capture; exo matches the word, src/exo/utils/info_gatherer/info_gatherer.py)
+# - enable/disable refused outside Recovery, and their messages and exit codes: GUESS (issue 31 item 10 reports
+#   exit 77 "This tool needs to be executed from Recovery OS"); working in Recovery: the exo README's
+#   "Enabling RDMA" and Apple TN3205 (Recovery Terminal, then restart)
 def rdma_ctl(node: Node, args: list[str]) -> int:
     sub = args[0] if args else ""
     if sub == "status":
@@ -161,6 +189,8 @@ def rdma_ctl(node: Node, args: list[str]) -> int:
     return 64
 
 
+# - `rdma-enable 1` once RDMA is on: the reporter's words in exo__mlx-issue-3777_…_rdma_not_enabled.txt
+# - `name<TAB>value` lines: nvram(8); its error messages: GUESS
 def nvram(node: Node, args: list[str]) -> int:
     persist = node.persist
     variables = {"boot-args": ""}

@@ -5,6 +5,7 @@ order) and with the same fields the stand-ins use, without starting `ip` and imp
 it: a stand-in call then costs little more than the interpreter's start. Linux's rtnetlink(7) messages:
 nlmsghdr, then ifaddrmsg / rtmsg, then route attributes (rtattr), each 4-byte aligned.
 """
+# Sources (issue 31): lab plumbing, no behaviour of a Mac of its own; each command's sources are above its handler.
 
 from __future__ import annotations
 

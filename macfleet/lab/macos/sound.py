@@ -13,6 +13,9 @@ import time
 from .common import Node, err
 
 
+# Sources (issue 31; samples = shared/samples, GUESS = listed in docs/lab.md "Guesses"):
+# - plays FILE, prints nothing, exit 0: afplay(1); the missing-file message: GUESS; run/afplay.log is the lab's
+#   (LAB_ONLY in macfleet/lab/lab_only.py)
 def afplay(node: Node, args: list[str]) -> int:
     files = [a for a in args if not a.startswith("-")]
     if not files:

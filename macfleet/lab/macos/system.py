@@ -16,6 +16,10 @@ from .common import CORES, Node, err, is_root, write_json
 # ---------------------------------------------------------------------------------------------
 
 
+# Sources (issue 31; samples = shared/samples, GUESS = listed in docs/lab.md "Guesses"):
+# - `ProductName:<TAB><TAB>macOS` … three lines: samples macos__sw_vers_macos26_6_2_runner_1.txt; one field per
+#   `-productName|-productVersion|-buildVersion`: sw_vers(1); default 26.5.1 (25F80): the build in
+#   exo__exo-issue-2186_ips_crash_backtrace_ibv_reg_mr.txt
 def sw_vers(node: Node, args: list[str]) -> int:
     os_ = node.persist.get("os", {})
     fields = {
@@ -35,6 +39,10 @@ def sw_vers(node: Node, args: list[str]) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
+# - values: hw.* and machdep.cpu.brand_string as in samples macos__sysctl_hw_vm_macos26_1.txt and
+#   macos__sysctl_n_memsize_ncpu_brand_studio_m2ultra_1.txt; iogpu.wired_limit_mb / iogpu.dynamic_lwm:
+#   macos__sysctl_iogpu_get_1.txt; 0 again after a reboot: macos__sysctl_iogpu_wired_limit_log_1.txt
+# - GUESS: kern.boottime's `{ sec = …, usec = … } date` text, kern.osrelease 25.5.0, hw.pagesize 16384
 def _sysctl_values(node: Node) -> dict[str, str]:
     total, perf, eff = CORES.get(node.model["chip"], (8, 4, 4))
     boot = node.boot
@@ -69,6 +77,10 @@ def _sysctl_values(node: Node) -> dict[str, str]:
 WRITABLE = {"iogpu.wired_limit_mb"}
 
 
+# - `name: value` per argument, `-n` bare values in argument order: samples macos__sysctl_hw_vm_macos26_1.txt,
+#   macos__sysctl_n_memsize_ncpu_brand_studio_m2ultra_1.txt; setting prints `name: old -> new`:
+#   macos__sysctl_iogpu_wired_limit_set_1.txt; `sysctl: unknown oid '…'`: research/macos-outputs.md section 9
+# - GUESS: the read-only, not-root and invalid-integer messages; a prefix listing its subtree
 def sysctl(node: Node, args: list[str]) -> int:
     values = _sysctl_values(node)
     bare = False
@@ -139,6 +151,10 @@ PMSET_FRESH: dict[str, str] = {
 }
 
 
+# - `-g`: `System-wide power settings:`, `Currently in use:`, one-space-indented `key value` lines: samples
+#   macos__pmset_g_desktop_fixture_1.txt; setting keys with `-a|-b|-c|-u`, `restoredefaults`: pmset(1)
+# - GUESS: PMSET_FRESH's values (a desktop's defaults), `-g custom` and `-g assertions` output, the not-root
+#   message
 def pmset(node: Node, args: list[str]) -> int:
     settings: dict[str, str] = node.persist.get("pmset") or dict(PMSET_FRESH)
     if not args or args[0] == "-g":
@@ -183,6 +199,9 @@ def pmset(node: Node, args: list[str]) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
+# - `status`: `FileVault is On.` / `FileVault is Off.`: samples macos__fdesetup_status_on_1.txt, _off_1.txt
+# - `isactive` (true/false, exit 0/1), `supportsauthrestart`, `authrestart` restarting the Mac: fdesetup(8)
+# - GUESS: the error messages
 def fdesetup(node: Node, args: list[str]) -> int:
     on = bool(node.persist.get("filevault"))
     sub = args[0] if args else ""
@@ -208,6 +227,7 @@ def fdesetup(node: Node, args: list[str]) -> int:
     return 1
 
 
+# - `status`: samples macos__csrutil_status_enabled_1.txt; the refusal of everything else outside Recovery: GUESS
 def csrutil(node: Node, args: list[str]) -> int:
     if args[:1] == ["status"]:
         sys.stdout.write("System Integrity Protection status: enabled.\n")
@@ -216,6 +236,10 @@ def csrutil(node: Node, args: list[str]) -> int:
     return 1
 
 
+# - without root: `You need administrator access to run this tool... exiting!` on stdout, exit 0: samples
+#   macos__systemsetup_getremotelogin_noadmin_1.txt; `Remote Login: On`: macos__systemsetup_getremotelogin_on_1.txt
+# - the other options: systemsetup(8); their output lines (`Computer Sleep: …`, `Restart After …: On|Off`) and
+#   `-setremotelogin` changing nothing (a Mac also wants Full Disk Access): GUESS
 def systemsetup(node: Node, args: list[str]) -> int:
     if not is_root():
         sys.stdout.write("You need administrator access to run this tool... exiting!\n")
@@ -246,6 +270,7 @@ def systemsetup(node: Node, args: list[str]) -> int:
     return 0
 
 
+# - `--get NAME` / `--set NAME VALUE`: scutil(8); `NAME: not set` (exit 1) and the permission message: GUESS
 def scutil(node: Node, args: list[str]) -> int:
     names = node.persist.get("names", {})
     if len(args) >= 2 and args[0] == "--get":
@@ -265,6 +290,7 @@ def scutil(node: Node, args: list[str]) -> int:
     return 1
 
 
+# - not dispatched (cli.COMMANDS names devtools.softwareupdate, whose sources are listed there)
 def softwareupdate(node: Node, args: list[str]) -> int:
     if any(a in ("-l", "--list") for a in args):
         err("Software Update Tool\n\nFinding available software")
@@ -274,6 +300,7 @@ def softwareupdate(node: Node, args: list[str]) -> int:
     return 1
 
 
+# - `-t SECONDS`, `-w PID`, a utility to run: caffeinate(8)
 def caffeinate(node: Node, args: list[str]) -> int:
     timeout = None
     i = 0
@@ -300,11 +327,14 @@ def caffeinate(node: Node, args: list[str]) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
+# - (the lab's own: a request file the lab's supervisor carries out; nothing a Mac shows)
 def request(node: Node, action: str, at: float | None = None) -> int:
     write_json(node.dir / "request", {"action": action, "at": at or time.time(), "pid": os.getpid()})
     return 0
 
 
+# - options and usage line, `NOT super-user`, `Shutdown NOW!`: shutdown(8) and BSD shutdown.c (FreeBSD's, from
+#   which macOS's comes; Apple's copy not checked): GUESS for the exact texts on macOS 26
 def shutdown(node: Node, args: list[str]) -> int:
     if not is_root():
         err("shutdown: NOT super-user")
@@ -349,6 +379,7 @@ def shutdown(node: Node, args: list[str]) -> int:
     return request(node, action, time.time() + delay)
 
 
+# - reboot(8) / halt(8); the not-root message: GUESS
 def reboot(node: Node, args: list[str]) -> int:
     if not is_root():
         err("reboot: Operation not permitted")

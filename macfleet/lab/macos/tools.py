@@ -23,6 +23,8 @@ def now(node: Node) -> float:
     return time.time() + float(node.persist.get("clock_skew") or 0)
 
 
+# Sources (issue 31; samples = shared/samples, GUESS = listed in docs/lab.md "Guesses"):
+# - `-u`, `-r SECONDS`, `+FORMAT` with `%s`: date(1) (BSD strftime); the usage text and errors: GUESS
 def date(node: Node, args: list[str]) -> int:
     utc = False
     fmt = "%a %b %e %H:%M:%S %Z %Y"
@@ -90,6 +92,8 @@ def _human(kb: int) -> str:
     return f"{size:.0f}Pi"
 
 
+# - `df -k PATH` columns (Filesystem 1024-blocks Used Available Capacity iused ifree %iused Mounted on): df(1);
+#   the APFS volume names and values: GUESS (docs/lab.md)
 def df(node: Node, args: list[str]) -> int:
     human = any(a.startswith("-") and "h" in a for a in args)
     paths = [a for a in args if not a.startswith("-")]
@@ -125,6 +129,7 @@ def df(node: Node, args: list[str]) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
+# - `plutil -lint FILE` → `FILE: OK`: plutil(1); the error wording: GUESS
 def plutil(node: Node, args: list[str]) -> int:
     import plistlib
 
@@ -167,6 +172,8 @@ def _mac_dev(dev: str) -> str:
 ROUTE_USAGE = "usage: route [-dnqtv] command [[modifiers] args]"
 
 
+# - `route [-n] get|add|change|delete`: route(8); messages (`add net …: gateway …`, `writing to routing socket:
+#   File exists|not in table`, `must be root to alter routing table`): GUESS after route(8) (docs/lab.md)
 def route(node: Node, args: list[str]) -> int:
     """`route [-n] get DEST`, and `route [-n] add|change|delete [-net|-host] DEST[/LEN] [-netmask MASK]
     (-interface IFACE | GATEWAY)`: changes the namespace's routing table only (lost at the next reboot, as
@@ -320,6 +327,8 @@ def _tcp_rows() -> list[str]:
     return rows
 
 
+# - `netstat -rn`: tests/fixtures/captures/netstat-routes/ (macOS 11.3 and a VMware Mac); `netstat -an -p tcp`:
+#   tests/fixtures/captures/netstat-listen/ (Mojave -v, Sonoma); title and header without -v: GUESS
 def netstat(node: Node, args: list[str]) -> int:
     flags = "".join(a.lstrip("-") for a in args if a.startswith("-"))
     if "r" not in flags and "a" in flags and "tcp" in args:
@@ -366,6 +375,7 @@ def _ifindex(dev: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+# - `ipconfig getifaddr IFACE`: the first IPv4, nothing and exit 1 without one: ipconfig(8); GUESS otherwise
 def ipconfig(node: Node, args: list[str]) -> int:
     """`ipconfig getifaddr IFACE`: the interface's first IPv4 address; nothing and exit 1 without one."""
     if len(args) != 2 or args[0] != "getifaddr":

@@ -1,0 +1,40 @@
+"""The product reads nothing only the lab provides: no header, field, file, option or exit code that a stand-in
+adds and real Macs or real exo lack (issue 31 item 3). Each stand-in declares those names (`LAB_ONLY` in
+macfleet/lab/exo/standin.py and macfleet/lab/lab_only.py); this scans every file of the product for them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from macfleet.lab.lab_only import LAB_ONLY
+
+ROOT = Path(__file__).resolve().parent.parent
+LAB = ROOT / "macfleet" / "lab"
+
+
+def _product_files() -> list[Path]:
+    files = [p for p in (ROOT / "macfleet").rglob("*") if p.is_file() and LAB not in p.parents
+             and "__pycache__" not in p.parts]
+    files += [p for p in (ROOT / "playbooks").rglob("*") if p.is_file()]
+    return sorted(files)
+
+
+def test_the_lab_declares_its_additions() -> None:
+    assert "X-Exo-Version" in LAB_ONLY and "/_lab/gossip" in LAB_ONLY
+    assert all(name.strip() == name and len(name) >= 6 for name in LAB_ONLY)  # distinctive enough to scan for
+
+
+@pytest.mark.parametrize("name", sorted(LAB_ONLY))
+def test_the_product_never_reads_a_lab_only_name(name: str) -> None:
+    hits = []
+    for path in _product_files():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        for i, line in enumerate(text.splitlines(), 1):
+            if name.lower() in line.lower():
+                hits.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()[:120]}")
+    assert not hits, f"the product uses {name!r}, which only the lab provides:\n" + "\n".join(hits)
