@@ -75,8 +75,9 @@ def _missing_tools() -> list[str]:
 
 # The supplementary groups of a stock macOS admin account besides its primary group (staff), as `id` lists them on a
 # GitHub macOS runner (uutils/coreutils#2416): 18 groups in all, more than the 16 macOS lets a process carry
-# (macos/devtools.py NGROUPS_MAX). The lab's admin gets as many, as lab-owned host groups (`mfl-` + the Mac's name,
-# never a host group that grants anything), so getgrouplist() answers 18 on a node as on a Mac.
+# (macos/devtools.py NGROUPS_MAX). The lab's admin gets as many, as lab-owned host groups (`mfl-` + the Mac's name
+# without `com.apple.`, within Linux's 32 characters; never a host group that grants anything), so getgrouplist()
+# answers 18 on a node as on a Mac.
 MAC_ADMIN_GROUPS = ("wheel", "everyone", "localaccounts", "_appserverusr", "admin", "_appserveradm", "_lpadmin",
                     "_webdeveloper", "com.apple.access_ssh", "com.apple.sharepoint.group.1", "_appstore",
                     "_lpoperator", "_developer", "_analyticsusers", "com.apple.access_ftp",
@@ -86,7 +87,7 @@ MAC_ADMIN_GROUPS = ("wheel", "everyone", "localaccounts", "_appserverusr", "admi
 def _ensure_admin_groups(user: str, created: set[str]) -> None:
     import grp
 
-    names = [f"mfl-{g}" for g in MAC_ADMIN_GROUPS]
+    names = [f"mfl-{g.removeprefix('com.apple.')}" for g in MAC_ADMIN_GROUPS]
     for name in names:
         try:
             grp.getgrnam(name)
@@ -105,15 +106,17 @@ def _ensure_host_pieces(user: str) -> None:
             os.makedirs(mp, mode=0o755)
             created.add(mp)
     try:
-        pwd.getpwnam(user)
-    except KeyError:
-        subprocess.run(["useradd", "-M", "-d", f"/Users/{user}", "-s", "/bin/bash", "-U", user], check=True,
-                       capture_output=True)
-        created.add(f"user:{user}")
-    _ensure_admin_groups(user, created)
+        try:
+            pwd.getpwnam(user)
+        except KeyError:
+            subprocess.run(["useradd", "-M", "-d", f"/Users/{user}", "-s", "/bin/bash", "-U", user], check=True,
+                           capture_output=True)
+            created.add(f"user:{user}")
+        _ensure_admin_groups(user, created)
+    finally:  # what was created is removed with the last lab, even when a later step failed
+        userland.write_json(CREATED_MARK, sorted(created))
     subprocess.run(["usermod", "-p", "*", user], check=True, capture_output=True)
     os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
-    userland.write_json(CREATED_MARK, sorted(created))
 
 
 def _release_host_pieces() -> None:

@@ -152,6 +152,12 @@ def test_fresh_to_ready_then_nothing_to_change(fresh: Lab, tmp_path: Path) -> No
     n1 = fresh.nodes[0]
     assert fresh.ssh(n1, "sudo -n true", check=False).returncode != 0  # scoped: not NOPASSWD: ALL
     assert fresh.ssh(n1, "/usr/bin/python3 -c 'print(1)'").stdout.strip() == "1"
+    # the probe above read Homebrew as an admin in a stock macOS admin's 18 groups, under the Mac's limit of 16
+    assert len(fresh.ssh(n1, "id -G").stdout.split()) == 18
+    code = ("import os, pwd, subprocess; print(os.sysconf('SC_NGROUPS_MAX')); me = pwd.getpwuid(os.getuid()); "
+            "subprocess.run(['true'], extra_groups=os.getgrouplist(me.pw_name, me.pw_gid))")
+    limit = fresh.ssh(n1, f"/usr/bin/python3 -I -c {code!r}", check=False)
+    assert limit.stdout.split() == ["16"] and "ValueError: too many groups" in limit.stderr, limit
     assert fresh.ssh(n1, "test -x /opt/homebrew/bin/rsync", check=False).returncode == 0
     assert fresh.ssh(n1, "/opt/homebrew/bin/iperf3 --version").returncode == 0  # what `bench links` runs
     assert "Indexing disabled" in fresh.ssh(n1, "mdutil -s ~/.exo/models").stdout
