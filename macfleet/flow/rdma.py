@@ -250,7 +250,9 @@ class _Walk:
                 why = "; ".join(p.message for p in node.problems[:2]) or "RDMA is still off"
                 self.move(n, "not-verified", why)
                 self.op.message(f"{n} came back but RDMA is not on: {why}. In Recovery's Terminal, did `rdma_ctl "
-                                "enable` print an error? Run `macfleet rdma enable` again to retry it.", "bold red")
+                                "enable` print an error? \"This tool needs to be executed from Recovery OS\" means the "
+                                "Mac had started normally, not into Recovery: hold the power button until \"Loading "
+                                "startup options\". Run `macfleet rdma enable` again to retry it.", "bold red")
 
 
 _PHASE_WORDS = {"going-down": "waiting for it to shut down", "away": "waiting for it to come back from Recovery",
