@@ -407,7 +407,6 @@ def _write_prepared(lab: dict, nd: Path, node: str, uid: int) -> None:
     import grp
 
     from . import prepared
-
     from .macos import devtools
 
     devtools.install_clt(NODE_PYTHON, root=str(nd / "fs"))  # with the Mac's group limit

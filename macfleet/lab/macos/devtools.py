@@ -58,7 +58,7 @@ def clt_installed() -> bool:
 # is a venv-style link with a pyvenv.cfg, so no other Python on the host sees it, and -I does not skip it).
 NGROUPS_MAX = 16
 LIMITS_MODULE = "_macfleet_lab_ngroups"
-LIMITS_SOURCE = f'''"""macfleet lab: macOS's limit of {NGROUPS_MAX} supplementary groups (macfleet/lab/macos/devtools.py)."""
+LIMITS_SOURCE = f'''"""macfleet lab: macOS's limit of {NGROUPS_MAX} supplementary groups (lab/macos/devtools.py)."""
 import os
 import _posixsubprocess
 
