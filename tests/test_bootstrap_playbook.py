@@ -218,6 +218,41 @@ def test_probe_runs_admin_commands_as_the_admin(tmp_path: Path) -> None:
     assert json.loads(p.stdout)["admin_commands"]["id -u"]["rc"] == 126
 
 
+def test_probe_with_a_macos_admin_in_18_groups_still_answers(tmp_path: Path) -> None:
+    """macOS lets a process carry 16 supplementary groups and CPython refuses a longer extra_groups list before it
+    forks; a stock macOS admin is in 18 (uutils/coreutils#2416). Under the lab's copy of that limit (the one its
+    Macs' Python carries), with getgrouplist answering 18 groups, the probe still prints its JSON: the admin's
+    command runs with 16 groups (as root) or fails as that one command (not root); a command Python cannot even
+    start (a NUL in its argv) is that command's failure, and the others are read."""
+    import json
+    import os
+    import pwd
+    import sys
+
+    from macfleet.lab.macos import devtools
+
+    limits = tmp_path / "limits.py"
+    limits.write_text(devtools.LIMITS_SOURCE)
+    me = pwd.getpwuid(os.getuid()).pw_name
+    request = {"admin": me, "admin_commands": [["id", "-G"]], "commands": [["echo", "ok"], ["echo", "a\x00b"]]}
+    driver = ("import os, runpy, sys\n"
+              f"exec(open({str(limits)!r}).read())\n"
+              "os.getgrouplist = lambda name, gid: [gid] + list(range(60000, 60017))\n"
+              f"sys.argv = ['probe.py', {json.dumps(request)!r}]\n"
+              f"runpy.run_path({str(ROLES / 'probe' / 'files' / 'probe.py')!r}, run_name='__main__')\n")
+    p = subprocess.run([sys.executable, "-I", "-c", driver], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    state = json.loads(p.stdout)
+    assert state["commands"]["echo ok"] == {"rc": 0, "stdout": "ok\n", "stderr": ""}
+    assert state["commands"]["echo a\x00b"]["rc"] == 126
+    admin = state["admin_commands"]["id -G"]
+    assert "too many groups" not in admin["stderr"]
+    if os.geteuid() == 0:
+        assert admin["rc"] == 0 and len(admin["stdout"].split()) == 16, admin
+    else:
+        assert admin["rc"] == 126, admin  # not allowed to switch user: that command's failure
+
+
 def _ipplan_filters() -> dict:
     import importlib.util
 

@@ -191,6 +191,18 @@ class RdmaCtlFacts(Facts):
     status: str  # the word printed: "enabled" / "disabled"
 
 
+# What rdma_ctl prints when it refuses to run outside Recovery (`enable`/`disable` on a booted Mac): exit 77 by
+# dryvist/nix-darwin docs/TB5-RDMA-CLUSTER.md ("verified 2026-07-10 ... even as root") and SQCU/mesh's README,
+# exit 0 by jundot/omlx's notes. The exit code is contested, so the text is what tells a refusal.
+NOT_IN_RECOVERY = "needs to be executed from Recovery OS"
+
+
+def refused_outside_recovery(text: str) -> bool:
+    """Whether rdma_ctl's output (stdout and stderr together) is its refusal to run outside Recovery, whatever its
+    exit code."""
+    return NOT_IN_RECOVERY.lower() in text.lower()
+
+
 @guarded("rdma-ctl")
 def parse_rdma_ctl(text: str) -> RdmaCtlFacts:
     kind = "rdma-ctl"
@@ -199,6 +211,9 @@ def parse_rdma_ctl(text: str) -> RdmaCtlFacts:
     if len(words) == 1 and words[0].lower() in ("enabled", "disabled"):
         return RdmaCtlFacts(enabled=words[0].lower() == "enabled", status=words[0].lower())
     first = lines[0] if lines else (1, "")
+    if refused_outside_recovery(text):  # an answer, but not the state: the refusal is never "enabled"/"disabled"
+        raise fail(kind, "the single word 'enabled' or 'disabled' (rdma_ctl refused: it runs that only in Recovery)",
+                   line=first[0], found=first[1].strip())
     raise fail(kind, "the single word 'enabled' or 'disabled'", line=first[0], found=first[1].strip())
 
 

@@ -250,7 +250,9 @@ class _Walk:
                 why = "; ".join(p.message for p in node.problems[:2]) or "RDMA is still off"
                 self.move(n, "not-verified", why)
                 self.op.message(f"{n} came back but RDMA is not on: {why}. In Recovery's Terminal, did `rdma_ctl "
-                                "enable` print an error? Run `macfleet rdma enable` again to retry it.", "bold red")
+                                "enable` print an error? \"This tool needs to be executed from Recovery OS\" means the "
+                                "Mac had started normally, not into Recovery: hold the power button until \"Loading "
+                                "startup options\". Run `macfleet rdma enable` again to retry it.", "bold red")
 
 
 _PHASE_WORDS = {"going-down": "waiting for it to shut down", "away": "waiting for it to come back from Recovery",
@@ -265,33 +267,36 @@ def _timeout_note(node: str, phase: str, timeout_s: float) -> str:
             "startup?); run `macfleet rdma enable` again to continue with it")
 
 
+def _unread_why(node: NodeRdma) -> str:
+    """Why a node's RDMA state could not be read, as the report says it."""
+    return next((p.message for p in node.problems if p.code in ("unreachable", "rdma-unknown")),
+                f"`rdma_ctl status` of {node.name} was not read")
+
+
 def _candidates(report: RdmaReport, opts: EnableOptions, previous: WalkState | None,
-                operator: Operator) -> tuple[list[str], list[str]]:
-    """(nodes to walk through, nodes that can never do RDMA). Each Mac that can never do it, or cannot be
-    reached, is named once and left out."""
+                operator: Operator) -> tuple[list[str], list[str], list[str]]:
+    """(nodes to walk through, nodes that can never do RDMA, nodes whose RDMA state could not be read). Each Mac
+    that can never do it is named once and left out; each one that could not be read is named with why: whether
+    it needs the walkthrough cannot be told, so it is offered, never taken for one that does not need it."""
     in_progress = {p.node for p in (previous.nodes if previous else []) if p.phase in ("going-down", "away", "back")}
     asked = set(opts.nodes)
     never: list[str] = []
     needed: list[str] = []
+    unread: list[str] = []
     for n in report.nodes:
-        if n.can_do_rdma is False and (n.name in asked or not asked):
-            never.append(n.name)
-            why = next((p.message for p in n.problems if p.code in ("not-tb5", "os-too-old")), "")
-            operator.message(f"{n.name} is not walked through: {why}", "bold yellow")
-            continue
-        wanted = n.name in asked if asked else (n.needs_enable or n.name in in_progress)
-        if not wanted:
+        if asked and n.name not in asked:
             continue
         if n.can_do_rdma is False:
             never.append(n.name)
             why = next((p.message for p in n.problems if p.code in ("not-tb5", "os-too-old")), "")
             operator.message(f"{n.name} is not walked through: {why}", "bold yellow")
-        elif not n.reachable and n.name not in in_progress:
-            operator.message(f"{n.name} is not walked through: it cannot be reached, so whether it needs RDMA "
-                             "cannot be told; power it on and run this again", "bold yellow")
-        else:
+        elif n.needs_enable or n.name in in_progress or (asked and n.reachable):
             needed.append(n.name)
-    return needed, never
+        elif n.rdma_enabled is None:
+            unread.append(n.name)
+            operator.message(f"{n.name}: could not read whether RDMA is on ({_unread_why(n)}); whether it needs "
+                             "the Recovery step cannot be told", "bold yellow")
+    return needed, never, unread
 
 
 def _final_check(fleet: Fleet, meshes: list[Mesh], settle_s: float) -> RdmaReport:
@@ -317,7 +322,7 @@ def enable_rdma(fleet: Fleet, meshes: list[Mesh], opts: EnableOptions, operator:
     if why:
         operator.message(why, "yellow")
     report = rdma_status(fleet, meshes)
-    needed, never = _candidates(report, opts, previous, operator)
+    needed, never, unread = _candidates(report, opts, previous, operator)
     if opts.non_interactive:
         for i, n in enumerate(needed, 1):
             box = report.node(n)
@@ -325,13 +330,24 @@ def enable_rdma(fleet: Fleet, meshes: list[Mesh], opts: EnableOptions, operator:
             operator.identify(box, i, len(needed))
             operator.checklist(f"At the Mac ({box.family or 'Mac'}: {n})",
                                startup_steps(box.family, shut_down_by_macfleet=False))
-        if not needed:
+        if unread:
+            operator.message(f"could not be read: {', '.join(unread)}; once they answer, run `macfleet rdma enable` "
+                             f"again, or walk them through now: `macfleet rdma enable {' '.join(unread)}`", "bold")
+        elif not needed:
             operator.message("no node needs RDMA switched on")
         return EnableResult(report=report, walk=None, never=never)
+    for n in unread:
+        key = operator.choose(f"{n} could not be read: walk it through the Recovery step anyway?",
+                              [("y", f"walk {n} through (shut it down or power it on at the Mac)"),
+                               ("n", f"leave {n} out")], "n")
+        if key == "y":
+            needed.append(n)
     order = [n for m in meshes for n in m.node_names]
     state = plan_walk(order, needed, previous, opts.all_at_once)
     if not state.nodes:
-        operator.message("no node needs RDMA switched on")
+        left = [n for n in unread if n not in needed]
+        operator.message(f"no node walked through; could not be read: {', '.join(left)}" if left
+                         else "no node needs RDMA switched on")
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
         return EnableResult(report=report, walk=state, never=never)

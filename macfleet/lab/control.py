@@ -73,6 +73,30 @@ def _missing_tools() -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 
+# The supplementary groups of a stock macOS admin account besides its primary group (staff), as `id` lists them on a
+# GitHub macOS runner (uutils/coreutils#2416): 18 groups in all, more than the 16 macOS lets a process carry
+# (macos/devtools.py NGROUPS_MAX). The lab's admin gets as many, as lab-owned host groups (`mfl-` + the Mac's name
+# without `com.apple.`, within Linux's 32 characters; never a host group that grants anything), so getgrouplist()
+# answers 18 on a node as on a Mac.
+MAC_ADMIN_GROUPS = ("wheel", "everyone", "localaccounts", "_appserverusr", "admin", "_appserveradm", "_lpadmin",
+                    "_webdeveloper", "com.apple.access_ssh", "com.apple.sharepoint.group.1", "_appstore",
+                    "_lpoperator", "_developer", "_analyticsusers", "com.apple.access_ftp",
+                    "com.apple.access_screensharing", "com.apple.access_remote_ae")
+
+
+def _ensure_admin_groups(user: str, created: set[str]) -> None:
+    import grp
+
+    names = [f"mfl-{g.removeprefix('com.apple.')}" for g in MAC_ADMIN_GROUPS]
+    for name in names:
+        try:
+            grp.getgrnam(name)
+        except KeyError:
+            subprocess.run(["groupadd", "-r", name], check=True, capture_output=True)
+            created.add(f"group:{name}")
+    subprocess.run(["usermod", "-a", "-G", ",".join(names), user], check=True, capture_output=True)
+
+
 def _ensure_host_pieces(user: str) -> None:
     STATE_ROOT.mkdir(parents=True, exist_ok=True)
     os.chmod(STATE_ROOT, 0o755)
@@ -82,14 +106,17 @@ def _ensure_host_pieces(user: str) -> None:
             os.makedirs(mp, mode=0o755)
             created.add(mp)
     try:
-        pwd.getpwnam(user)
-    except KeyError:
-        subprocess.run(["useradd", "-M", "-d", f"/Users/{user}", "-s", "/bin/bash", "-U", user], check=True,
-                       capture_output=True)
-        created.add(f"user:{user}")
+        try:
+            pwd.getpwnam(user)
+        except KeyError:
+            subprocess.run(["useradd", "-M", "-d", f"/Users/{user}", "-s", "/bin/bash", "-U", user], check=True,
+                           capture_output=True)
+            created.add(f"user:{user}")
+        _ensure_admin_groups(user, created)
+    finally:  # what was created is removed with the last lab, even when a later step failed
+        userland.write_json(CREATED_MARK, sorted(created))
     subprocess.run(["usermod", "-p", "*", user], check=True, capture_output=True)
     os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
-    userland.write_json(CREATED_MARK, sorted(created))
 
 
 def _release_host_pieces() -> None:
@@ -97,9 +124,12 @@ def _release_host_pieces() -> None:
     others = [p for p in STATE_ROOT.iterdir() if p.is_dir()] if STATE_ROOT.exists() else []
     if others:
         return
-    for item in userland.read_json(CREATED_MARK, []) or []:
+    items = userland.read_json(CREATED_MARK, []) or []
+    for item in sorted(items, key=lambda i: i.startswith("group:")):  # the user before its groups
         if item.startswith("user:"):
             subprocess.run(["userdel", item[5:]], capture_output=True)
+        elif item.startswith("group:"):
+            subprocess.run(["groupdel", item[6:]], capture_output=True)
         else:
             with contextlib.suppress(OSError):
                 os.rmdir(item)
@@ -378,10 +408,9 @@ def _write_prepared(lab: dict, nd: Path, node: str, uid: int) -> None:
     import grp
 
     from . import prepared
+    from .macos import devtools
 
-    tools = nd / "fs/Library/Developer/CommandLineTools/usr/bin"
-    tools.mkdir(parents=True, exist_ok=True)
-    (tools / "python3").symlink_to(NODE_PYTHON)
+    devtools.install_clt(NODE_PYTHON, root=str(nd / "fs"))  # with the Mac's group limit
     model = lab["models"][lab["nodes"][node]["model"]]
     devices = sorted(p["device"] for p in model["ports"] if str(p["receptacle"]) in lab["addresses"][node])
     home = f"/Users/{lab['user']}"

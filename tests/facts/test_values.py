@@ -162,6 +162,18 @@ def test_rdma_ctl_and_ibv_devices_from_one_transcript() -> None:
     assert parse_ibv_devices(text).devices == []
 
 
+def test_rdma_ctl_refusal_outside_recovery_is_never_a_state() -> None:
+    """rdma_ctl's refusal outside Recovery ("This tool needs to be executed from Recovery OS": exit 77 by
+    dryvist/nix-darwin's runbook, exit 0 by jundot/omlx's notes) is judged by its text: never enabled/disabled,
+    and the reason says it was the refusal."""
+    from macfleet.facts.rdma import refused_outside_recovery
+
+    text = "This tool needs to be executed from Recovery OS\n"
+    assert refused_outside_recovery(text) and not refused_outside_recovery("enabled\n")
+    with pytest.raises(FactsParseError, match="refused: it runs that only in Recovery"):
+        parse_rdma_ctl(text)
+
+
 def test_nvram_forms() -> None:  # no public capture exists (macos-outputs.md §11): the documented layout
     assert parse_nvram("rdma-enable\t1\n").rdma_enable == "1"
     missing = parse_nvram("nvram: Error getting variable - 'rdma-enable': (iokit/common) data was not found\n")

@@ -139,6 +139,9 @@ def test_fresh_to_ready_then_nothing_to_change(fresh: Lab, tmp_path: Path) -> No
         fresh.macfleet("lab", "power", "--name", fresh.name, node, "off")
         fresh.macfleet("lab", "recovery", "--name", fresh.name, node, "--", "rdma_ctl", "enable")
         fresh.wait_ssh(node, timeout=120)
+    # n2's macOS refuses to create network services, as reported on macOS 26 (dryvist/nix-darwin#1750)
+    n2 = fresh.nodes[1]
+    _persist(fresh, n2, sc_create_refused=True)
     state = tmp_path / "state"
     rc, data = _bootstrap(fresh, env={"MACFLEET_STATE_DIR": str(state)})
     assert rc == 0, data
@@ -152,12 +155,39 @@ def test_fresh_to_ready_then_nothing_to_change(fresh: Lab, tmp_path: Path) -> No
     n1 = fresh.nodes[0]
     assert fresh.ssh(n1, "sudo -n true", check=False).returncode != 0  # scoped: not NOPASSWD: ALL
     assert fresh.ssh(n1, "/usr/bin/python3 -c 'print(1)'").stdout.strip() == "1"
+    # the probe above read Homebrew as an admin in a stock macOS admin's 18 groups, under the Mac's limit of 16
+    assert len(fresh.ssh(n1, "id -G").stdout.split()) == 18
+    code = ("import os, pwd, subprocess; print(os.sysconf('SC_NGROUPS_MAX')); me = pwd.getpwuid(os.getuid()); "
+            "subprocess.run(['true'], extra_groups=os.getgrouplist(me.pw_name, me.pw_gid))")
+    limit = fresh.ssh(n1, f"/usr/bin/python3 -I -c {code!r}", check=False)
+    assert limit.stdout.split() == ["16"] and "ValueError: too many groups" in limit.stderr, limit
     assert fresh.ssh(n1, "test -x /opt/homebrew/bin/rsync", check=False).returncode == 0
     assert fresh.ssh(n1, "/opt/homebrew/bin/iperf3 --version").returncode == 0  # what `bench links` runs
     # Spotlight skips ~/.exo/models by its name (hidden ~/.exo): bootstrap ran no mdutil, which refuses a folder
     assert fresh.ssh(n1, "mdutil -s ~/.exo/models", check=False).returncode == 1
     assert "Indexing disabled" not in fresh.ssh(n1, "mdutil -s /").stdout
     assert fresh.macfleet("topology", "check", "-i", str(fresh.inventory), check=False).returncode == 0
+    # n2's ports have their planned addresses without a network service, and again after a restart (the LaunchDaemon)
+    import yaml
+
+    host_vars = fresh.inventory / "host_vars" / n2 / "macfleet_generated.yml"
+    ports = yaml.safe_load(host_vars.read_text())["ipplan_interfaces"]
+    order = fresh.ssh(n2, "networksetup -listnetworkserviceorder").stdout
+    assert ports and not re.search(r"Hardware Port: Thunderbolt \d", order), order
+    assert fresh.ssh(n2, "plutil -lint /Library/LaunchDaemons/org.macfleet.ipplan.plist").returncode == 0
+
+    def addressed() -> bool:
+        return all(fresh.ssh(n2, f"ipconfig getifaddr {p['device']}", check=False).stdout.strip() == p["address"]
+                   for p in ports)
+
+    def boot_time() -> str:
+        return fresh.ssh(n2, "sysctl -n kern.boottime", check=False).stdout.strip()
+
+    assert addressed()
+    before = boot_time()
+    fresh.macfleet("lab", "power", "--name", fresh.name, n2, "cycle")
+    fresh.wait(lambda: boot_time() not in ("", before), 120, f"{n2} to restart")
+    fresh.wait(addressed, 60, f"{n2}'s planned addresses after a restart")
 
 
 def _connects(lab: Lab, node: str, address: str, port: int = 52415) -> bool:

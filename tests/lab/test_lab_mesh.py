@@ -188,9 +188,14 @@ def test_networksetup_changes_namespace_and_ifconfig_is_volatile(lab4):
 
 
 def test_rdma_ctl_enable_refused_outside_recovery(lab4):
-    p = lab4.sudo("studio-2", "rdma_ctl disable", check=False)
-    assert p.returncode != 0 and "Recovery" in p.stderr
+    p = lab4.sudo("studio-2", "rdma_ctl disable", check=False)  # as reported from real Macs, even as root
+    assert p.returncode == 77 and "This tool needs to be executed from Recovery OS" in p.stderr
     assert lab4.ssh("studio-2", "rdma_ctl status").stdout == "enabled\n"
+
+
+def test_systemsetup_setremotelogin_needs_full_disk_access(lab4):
+    p = lab4.sudo("studio-2", "systemsetup -setremotelogin on", check=False)
+    assert p.returncode == 1 and "requires Full Disk Access privileges" in p.stdout
 
 
 def test_recovery_refused_while_on(lab4):

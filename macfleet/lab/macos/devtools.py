@@ -49,11 +49,80 @@ def clt_installed() -> bool:
     return os.access(CLT_PYTHON, os.X_OK)
 
 
-def install_clt(real_python: str) -> None:
-    """What the installer leaves (also used by `lab up` for a prepared Mac)."""
-    os.makedirs(os.path.dirname(CLT_PYTHON), mode=0o755, exist_ok=True)
-    if not os.path.lexists(CLT_PYTHON):
-        os.symlink(real_python, CLT_PYTHON)
+# macOS allows a process 16 supplementary groups: NGROUPS_MAX is 16 (apple-oss-distributions/xnu
+# bsd/sys/syslimits.h, "max supplemental group id's") and so is sysconf(_SC_NGROUPS_MAX) (samba-team/samba#210:
+# "On MacOS sysconf(_SC_NGROUPS_MAX) always returns 16"). CPython checks a group list against that limit in the
+# parent, before it forks: subprocess's extra_groups in Modules/_posixsubprocess.c (`num_groups > MAX_GROUPS` ->
+# ValueError "too many groups", MAX_GROUPS = NGROUPS_MAX; python/cpython@0036a126, 3.9 has the same check),
+# os.setgroups in Modules/posixmodule.c. A stock macOS admin is in 18 groups (uutils/coreutils#2416, lab/control.py
+# gives the lab's admin as many), so a Python on a Mac that passes all of them fails (cpython#84195,
+# gravitational/teleport#31132). Linux allows 65536, so the Command Line Tools' Python of a lab node carries the
+# Mac's limit: this module, loaded at start-up by a .pth file in that Python's own site-packages (the tools' Python
+# is a venv-style link with a pyvenv.cfg, so no other Python on the host sees it, and -I does not skip it).
+NGROUPS_MAX = 16
+LIMITS_MODULE = "_macfleet_lab_ngroups"
+LIMITS_SOURCE = f'''"""macfleet lab: macOS's limit of {NGROUPS_MAX} supplementary groups (lab/macos/devtools.py)."""
+import os
+import _posixsubprocess
+
+NGROUPS_MAX = {NGROUPS_MAX}
+_sysconf, _setgroups, _fork_exec = os.sysconf, os.setgroups, _posixsubprocess.fork_exec
+
+
+def sysconf(name):
+    if name in ("SC_NGROUPS_MAX", os.sysconf_names["SC_NGROUPS_MAX"]):
+        return NGROUPS_MAX
+    return _sysconf(name)
+
+
+def setgroups(groups):
+    if len(groups) > NGROUPS_MAX:
+        raise ValueError("too many groups")
+    return _setgroups(groups)
+
+
+def fork_exec(*args):
+    # CPython 3.11+: (..., gid, extra_groups, uid, child_umask, preexec_fn, allow_vfork), 23 arguments
+    if len(args) != 23:
+        raise RuntimeError("macfleet lab: unknown _posixsubprocess.fork_exec signature; update " + __file__)
+    if args[18] is not None and len(args[18]) > NGROUPS_MAX:
+        raise ValueError("too many groups")
+    return _fork_exec(*args)
+
+
+os.sysconf, os.setgroups, _posixsubprocess.fork_exec = sysconf, setgroups, fork_exec
+'''
+
+
+def _python_version(real_python: str) -> str:
+    import re
+
+    m = re.search(r"python(\d+\.\d+)$", os.path.realpath(real_python))
+    if m:
+        return m.group(1)
+    import subprocess
+
+    return subprocess.run([real_python, "-S", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def install_clt(real_python: str, root: str = "/") -> None:
+    """What the installer leaves (also used by `lab up` for a prepared Mac, with `root` the node's filesystem): the
+    tools' python3, a link to the lab's Python, and beside it the pyvenv.cfg and site-packages that give it the
+    Mac's group limit (LIMITS_SOURCE)."""
+    usr = os.path.join(root, CLT_DIR.lstrip("/"), "usr")
+    python = os.path.join(usr, "bin", "python3")
+    site = os.path.join(usr, "lib", f"python{_python_version(real_python)}", "site-packages")
+    os.makedirs(os.path.dirname(python), mode=0o755, exist_ok=True)
+    os.makedirs(site, mode=0o755, exist_ok=True)
+    with open(os.path.join(usr, "pyvenv.cfg"), "w") as fh:
+        fh.write(f"home = {os.path.dirname(os.path.realpath(real_python))}\ninclude-system-site-packages = true\n")
+    with open(os.path.join(site, LIMITS_MODULE + ".py"), "w") as fh:
+        fh.write(LIMITS_SOURCE)
+    with open(os.path.join(site, LIMITS_MODULE + ".pth"), "w") as fh:
+        fh.write(f"import {LIMITS_MODULE}\n")
+    if not os.path.lexists(python):
+        os.symlink(real_python, python)
 
 
 # - `-p`, `--install`, `-v`: xcode-select(1); `-p`'s error without the tools: GUESS (docs/lab.md)

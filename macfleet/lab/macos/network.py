@@ -310,7 +310,18 @@ def _set_dhcp(node: Node, data: dict, rest: list[str], touched: set[str]) -> int
     return rc
 
 
+# macOS 26 refuses `networksetup -createnetworkservice` as root, even on a port outside bridge0: "Unable to access
+# the System Configuration database" (dryvist/nix-darwin docs/TB5-RDMA-CLUSTER.md, "verified 2026-07-18,
+# dryvist/nix-darwin#1750"; exo's RCA notes the same on one machine), while other Macs create services (exo's own
+# "EXO Thunderbolt N", shared/samples). A node with persist "sc_create_refused" refuses so (its exit status and
+# stream are not reported: stdout and exit 1 are guesses, docs/lab.md); the others create.
+SC_REFUSED = "Unable to access the System Configuration database."
+
+
 def _create_service(node: Node, data: dict, rest: list[str], touched: set[str]) -> int:
+    if data.get("sc_create_refused"):
+        sys.stdout.write(f"** Error: {SC_REFUSED}\n")
+        return 1
     if len(rest) < 2 or port_device(node, rest[1]) is None:
         sys.stdout.write(f"{rest[1] if len(rest) > 1 else ''} is not a valid hardware port.\n")
         return 4

@@ -167,11 +167,14 @@ def ibv_devinfo(node: Node, args: list[str]) -> int:
 RECOVERY_ENV = "MACFLEET_LAB_RECOVERY"
 
 
+RDMA_CTL_NOT_IN_RECOVERY = "This tool needs to be executed from Recovery OS"
+
+
 # - `status` prints one word: samples macos__rdma_ctl_status_enabled_1.txt, _enabled_2.txt; `disabled`: GUESS
 #   (no capture; exo matches the word, src/exo/utils/info_gatherer/info_gatherer.py)
-# - enable/disable refused outside Recovery, and their messages and exit codes: GUESS (issue 31 item 10 reports
-#   exit 77 "This tool needs to be executed from Recovery OS"); working in Recovery: the exo README's
-#   "Enabling RDMA" and Apple TN3205 (Recovery Terminal, then restart)
+# - enable/disable refused outside Recovery with RDMA_CTL_NOT_IN_RECOVERY, exit 77: dryvist/nix-darwin
+#   docs/TB5-RDMA-CLUSTER.md (jundot/omlx reports exit 0 with the same words); the stream: GUESS; working in
+#   Recovery: the exo README's "Enabling RDMA" and Apple TN3205 (Recovery Terminal, then restart)
 def rdma_ctl(node: Node, args: list[str]) -> int:
     sub = args[0] if args else ""
     if sub == "status":
@@ -179,9 +182,12 @@ def rdma_ctl(node: Node, args: list[str]) -> int:
         return 0
     if sub in ("enable", "disable"):
         if os.environ.get(RECOVERY_ENV) != "1":
-            # macOS refuses outside Recovery (exact wording not captured: a guess listed in docs/lab.md).
-            err(f"rdma_ctl: {sub} is only available from the Recovery OS. Operation not permitted")
-            return 1
+            # macOS refuses outside Recovery, even as root: "This tool needs to be executed from Recovery OS", exit
+            # 77 (dryvist/nix-darwin docs/TB5-RDMA-CLUSTER.md, "verified 2026-07-10"; SQCU/mesh README). jundot/omlx
+            # reports the same text with exit 0, so a reader must judge the text, not the exit code. The stream is
+            # not reported: stderr is a guess (docs/lab.md).
+            err(RDMA_CTL_NOT_IN_RECOVERY)
+            return 77
         node.update("persist", lambda d: d.__setitem__("rdma", sub == "enable"))
         sys.stdout.write(f"RDMA {'enabled' if sub == 'enable' else 'disabled'}. Restart to apply.\n")
         return 0

@@ -249,7 +249,12 @@ def systemsetup(node: Node, args: list[str]) -> int:
     if sub == "-getremotelogin":
         sys.stdout.write("Remote Login: On\n")
     elif sub == "-setremotelogin":
-        pass
+        # systemsetup(8): "-setremotelogin [-f] on | off ... Requires Full Disk Access privileges." Without it macOS
+        # 15+ prints this line and exits 1 (a published run: "setremotelogin: Turning Remote Login on or off
+        # requires Full Disk Access privileges." / "exit code 1"); the lab grants nothing Full Disk Access. The
+        # stream is a guess (docs/lab.md). What works without it: launchctl enable system/com.openssh.sshd.
+        sys.stdout.write("setremotelogin: Turning Remote Login on or off requires Full Disk Access privileges.\n")
+        return 1
     elif sub == "-getcomputersleep":
         s = pm.get("sleep", "0")
         sys.stdout.write("Computer Sleep: Never\n" if s == "0" else f"Computer Sleep: after {s} minutes\n")

@@ -45,6 +45,30 @@ def ipplan_port_needs(port: dict, info: dict, order: dict, ifconfig: dict, mtu: 
     }
 
 
+# What networksetup prints when configd will not let it write the network preferences: reported on macOS 26 for
+# `-createnetworkservice` run as root, even on a port outside bridge0 (dryvist/nix-darwin docs/TB5-RDMA-CLUSTER.md,
+# "verified 2026-07-18, dryvist/nix-darwin#1750"; exo's RCA notes; SQCU/mesh: such writes "need Full Disk Access
+# and fail headlessly"). Its exit status is not reported, so the text is what tells it.
+SC_REFUSED = "Unable to access the System Configuration database"
+
+
+def ipplan_sc_refused(read: dict) -> bool:
+    """Whether a networksetup run was refused access to the System Configuration database."""
+    return SC_REFUSED.lower() in (str(read.get("stdout", "")) + str(read.get("stderr", ""))).lower()
+
+
+def ipplan_refused_ports(results: list) -> list:
+    """The ports (loop items `ipplan_port`) whose `-createnetworkservice` was refused that way this run."""
+    return [r["ipplan_port"] for r in results or [] if "rc" in r and r["rc"] != 0 and ipplan_sc_refused(r)]
+
+
+def ipplan_device_addressed(ifconfig: dict, device: str, address: str) -> bool:
+    """Whether `ifconfig`'s block of `device` carries `address` (a port without a network service, addressed by
+    ifconfig)."""
+    block = re.search(r"(?ms)^" + re.escape(device) + r": .*?(?=^\S|\Z)", str(ifconfig.get("stdout", "")))
+    return block is not None and re.search(r"(?m)^\s+inet " + re.escape(address) + r" ", block.group(0)) is not None
+
+
 def ipplan_release_manual(info: dict) -> bool:
     """A released port's service still has its manual address (the role sets it back to DHCP)."""
     return "Manual Configuration" in _lines(info)
@@ -74,4 +98,5 @@ def ipplan_pending(commands: dict, networksetup: str, ifconfig_cmd: str, interfa
 class FilterModule:
     def filters(self) -> dict:
         return {f.__name__: f for f in (ipplan_service_enabled, ipplan_bridge0, ipplan_bridge_member,
-                                        ipplan_port_needs, ipplan_release_manual, ipplan_pending)}
+                                        ipplan_port_needs, ipplan_release_manual, ipplan_pending,
+                                        ipplan_sc_refused, ipplan_refused_ports, ipplan_device_addressed)}

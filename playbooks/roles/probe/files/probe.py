@@ -50,26 +50,42 @@ def read_file(path):
 
 
 def run(argv, **account):
+    """One command's rc and output. Whatever stops it (not found, not allowed, a timeout, or anything Python raises
+    before it starts) is that command's failure, never the probe's: the others are still read and reported."""
     try:
         p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=COMMAND_TIMEOUT_S, **account)
     except FileNotFoundError as exc:
         return {"rc": 127, "stdout": "", "stderr": str(exc)}
-    except (PermissionError, subprocess.SubprocessError) as exc:  # e.g. not root, so not allowed to switch user
-        return {"rc": 126, "stdout": "", "stderr": str(exc)}
     except subprocess.TimeoutExpired:
         return {"rc": 124, "stdout": "", "stderr": f"timed out after {COMMAND_TIMEOUT_S} s"}
+    except Exception as exc:  # e.g. not root, so not allowed to switch user; a group list the OS refuses
+        return {"rc": 126, "stdout": "", "stderr": f"{type(exc).__name__}: {exc}"[:MAX_OUTPUT_CHARS]}
     return {"rc": p.returncode, "stdout": p.stdout.decode("utf-8", "replace")[:MAX_OUTPUT_CHARS],
             "stderr": p.stderr.decode("utf-8", "replace")[:MAX_OUTPUT_CHARS]}
 
 
+def groups_max():
+    """How many supplementary groups this OS lets a process carry: 16 on macOS (<sys/syslimits.h> NGROUPS_MAX;
+    sysconf answers the same), and CPython refuses a longer extra_groups list before it forks ("too many groups",
+    Modules/_posixsubprocess.c). A stock macOS admin is in 18 (uutils/coreutils#2416)."""
+    try:
+        return max(1, int(os.sysconf("SC_NGROUPS_MAX")))
+    except (ValueError, OSError):
+        return 16
+
+
 def run_as(name):
-    """A runner for commands as the account `name`, or one that says why it cannot."""
+    """A runner for commands as the account `name`, or one that says why it cannot. Its groups are the account's
+    first groups up to the OS's limit (the primary group first), as macOS's own initgroups keeps the first 16 in
+    the process (apache/mesos stout os.hpp setgroups: "SYS_initgroups would send up to 16 of them")."""
     try:
         pw = pwd.getpwnam(name)
-    except KeyError:
-        return lambda argv: {"rc": 126, "stdout": "", "stderr": f"no account {name!r}"}
+        groups = os.getgrouplist(name, pw.pw_gid)[:groups_max()]
+    except Exception as exc:
+        why = f"no account {name!r}" if isinstance(exc, KeyError) else f"groups of {name!r}: {exc}"
+        return lambda argv: {"rc": 126, "stdout": "", "stderr": why}
     env = {"HOME": pw.pw_dir, "USER": name, "LOGNAME": name, "PATH": "/usr/bin:/bin:/usr/sbin:/sbin"}
-    account = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": os.getgrouplist(name, pw.pw_gid),
+    account = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": groups,
                "env": env, "cwd": pw.pw_dir if os.path.isdir(pw.pw_dir) else "/"}
     return lambda argv: run(argv, **account)
 
