@@ -37,6 +37,7 @@ LATENCY: dict[str, tuple[float, str]] = {
     "systemsetup": (0.2, "guess: goes through a privileged helper; no timing published"),
     "mdutil": (0.1, "guess: asks the Spotlight server; no timing published"),
     "xcode-select": (0.05, "guess"),
+    "xcrun": (0.05, "guess: reads the active developer directory; no timing published"),
     "brew": (0.5, "guess: Homebrew's Ruby start"),
 }
 # The other stand-ins answer from the kernel or a small file, in milliseconds on a Mac as in the lab: no wait
