@@ -113,8 +113,9 @@ def _commands() -> list[tuple[tuple[str, ...], list]]:
         if names:
             for name in names:
                 walk(cmd.get_command(click.Context(cmd), name), (*path, name))
-        elif path not in SKIPPED:
-            out.append((path, list(cmd.params)))
+        elif path not in SKIPPED:  # the shell-completion options print a script, not a result
+            completion = {"--install-completion", "--show-completion"}
+            out.append((path, [p for p in cmd.params if not completion & set(p.opts)]))
 
     walk(typer.main.get_command(app), ())
     return out
