@@ -70,8 +70,20 @@ class _LazyGroups(TyperGroup):
             return TyperCommand(cmd_name, help=summary, short_help=summary)
         return _load_group(cmd_name, module)
 
+    _given: frozenset[str] = frozenset()
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        self._given = _root_words(args)
+        return super().parse_args(ctx, args)
+
     def get_params(self, ctx: click.Context) -> list[click.Parameter]:
-        return shared.flags_as_flags(super().get_params(ctx))
+        """All of the root's options for its help; for a run, only those written before the command's name:
+        typer checks every option it parses (given or not) through pydantic, which `macfleet doctor --help`
+        would otherwise import for options nobody gave."""
+        params = shared.flags_as_flags(super().get_params(ctx))
+        if self._listing:
+            return params
+        return [p for p in params if self._given & {*p.opts, *p.secondary_opts}]
 
     def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         self._listing = True
@@ -86,6 +98,20 @@ class _LazyGroups(TyperGroup):
             return super().shell_complete(ctx, incomplete)
         finally:
             self._listing = False
+
+
+def _root_words(args: list[str]) -> frozenset[str]:
+    """The option names written before the command's name: `-vv -i x --json=1 doctor` gives -v, -i, --json."""
+    names = {name for name, _, _ in GROUPS}
+    found: set[str] = set()
+    for word in args:
+        if word in names or word == "--":
+            break
+        if word.startswith("--"):
+            found.add(word.split("=", 1)[0])
+        elif word.startswith("-") and len(word) > 1:
+            found.update(f"-{c}" for c in word[1:])
+    return frozenset(found)
 
 
 def _single_command(cli_module: Any) -> Any:

@@ -7,21 +7,11 @@ from typing import Annotated
 import typer
 
 from macfleet.cli.options import InventoryOpt, JsonOpt, MeshOpt, inventory_path
-from macfleet.flow.doctor import (
-    apply_fix_step,
-    check_catalogue,
-    doctor_exit_code,
-    fix_doctor,
-    fix_payload,
-    parse_only,
-    run_doctor,
-)
-from macfleet.flow.meshes import select_meshes
-from macfleet.inventory.load import load_inventory
 from macfleet.render.output import emit, info, mode
 
-# macfleet.render.doctor (and the judges it names) is imported once it is needed: a doctor run imports the
-# judges while the nodes answer (flow.doctor.run_doctor), not before it dials them.
+# The flows and macfleet.render.doctor (and the judges it names) are imported once they are needed: not for
+# --help, and a doctor run imports the judges while the nodes answer (flow.doctor.run_doctor), not before it
+# dials them.
 
 app = typer.Typer(help="Every health probe, each with its fix.", invoke_without_command=True,
                   context_settings={"help_option_names": ["-h", "--help"]})
@@ -45,6 +35,18 @@ def doctor(
     """Every probe on every node in one bounded pass; findings grouped by node, each with its fix.
 
     Exit 0 healthy, 1 findings (or a check that could not tell), 3 a node unreachable (the rest still judged)."""
+    from macfleet.flow.doctor import (
+        apply_fix_step,
+        check_catalogue,
+        doctor_exit_code,
+        fix_doctor,
+        fix_payload,
+        parse_only,
+        run_doctor,
+    )
+    from macfleet.flow.meshes import select_meshes
+    from macfleet.inventory.load import load_inventory
+
     if list_checks:
         from macfleet.render.doctor import render_catalogue
 

@@ -2,26 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from pydantic import BaseModel
 
 from macfleet.cli.options import InventoryOpt, JsonOpt, inventory_path
-from macfleet.inventory.load import load_inventory
-from macfleet.inventory.model import Fleet
-from macfleet.render.inventory import render_inventory, render_inventory_check
 from macfleet.render.output import emit, info
 from macfleet.render.text import text
+
+# The inventory's models (pydantic, yaml) are imported when a command runs, not for its --help.
+if TYPE_CHECKING:
+    from macfleet.inventory.model import Fleet
 
 app = typer.Typer(no_args_is_help=True, help="Check and show an inventory.")
 
 
-class InventoryCheckReport(BaseModel):
-    inventory: str
-    ok: bool
-    meshes: dict[str, list[str]]
-    warnings: list[dict[str, Any]]  # file, key_path, found, expected, line: allowed, but worth a word
+def _check_report(**fields: Any) -> Any:
+    from pydantic import BaseModel
+
+    class InventoryCheckReport(BaseModel):
+        inventory: str
+        ok: bool
+        meshes: dict[str, list[str]]
+        warnings: list[dict[str, Any]]  # file, key_path, found, expected, line: allowed, but worth a word
+
+    return InventoryCheckReport(**fields)
 
 
 def _show(fleet: Fleet) -> dict[str, Any]:
@@ -33,8 +38,11 @@ def _show(fleet: Fleet) -> dict[str, Any]:
 @app.command()
 def check(inventory: InventoryOpt = None, json_output: JsonOpt = False) -> None:
     """Validate an inventory: every problem is listed with its file, key and line; exit 2 if any."""
+    from macfleet.inventory.load import load_inventory
+    from macfleet.render.inventory import render_inventory_check
+
     fleet = load_inventory(inventory_path(inventory))
-    report = InventoryCheckReport(
+    report = _check_report(
         inventory=str(fleet.root), ok=True, meshes={m.name: list(m.node_names) for m in fleet.meshes},
         warnings=[dict(w.__dict__) for w in fleet.warnings],
     )
@@ -46,5 +54,8 @@ def check(inventory: InventoryOpt = None, json_output: JsonOpt = False) -> None:
 @app.command()
 def show(inventory: InventoryOpt = None, json_output: JsonOpt = False) -> None:
     """Show the meshes, their Macs and the effective settings."""
+    from macfleet.inventory.load import load_inventory
+    from macfleet.render.inventory import render_inventory
+
     fleet = load_inventory(inventory_path(inventory))
     emit(_show(fleet), human=lambda _: render_inventory(fleet))

@@ -8,11 +8,8 @@ import typer
 
 from macfleet.cli.options import InventoryOpt, JsonOpt, MeshOpt, inventory_path
 from macfleet.errors import EXIT_PROBLEMS, EXIT_UNREACHABLE
-from macfleet.flow.reboot import reboot_mesh, select
-from macfleet.inventory.load import load_inventory
 from macfleet.render import output
-from macfleet.render.output import emit, err_console, info
-from macfleet.render.reboot import RebootBoard, live_board, progress_line, render_reboot
+from macfleet.render.output import emit, info
 from macfleet.render.text import text
 
 app = typer.Typer(help="The coordinated whole-mesh reboot.", invoke_without_command=True,
@@ -34,6 +31,11 @@ def reboot(
     verify RDMA ports, the IP plan and the cabling, start exo, verify its /state.
 
     Exit 0 done, 1 refused or a phase failed, 3 a node unreachable or not back."""
+    from macfleet.flow.reboot import reboot_mesh, select  # the flows when it runs, not for --help
+    from macfleet.inventory.load import load_inventory
+    from macfleet.render.output import err_console
+    from macfleet.render.reboot import RebootBoard, live_board, progress_line, render_reboot
+
     fleet = load_inventory(inventory_path(inventory))
     target, names = select(fleet, mesh, list(nodes or []))
     info(f"reboot: mesh {target.name} ({', '.join(names)}){' (dry run)' if dry_run else ''}")

@@ -6,15 +6,11 @@ import sys
 from typing import Annotated
 
 import typer
-from rich.prompt import Confirm
 
 from macfleet.cli.options import InventoryOpt, JsonOpt, inventory_path
 from macfleet.errors import UsageError, most_severe_exit
-from macfleet.flow.trust import HostKeySeen, parse_fingerprints, trust_nodes
-from macfleet.inventory.load import load_inventory
 from macfleet.render import output
-from macfleet.render.output import emit, err_console
-from macfleet.render.trust import confirm_text, render_trust
+from macfleet.render.output import emit
 
 
 def command(
@@ -38,6 +34,13 @@ def command(
     logins only there), kept apart and never accepted for a normal login.
 
     Exit 0 every key known or recorded, 1 a key refused or not confirmed, 3 a node unreachable."""
+    from rich.prompt import Confirm
+
+    from macfleet.flow.trust import HostKeySeen, parse_fingerprints, trust_nodes  # paramiko: when it runs
+    from macfleet.inventory.load import load_inventory
+    from macfleet.render.output import err_console
+    from macfleet.render.trust import confirm_text, render_trust
+
     fleet = load_inventory(inventory_path(inventory))
     all_nodes = [n.name for n in fleet.nodes]
     chosen = list(nodes or all_nodes)

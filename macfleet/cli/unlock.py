@@ -9,11 +9,7 @@ import typer
 
 from macfleet.cli.options import CheckOpt, InventoryOpt, JsonOpt, inventory_path, seconds_option
 from macfleet.errors import UsageError
-from macfleet.flow.unlock import password_file, unlock_nodes
-from macfleet.inventory.load import load_inventory
 from macfleet.render.output import emit, info
-from macfleet.render.reboot import progress_line
-from macfleet.render.unlock import render_unlock
 
 
 def command(
@@ -35,6 +31,11 @@ def command(
 
     Exit 0 every node unlocked or not locked, 1 a key or the password refused, 2 bad input (no password file,
     one others can read), 3 a node unreachable or not back in time."""
+    from macfleet.flow.unlock import password_file, unlock_nodes  # paramiko: when it runs, not for --help
+    from macfleet.inventory.load import load_inventory
+    from macfleet.render.reboot import progress_line
+    from macfleet.render.unlock import render_unlock
+
     fleet = load_inventory(inventory_path(inventory))
     all_nodes = [n.name for n in fleet.nodes]
     chosen = list(dict.fromkeys(nodes or all_nodes))
