@@ -198,7 +198,7 @@ def _argv(draw, st, play: dict[str, Path]) -> list[str]:
                 count = 1 if param.nargs == 1 else draw(st.integers(1, 3))
                 argv += [_value(draw, st, param, play, command) for _ in range(count)]
             continue
-        if getattr(param, "is_flag", False):
+        if getattr(param, "is_flag", False) or getattr(param, "count", False):  # -v takes no value
             if draw(st.booleans()):
                 argv.append(param.opts[-1])
             continue

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from macfleet.cli.options import CheckOpt, InventoryOpt, JsonOpt, MeshOpt, inventory_path
+from macfleet.cli.options import CheckOpt, InventoryOpt, JsonOpt, LimitOpt, MeshOpt, inventory_path
 from macfleet.render import output
 from macfleet.render.output import emit
 
@@ -27,6 +27,7 @@ SUDO_EXPLAINED = (
 def command(
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
+    limit: LimitOpt = None,
     check: CheckOpt = False,
     non_interactive: Annotated[bool, typer.Option(
         "--non-interactive", help="Never prompt: nodes that need a person are listed with what to do.")] = False,
@@ -42,13 +43,13 @@ def command(
     from rich.prompt import Confirm, Prompt
 
     from macfleet.flow.bootstrap import STEPS, bootstrap, read_secret_file
-    from macfleet.flow.meshes import select_meshes
+    from macfleet.flow.meshes import limit_meshes, select_meshes
     from macfleet.inventory.load import load_inventory
     from macfleet.render.bootstrap import StepTable, live_steps, render_bootstrap
     from macfleet.render.output import err_console
 
     fleet = load_inventory(inventory_path(inventory))
-    meshes = select_meshes(fleet, mesh)
+    meshes, partial = limit_meshes(fleet, select_meshes(fleet, mesh), limit)  # the playbook's --limit: these nodes
     secret = read_secret_file(become_password_file) if become_password_file is not None else None
     interactive = not non_interactive and sys.stdin.isatty() and not output.mode.json
 
@@ -73,7 +74,8 @@ def command(
         table.update(node, step, status)
 
     try:
-        report = bootstrap(fleet, meshes, check=check, become_password=ask_password, on_step=on_step)
+        report = bootstrap(fleet, meshes, check=check, become_password=ask_password, on_step=on_step,
+                           partial=tuple(partial))
     finally:
         if live:
             live[0].stop()

@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from macfleet.cli.options import InventoryOpt, JsonOpt, MeshOpt, inventory_path
+from macfleet.cli.options import InventoryOpt, JsonOpt, LimitOpt, MeshOpt, inventory_path
+from macfleet.errors import UsageError
 from macfleet.render.output import emit, info, mode
 
 # The flows and macfleet.render.doctor (and the judges it names) are imported once they are needed: not for
@@ -21,6 +22,7 @@ app = typer.Typer(help="Every health probe, each with its fix.", invoke_without_
 def doctor(
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
+    limit: LimitOpt = None,
     json_output: JsonOpt = False,
     fix: Annotated[bool, typer.Option("--fix", help="Apply the safe fixes (bridge, IP plan, power, wired limit, "
                                       "restart exo) through their playbooks, then check again. Never reboots.")]
@@ -41,10 +43,11 @@ def doctor(
         doctor_exit_code,
         fix_doctor,
         fix_payload,
+        limited_checks,
         parse_only,
         run_doctor,
     )
-    from macfleet.flow.meshes import select_meshes
+    from macfleet.flow.meshes import limit_meshes, select_meshes
     from macfleet.inventory.load import load_inventory
 
     if list_checks:
@@ -55,7 +58,15 @@ def doctor(
         return
     codes = parse_only(only)
     fleet = load_inventory(inventory_path(inventory))
-    meshes = select_meshes(fleet, mesh)
+    meshes, partial = limit_meshes(fleet, select_meshes(fleet, mesh), limit)
+    if partial:
+        if fix:
+            raise UsageError(f"--fix with --limit {limit!r}: it leaves part of mesh {', '.join(partial)}, and the "
+                             "fixes apply the IP plan, which is made for whole meshes",
+                             hint="run `doctor --fix` without --limit, or with a limit that names whole meshes")
+        codes = limited_checks(codes)
+        info(f"doctor: --limit leaves part of {', '.join(partial)}: the mesh-wide checks (cabling, IP plan, "
+             "exo's peers, versions alike) are not judged")
     probing = f"doctor: probing {sum(len(m.nodes) for m in meshes)} node(s) in one pass…"
     if fix:
         info(probing)

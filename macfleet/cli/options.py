@@ -40,6 +40,18 @@ MeshOpt = Annotated[
     typer.Option("--mesh", help="Only this mesh (an inventory group under `macfleet`).", show_default=False),
 ]
 
+LimitOpt = Annotated[
+    str | None,
+    typer.Option(
+        "-l",
+        "--limit",
+        metavar="PATTERN",
+        help="Only these nodes, in Ansible's pattern syntax: names or groups (a mesh, all), comma- or "
+        "colon-separated, globs (studio-*), !exclude, &intersect.",
+        show_default=False,
+    ),
+]
+
 CheckOpt = Annotated[
     bool,
     typer.Option("--check", help="Say what would change on the nodes, and change nothing."),

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from macfleet.cli.options import InventoryOpt, JsonOpt, MeshOpt, inventory_path
+from macfleet.cli.options import InventoryOpt, JsonOpt, LimitOpt, MeshOpt, inventory_path
 from macfleet.render.output import emit, info
 
 if TYPE_CHECKING:  # the flows, rich and the inventory's models are imported when a command runs, not for --help
@@ -40,6 +40,7 @@ def enable_cmd(
                                                       show_default=False)] = None,
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
+    limit: LimitOpt = None,
     all_at_once: Annotated[bool, typer.Option("--all-at-once", help="Shut every node down together and walk "
                                               "them through Recovery at once.")] = False,
     non_interactive: Annotated[bool, typer.Option("--non-interactive", help="Print the status and the steps only "
@@ -55,14 +56,18 @@ def enable_cmd(
     Recovery."""
     from rich.console import Group
 
-    from macfleet.flow.meshes import select_meshes
+    from macfleet.errors import UsageError
+    from macfleet.flow.meshes import limit_names, select_meshes
     from macfleet.flow.rdma import EnableOptions, enable_rdma
     from macfleet.inventory.load import load_inventory
     from macfleet.render.rdma import ConsoleOperator, render_status, render_walk_summary
 
     fleet = load_inventory(inventory_path(inventory))
     meshes = select_meshes(fleet, mesh)
-    opts = EnableOptions(nodes=list(nodes or []), all_at_once=all_at_once, non_interactive=non_interactive,
+    if limit is not None and nodes:
+        raise UsageError("give the nodes as arguments or with --limit, not both")
+    opts = EnableOptions(nodes=limit_names(fleet, limit) or list(nodes or []), all_at_once=all_at_once,
+                         non_interactive=non_interactive,
                          timeout_s=timeout)
     result = enable_rdma(fleet, meshes, opts, ConsoleOperator())
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from macfleet.cli.options import CheckOpt, InventoryOpt, JsonOpt, MeshOpt, inventory_path
+from macfleet.cli.options import CheckOpt, InventoryOpt, JsonOpt, LimitOpt, MeshOpt, inventory_path
 from macfleet.errors import UsageError
 from macfleet.flow import llama_rpc as llama_flow
 from macfleet.flow import models as model_flow
@@ -116,6 +116,7 @@ def model_cmd(
     from_: Annotated[Path | None, typer.Option("--from", help="A local directory holding the model's files.")] = None,
     hf: Annotated[bool, typer.Option("--hf", help="Download it once from Hugging Face onto the controller.")] = False,
     nodes: Annotated[list[str] | None, typer.Option("--nodes", help="Only these nodes (repeat).")] = None,
+    limit: LimitOpt = None,
     verify: Annotated[bool, typer.Option("--verify", help="Send nothing: re-check every digest on every node.")]
     = False,
     inventory: InventoryOpt = None,
@@ -126,7 +127,13 @@ def model_cmd(
     """Push a model's weights once and fan them out over the Thunderbolt mesh into exo's models dir."""
     if (from_ is None) == (not hf) or (verify and from_ is None):
         raise UsageError("say where the model comes from: --from DIR or --hf (--verify needs --from DIR)")
+    if limit is not None and nodes:
+        raise UsageError("give the nodes with --nodes or with --limit, not both")
     fleet = load_inventory(inventory_path(inventory))
+    if limit is not None:
+        from macfleet.flow.meshes import limit_names
+
+        nodes = limit_names(fleet, limit)
     if verify:
         report = model_flow.verify_model(fleet, model, from_, mesh=mesh, nodes=nodes)
         emit(report, human=render_model_verify, exit_code=1 if report.differ else 0)
