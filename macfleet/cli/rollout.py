@@ -36,8 +36,11 @@ ForceOpt = Annotated[bool, typer.Option("--force", help="Take the cluster lock e
 
 @app.command("exo")
 def exo_cmd(
-    source: Annotated[str, typer.Option("--source", help="exo build: a directory, a tarball or a git URL.")],
-    ref: Annotated[str | None, typer.Option("--ref", help="Git branch or tag (with a git URL).")] = None,
+    source: Annotated[str | None, typer.Option(
+        "--source", help="exo build: a directory, a tarball or a git URL (default: macfleet_exo.source).",
+        show_default=False)] = None,
+    ref: Annotated[str | None, typer.Option(
+        "--ref", help="Git branch or tag, with a git URL (default: macfleet_exo.version).", show_default=False)] = None,
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
     keep: KeepOpt = flow.DEFAULT_KEEP,

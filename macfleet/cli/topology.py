@@ -93,12 +93,11 @@ def check_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, json_output:
 
 
 def _model_or_fail(name: str) -> MacModelSpec:
-    from macfleet.inventory.model import MAC_MODELS, model_spec
+    from macfleet.inventory.model import known_models, model_spec
 
     spec = model_spec(name)
     if spec is None:
-        raise UsageError(f"unknown Mac model {name!r}",
-                         hint="known: " + ", ".join(f"{m.slug} ({m.model_identifier})" for m in MAC_MODELS.values()))
+        raise UsageError(f"unknown Mac model {name!r}", hint="known: " + known_models())
     return spec
 
 

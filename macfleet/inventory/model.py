@@ -138,6 +138,11 @@ def model_spec(name: str | None) -> MacModelSpec | None:
     return MAC_MODELS.get(name) or MODEL_BY_IDENTIFIER.get(name)
 
 
+def known_models() -> str:
+    """The models macfleet knows, as every message that names them lists them."""
+    return ", ".join(f"{m.model_identifier} ({m.slug})" for m in MAC_MODELS.values())
+
+
 # ---------------------------------------------------------------------------------------------
 # Settings (group_vars). Every block forbids unknown keys, so a typo is caught, not ignored.
 # ---------------------------------------------------------------------------------------------
