@@ -102,3 +102,17 @@ def test_inventory_check_says_known_hosts_is_empty(cli) -> None:
     result = cli("inventory", "check", "-i", str(EXAMPLE_INVENTORY))
     assert result.exit_code == 0
     assert "empty known_hosts" in result.stderr and "macfleet trust" in result.stderr
+
+
+def test_facts_parse_shows_the_command_not_our_class_names(cli) -> None:
+    from tests.conftest import ROOT
+
+    captures = ROOT / "tests" / "fixtures" / "captures"
+    for kind_dir in sorted(p for p in captures.iterdir() if p.is_dir()):
+        first = next((p for p in sorted(kind_dir.iterdir()) if not p.name.endswith(".expected.json")), None)
+        if first is None:
+            continue
+        result = cli("facts", "parse", "auto", str(first), env={"COLUMNS": "200"})
+        assert "Facts" not in result.stdout, (kind_dir.name, result.stdout[:300])
+    f = captures / "rdma-ctl" / "macos__rdma_ctl_status_enabled_1.txt"
+    assert cli("facts", "parse", "rdma-ctl", str(f)).stdout.startswith("rdma_ctl status\n")

@@ -28,14 +28,15 @@ def parse_cmd(
         result = AutoParsed(kind=found, facts=facts.model_dump(mode="json"))
         emit(result, human=lambda r: _auto_human(found, facts))
         return
-    emit(facts, human=render_facts)
+    emit(facts, human=lambda f: render_facts(f, title=kind_commands()[kind]))
 
 
 def _auto_human(kind: str, facts: BaseModel):
     from rich.console import Group
     from rich.text import Text
 
-    return Group(Text(f"kind: {kind} ({kind_commands()[kind]})", style="bold"), render_facts(facts))
+    return Group(Text(f"kind: {kind} ({kind_commands()[kind]})", style="bold"),
+                 render_facts(facts, title=kind_commands()[kind]))
 
 
 @app.command("kinds")
