@@ -145,6 +145,19 @@ def add_shared_options(command: click.Command) -> None:
             _with_flags_as_flags(leaf)
 
 
+class lazy_module:
+    """A module imported at its first attribute read: a command group's flows load when one of its commands
+    runs, not for its --help."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> object:
+        import importlib
+
+        return getattr(importlib.import_module(self._name), attr)
+
+
 def walk(command: click.Command, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], click.Command]]:
     """Every runnable command under `command`, with its words (for docs and tests)."""
     subs = getattr(command, "commands", None)

@@ -27,6 +27,7 @@ from macfleet.act import release as rel
 from macfleet.act import transfer
 from macfleet.act.lock import Acquired, ClusterLock, LockRecord, lock_path
 from macfleet.errors import RolloutFailed, UsageError
+from macfleet.flow.defaults import EXO_HEALTH_TIMEOUT_S, ROLLOUT_KEEP
 from macfleet.flow.meshes import one_mesh
 from macfleet.inventory.model import ExoBuildSettings, Fleet, Mesh
 from macfleet.judge.build import (
@@ -54,8 +55,8 @@ from macfleet.judge.rollout import (
 )
 
 Say = Callable[[str], None]
-DEFAULT_KEEP = 3
-DEFAULT_HEALTH_TIMEOUT_S = 90.0
+DEFAULT_KEEP = ROLLOUT_KEEP
+DEFAULT_HEALTH_TIMEOUT_S = EXO_HEALTH_TIMEOUT_S
 SWITCH_STEPS = ("stop", "flip", "start", "health", "rollback")
 
 
