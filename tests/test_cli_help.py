@@ -72,8 +72,9 @@ IDS = [" ".join(words) for words, _ in COMMANDS]
 def test_every_command_takes_the_shared_options(words: tuple[str, ...], command) -> None:
     opts = {o for p in command.params for o in p.opts}
     assert {"-v", "--verbose", "--json", "--no-color"} <= opts, words
-    # every command that reads an inventory takes -i/--inventory (lab, facts and saved-capture links read none)
-    if words[0] not in ("lab", "facts") and words != ("topology", "links"):
+    # every command that reads an inventory takes -i/--inventory (lab, facts, config and saved-capture links
+    # read none)
+    if words[0] not in ("lab", "facts", "config") and words != ("topology", "links"):
         assert {"-i", "--inventory"} <= opts, words
 
 

@@ -19,6 +19,7 @@ from typer.exceptions import TyperException
 
 from macfleet import __version__
 from macfleet.cli import shared
+from macfleet.cli.config_file import TRUE
 from macfleet.errors import EXIT_CANCELLED, EXIT_PROBLEMS, EXIT_USAGE, MacfleetError, UsageError
 from macfleet.paths import state_dir
 from macfleet.render import output
@@ -36,6 +37,7 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}
 # (name, module, what it is for)
 GROUPS: list[tuple[str, str, str]] = [
     ("inventory", "macfleet.cli.inventory", "Check and show an inventory."),
+    ("config", "macfleet.cli.config", "The settings in effect (config file, MACFLEET_* variables) and their source."),
     ("trust", "macfleet.cli.trust", "Record each Mac's SSH host key once you have confirmed it."),
     ("facts", "macfleet.cli.facts", "Parse macOS command outputs into facts."),
     ("topology", "macfleet.cli.topology", "Cabling check, cabling plan and picture, IP plan."),
@@ -224,7 +226,7 @@ def _json_requested(argv: list[str]) -> bool:
     the option's own callback runs)."""
     words = argv[: argv.index("--")] if "--" in argv else argv
     env = os.environ.get("MACFLEET_JSON", "").strip().lower()
-    return "--json" in words or env in ("1", "true", "yes", "on")
+    return "--json" in words or env in TRUE
 
 
 def _click_error(exc: TyperException) -> int:
@@ -246,6 +248,10 @@ def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     shared.reset()
     output.mode.json = _json_requested(args)
+    try:
+        shared.apply_config()
+    except MacfleetError as exc:
+        sys.exit(output.fail(exc))
     try:
         code = app(args=args, prog_name="macfleet", standalone_mode=False)
     except MacfleetError as exc:

@@ -27,6 +27,7 @@ DEFAULT_INVENTORY = Path("inventories/default")
 
 class _Globals:
     inventory: Path | None = None  # -i given before the command's name
+    config_inventory: Path | None = None  # `inventory` in the config file
 
 
 state = _Globals()
@@ -34,10 +35,25 @@ state = _Globals()
 
 def reset() -> None:
     state.inventory = None
+    state.config_inventory = None
     output.mode.json = False
     output.mode.verbose = 0
     output.mode.no_color = False
     _push_verbosity()
+
+
+def apply_config() -> None:
+    """The config file's preferences (cli/config_file.py), under the MACFLEET_* variables and the flags."""
+    from macfleet.cli.config_file import config_path, load_config
+
+    if not config_path().is_file():
+        return
+    values = load_config().values
+    state.config_inventory = values.get("inventory")  # type: ignore[assignment]
+    if values.get("json") and not os.environ.get("MACFLEET_JSON", "").strip():
+        output.mode.json = True
+    if values.get("color") is False:
+        output.mode.no_color = True
 
 
 def _push_verbosity() -> None:
@@ -69,13 +85,15 @@ def _set_no_color(value: bool) -> None:
 
 def inventory_path(value: Path | None) -> Path:
     """The inventory a command reads: its own -i, else the -i before its name, else $MACFLEET_INVENTORY, else
-    ./inventories/default."""
+    the config file's `inventory`, else ./inventories/default."""
     if value is not None:
         return value
     if state.inventory is not None:
         return state.inventory
     env = os.environ.get(INVENTORY_ENV, "").strip()
-    return Path(env) if env else DEFAULT_INVENTORY
+    if env:
+        return Path(env)
+    return state.config_inventory if state.config_inventory is not None else DEFAULT_INVENTORY
 
 
 # -------------------------------------------------------------------------------------------------------------
