@@ -131,3 +131,10 @@ def test_the_inventory_before_the_command_is_used_and_its_own_wins(cli, tmp_path
 def test_version_as_json(cli) -> None:
     result = cli("--json", "--version")
     assert "version" in json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("argv", [("topology", "watch"), ("watch",), ("export", "mlx-hostfile")])
+def test_json_is_refused_where_a_command_prints_no_json(cli, argv: tuple[str, ...]) -> None:
+    result = cli(*argv, "-i", str(EXAMPLE_INVENTORY), "--json")
+    assert result.exit_code == 2, result.output
+    assert "has no JSON output yet" in json.loads(result.stdout)["error"]["message"]

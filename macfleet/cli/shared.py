@@ -110,6 +110,12 @@ def _json_cb(value: bool) -> bool:
     return output.set_json_mode(value)
 
 
+def _no_json_cb(ctx: typer.Context, value: bool) -> bool:
+    if value:
+        raise typer.BadParameter(f"`{ctx.command_path}` has no JSON output yet")
+    return value
+
+
 def _no_color_cb(value: bool) -> bool:
     _set_no_color(value)
     return value
@@ -129,9 +135,16 @@ def _template(
     """Holds the shared options."""
 
 
-def _shared_params() -> list[click.Parameter]:
+def _no_json_template(
+    json_output: Annotated[bool, typer.Option("--json", callback=_no_json_cb, help="Refused: no JSON output yet.")]
+    = False,
+) -> None:
+    """Holds --json for a command whose output is not JSON."""
+
+
+def _params_of(function: object) -> list[click.Parameter]:
     holder = typer.Typer(add_completion=False)
-    holder.command()(_template)
+    holder.command()(function)
     params = list(typer.main.get_command(holder).params)
     for param in params:
         param.expose_value = False
@@ -152,12 +165,16 @@ def _with_flags_as_flags(command: click.Command) -> None:
 
 
 def add_shared_options(command: click.Command) -> None:
-    """Give every command under `command` the shared options it lacks (-v, --json, --no-color), and print
-    flags as flags."""
-    shared = _shared_params()
+    """Give every command under `command` the shared options it lacks (-v, --json, --no-color; --json refused
+    where the command prints no JSON), and print flags as flags."""
+    shared = _params_of(_template)
+    no_json = _params_of(_no_json_template)
     _with_flags_as_flags(command)
     for _, leaf in walk(command):
         have = {opt for param in leaf.params for opt in param.opts}
+        if "--json" not in have:  # a live stream (watch, topology watch), a file, a shell: --json is refused
+            leaf.params.extend(no_json)
+            have.add("--json")
         leaf.params.extend(p for p in shared if not have & set(p.opts))
         if leaf is not command:
             _with_flags_as_flags(leaf)
