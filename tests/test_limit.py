@@ -84,3 +84,12 @@ def test_limit_narrows_meshes_and_names_the_partial_ones() -> None:
     assert [m.node_names for m in meshes] == [("studio-1", "studio-2", "studio-3")] and partial == ["mesh1"]
     meshes, partial = limit_meshes(fleet, list(fleet.meshes), "all")
     assert meshes == list(fleet.meshes) and partial == []
+
+
+def test_part_of_a_mesh_leaves_out_exactly_the_mesh_wide_checks() -> None:
+    from macfleet.flow.doctor import MESH_WIDE_CHECKS, limited_checks
+    from macfleet.judge.health import CHECK_CODES
+
+    assert set(MESH_WIDE_CHECKS) <= set(CHECK_CODES)
+    assert limited_checks(None) == [c for c in CHECK_CODES if c not in MESH_WIDE_CHECKS]
+    assert limited_checks(["cabling", "power"]) == ["power"]

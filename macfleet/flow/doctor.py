@@ -472,9 +472,9 @@ def check_catalogue() -> list:
     return list(CHECKS)
 
 
-# Checks judged across a whole mesh (its cables, its IP plan keyed by pair, versions alike on every node, exo's
-# view of its peers): not judged when `doctor --limit` leaves only part of a mesh.
-MESH_WIDE_CHECKS = ("macos-build", "cabling", "ip-plan", "exo-version", "exo-peers", "exo-rdma", "tb-ping",
+# Checks judged across a whole mesh (its cables and the RDMA ports on them, its IP plan keyed by pair, versions
+# alike on every node, exo's view of its peers): not judged when `doctor --limit` leaves only part of a mesh.
+MESH_WIDE_CHECKS = ("macos-build", "cabling", "rdma", "ip-plan", "exo-version", "exo-peers", "exo-rdma", "tb-ping",
                     "exo-api-exposure", "llama-rpc", "links-bench")
 
 
