@@ -113,8 +113,9 @@ def _commands() -> list[tuple[tuple[str, ...], list]]:
         if names:
             for name in names:
                 walk(cmd.get_command(click.Context(cmd), name), (*path, name))
-        elif path not in SKIPPED:
-            out.append((path, list(cmd.params)))
+        elif path not in SKIPPED:  # the shell-completion options print a script, not a result
+            completion = {"--install-completion", "--show-completion"}
+            out.append((path, [p for p in cmd.params if not completion & set(p.opts)]))
 
     walk(typer.main.get_command(app), ())
     return out
@@ -197,7 +198,7 @@ def _argv(draw, st, play: dict[str, Path]) -> list[str]:
                 count = 1 if param.nargs == 1 else draw(st.integers(1, 3))
                 argv += [_value(draw, st, param, play, command) for _ in range(count)]
             continue
-        if getattr(param, "is_flag", False):
+        if getattr(param, "is_flag", False) or getattr(param, "count", False):  # -v takes no value
             if draw(st.booleans()):
                 argv.append(param.opts[-1])
             continue

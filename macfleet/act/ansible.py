@@ -55,6 +55,16 @@ RUNNER_ENV = ("ANSIBLE_CALLBACK_PLUGINS", "ANSIBLE_STDOUT_CALLBACK", "ANSIBLE_RE
               "ANSIBLE_CACHE_PLUGIN", "ANSIBLE_CACHE_PLUGIN_CONNECTION", "AWX_ISOLATED_DATA_DIR")
 
 
+class _Settings:
+    """Process-wide choices the command line makes once (`macfleet -vv ...`): the -v level handed to
+    ansible-playbook on every run."""
+
+    verbosity = 0
+
+
+settings = _Settings()
+
+
 @dataclass(frozen=True)
 class PlaybookRun:
     playbook: str  # name under playbooks/, without .yml: "network", "bootstrap"...
@@ -263,6 +273,7 @@ def _run(
         extravars=dict(run.extravars) or None,
         tags=",".join(run.tags) if run.tags else None,
         cmdline=cmdline or None,
+        verbosity=settings.verbosity or None,
         passwords={BECOME_PROMPT: become_password} if become_password is not None else None,
         envvars=envvars,
         ident=ident,

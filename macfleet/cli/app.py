@@ -10,18 +10,26 @@ import sys
 import threading
 import traceback
 from datetime import UTC, datetime
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
-import click
 import typer
-from pydantic import ValidationError
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 from typer.exceptions import TyperException
 
 from macfleet import __version__
+from macfleet.cli import shared
+from macfleet.cli.config_file import TRUE
 from macfleet.errors import EXIT_CANCELLED, EXIT_PROBLEMS, EXIT_USAGE, MacfleetError, UsageError
 from macfleet.paths import state_dir
 from macfleet.render import output
+
+# `macfleet --help` and each group's help import no command group but the one asked for, and none of the heavy
+# modules (pydantic, paramiko, ansible-runner, the flows): tests/test_cli_help.py checks it, bench/cli_help.py
+# times it.
+if TYPE_CHECKING:
+    import click
+    from pydantic import ValidationError
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 
@@ -29,6 +37,7 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}
 # (name, module, what it is for)
 GROUPS: list[tuple[str, str, str]] = [
     ("inventory", "macfleet.cli.inventory", "Check and show an inventory."),
+    ("config", "macfleet.cli.config", "The settings in effect (config file, MACFLEET_* variables) and their source."),
     ("trust", "macfleet.cli.trust", "Record each Mac's SSH host key once you have confirmed it."),
     ("facts", "macfleet.cli.facts", "Parse macOS command outputs into facts."),
     ("topology", "macfleet.cli.topology", "Cabling check, cabling plan and picture, IP plan."),
@@ -46,27 +55,91 @@ GROUPS: list[tuple[str, str, str]] = [
 
 
 class _LazyGroups(TyperGroup):
-    """The command groups, each imported only when it runs (or when --help lists it): a command pays at start-up
-    for its own modules, not for every other command's."""
+    """The command groups, each imported only when it runs or shows its own help. The root's help and the
+    shell's completion of command names list them from GROUPS, importing none."""
+
+    _listing = False
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return [name for name, _, _ in GROUPS]
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        module = next((m for name, m, _ in GROUPS if name == cmd_name), None)
-        return None if module is None else _load_group(cmd_name, module)
+        entry = next(((m, h) for name, m, h in GROUPS if name == cmd_name), None)
+        if entry is None:
+            return None
+        module, summary = entry
+        if self._listing:
+            return TyperCommand(cmd_name, help=summary, short_help=summary)
+        return _load_group(cmd_name, module)
+
+    _given: frozenset[str] = frozenset()
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        self._given = _root_words(args)
+        return super().parse_args(ctx, args)
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        """All of the root's options for its help; for a run, only those written before the command's name:
+        typer checks every option it parses (given or not) through pydantic, which `macfleet doctor --help`
+        would otherwise import for options nobody gave."""
+        params = shared.flags_as_flags(super().get_params(ctx))
+        if self._listing:
+            return params
+        return [p for p in params if self._given & {*p.opts, *p.secondary_opts}]
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[Any]:
+        self._listing = True
+        try:
+            return super().shell_complete(ctx, incomplete)
+        finally:
+            self._listing = False
+
+
+def _root_words(args: list[str]) -> frozenset[str]:
+    """The option names written before the command's name: `-vv -i x --json=1 doctor` gives -v, -i, --json."""
+    names = {name for name, _, _ in GROUPS}
+    found: set[str] = set()
+    for word in args:
+        if word in names or word == "--":
+            break
+        if word.startswith("--"):
+            found.add(word.split("=", 1)[0])
+        elif word.startswith("-") and len(word) > 1:
+            found.update(f"-{c}" for c in word[1:])
+    return frozenset(found)
+
+
+def _single_command(cli_module: Any) -> Any:
+    """The function behind a group that is one command: a module's `command`, or a Typer app with only a
+    callback (doctor, reboot, watch), which click would otherwise show as `COMMAND [ARGS]...`."""
+    if hasattr(cli_module, "command"):
+        return cli_module.command, None
+    sub = cli_module.app
+    callback = sub.registered_callback
+    if sub.registered_commands or sub.registered_groups or callback is None or callback.callback is None:
+        return None, None
+    return callback.callback, sub.info.help if isinstance(sub.info.help, str) else None
 
 
 @functools.cache
 def _load_group(name: str, module: str) -> click.Command:
     cli_module = importlib.import_module(module)
-    if hasattr(cli_module, "command"):
-        single = typer.Typer(context_settings=CONTEXT, pretty_exceptions_enable=False)
-        single.command(name, context_settings=CONTEXT)(cli_module.command)
+    function, help_text = _single_command(cli_module)
+    if function is not None:
+        single = typer.Typer(context_settings=CONTEXT, pretty_exceptions_enable=False, add_completion=False)
+        single.command(name, context_settings=CONTEXT, help=help_text)(function)
         command = typer.main.get_command(single)
     else:
         command = typer.main.get_group(cli_module.app)  # a group even with one subcommand, as add_typer made it
     command.name = name
+    shared.add_shared_options(command)
     return command
 
 
@@ -84,18 +157,30 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"macfleet {__version__}")
+        if output.mode.json:
+            output.emit({"version": __version__})
+        else:
+            typer.echo(f"macfleet {__version__}")
         raise typer.Exit()
 
 
 @app.callback()
 def _root(
-    verbose: Annotated[int, typer.Option("-v", "--verbose", count=True, help="Say more on stderr.")] = 0,
+    inventory: Annotated[
+        Path | None,
+        typer.Option("-i", "--inventory", metavar="DIR", show_default=False, help=shared.INVENTORY_HELP),
+    ] = None,
+    verbose: Annotated[
+        int, typer.Option("-v", "--verbose", count=True, show_default=False, help=shared.VERBOSE_HELP)
+    ] = 0,
+    json_output: Annotated[bool, typer.Option("--json", help=shared.JSON_HELP)] = False,
+    no_color: Annotated[bool, typer.Option("--no-color", help=shared.NO_COLOR_HELP)] = False,
     version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
     ] = False,
 ) -> None:
-    output.mode.verbose = verbose
+    shared.take_globals(inventory=inventory, verbose=verbose, json_output=json_output, no_color=no_color)
 
 
 def _report_crash(exc: BaseException) -> int:
@@ -110,6 +195,12 @@ def _report_crash(exc: BaseException) -> int:
         where = ""
     output.fail(MacfleetError(f"internal error: {type(exc).__name__}: {exc}{where}", hint="please report it"))
     return EXIT_PROBLEMS
+
+
+def _is_validation_error(exc: BaseException) -> bool:
+    """A pydantic ValidationError, without importing pydantic when no command did."""
+    pydantic = sys.modules.get("pydantic")
+    return pydantic is not None and isinstance(exc, pydantic.ValidationError)
 
 
 def _validation_error(exc: ValidationError) -> UsageError:
@@ -135,7 +226,7 @@ def _json_requested(argv: list[str]) -> bool:
     the option's own callback runs)."""
     words = argv[: argv.index("--")] if "--" in argv else argv
     env = os.environ.get("MACFLEET_JSON", "").strip().lower()
-    return "--json" in words or env in ("1", "true", "yes", "on")
+    return "--json" in words or env in TRUE
 
 
 def _click_error(exc: TyperException) -> int:
@@ -155,16 +246,18 @@ def _click_error(exc: TyperException) -> int:
 def main(argv: list[str] | None = None) -> None:
     """Console entry point. Only here do exceptions become exit codes (docs/cli.md)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    shared.reset()
     output.mode.json = _json_requested(args)
-    output.mode.verbose = 0
+    try:
+        shared.apply_config()
+    except MacfleetError as exc:
+        sys.exit(output.fail(exc))
     try:
         code = app(args=args, prog_name="macfleet", standalone_mode=False)
     except MacfleetError as exc:
         if exc.exit_code == EXIT_CANCELLED:
             _ignore_second_interrupt(argv is None)
         sys.exit(output.fail(exc))
-    except ValidationError as exc:
-        sys.exit(output.fail(_validation_error(exc)))
     except TyperException as exc:
         sys.exit(_click_error(exc))
     except (KeyboardInterrupt, typer.Abort):
@@ -172,6 +265,8 @@ def main(argv: list[str] | None = None) -> None:
     except SystemExit:
         raise
     except Exception as exc:
+        if _is_validation_error(exc):
+            sys.exit(output.fail(_validation_error(exc)))  # type: ignore[arg-type]
         sys.exit(_report_crash(exc))
     if code == EXIT_CANCELLED:  # typer turns Ctrl-C into exit code 130 and returns it
         _cancelled(console=argv is None)

@@ -7,10 +7,6 @@ from typing import Annotated
 import typer
 
 from macfleet.cli.options import InventoryOpt, JsonOpt, MeshOpt, count_option, inventory_path
-from macfleet.flow.bench_links import bench_links
-from macfleet.flow.meshes import one_mesh
-from macfleet.inventory.load import load_inventory
-from macfleet.render.bench import baseline_note, render_bench
 from macfleet.render.output import emit, info
 from macfleet.render.text import text
 
@@ -32,6 +28,11 @@ def links_cmd(
     `macfleet_bench.min_fraction` of it is named.
 
     Exit 0, 1 a link below its baseline or not measured, 3 a node could not be reached."""
+    from macfleet.flow.bench_links import bench_links  # the flows when it runs, not for --help
+    from macfleet.flow.meshes import one_mesh
+    from macfleet.inventory.load import load_inventory
+    from macfleet.render.bench import baseline_note, render_bench
+
     fleet = load_inventory(inventory_path(inventory))
     m = one_mesh(fleet, mesh)
     info(f"measuring the links of mesh {m.name} ({duration} s each, links sharing no Mac at once)…")

@@ -5,19 +5,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.live import Live
-from rich.prompt import Confirm, Prompt
 
-from macfleet.cli.options import CheckOpt, InventoryOpt, JsonOpt, MeshOpt, inventory_path
-from macfleet.flow.bootstrap import STEPS, bootstrap, read_secret_file
-from macfleet.flow.meshes import select_meshes
-from macfleet.inventory.load import load_inventory
+from macfleet.cli.options import CheckOpt, InventoryOpt, JsonOpt, LimitOpt, MeshOpt, inventory_path
 from macfleet.render import output
-from macfleet.render.bootstrap import StepTable, live_steps, render_bootstrap
-from macfleet.render.output import emit, err_console
+from macfleet.render.output import emit
+
+if TYPE_CHECKING:  # the flow, rich and the inventory's models are imported when it runs, not for --help
+    from rich.live import Live
 
 SUDO_EXPLAINED = (
     "sudo asks for the admin password on: {nodes}.\n"
@@ -30,6 +27,7 @@ SUDO_EXPLAINED = (
 def command(
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
+    limit: LimitOpt = None,
     check: CheckOpt = False,
     non_interactive: Annotated[bool, typer.Option(
         "--non-interactive", help="Never prompt: nodes that need a person are listed with what to do.")] = False,
@@ -42,8 +40,16 @@ def command(
     LaunchDaemon, packet filter for exo's ports, the IP plan, RDMA and FileVault checks. Idempotent.
 
     Exit 0 every node ready, 1 something failed or needs a human, 3 a node unreachable."""
+    from rich.prompt import Confirm, Prompt
+
+    from macfleet.flow.bootstrap import STEPS, bootstrap, read_secret_file
+    from macfleet.flow.meshes import limit_meshes, select_meshes
+    from macfleet.inventory.load import load_inventory
+    from macfleet.render.bootstrap import StepTable, live_steps, render_bootstrap
+    from macfleet.render.output import err_console
+
     fleet = load_inventory(inventory_path(inventory))
-    meshes = select_meshes(fleet, mesh)
+    meshes, partial = limit_meshes(fleet, select_meshes(fleet, mesh), limit)  # the playbook's --limit: these nodes
     secret = read_secret_file(become_password_file) if become_password_file is not None else None
     interactive = not non_interactive and sys.stdin.isatty() and not output.mode.json
 
@@ -68,7 +74,8 @@ def command(
         table.update(node, step, status)
 
     try:
-        report = bootstrap(fleet, meshes, check=check, become_password=ask_password, on_step=on_step)
+        report = bootstrap(fleet, meshes, check=check, become_password=ask_password, on_step=on_step,
+                           partial=tuple(partial))
     finally:
         if live:
             live[0].stop()

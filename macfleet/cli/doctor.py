@@ -6,22 +6,13 @@ from typing import Annotated
 
 import typer
 
-from macfleet.cli.options import InventoryOpt, JsonOpt, MeshOpt, inventory_path
-from macfleet.flow.doctor import (
-    apply_fix_step,
-    check_catalogue,
-    doctor_exit_code,
-    fix_doctor,
-    fix_payload,
-    parse_only,
-    run_doctor,
-)
-from macfleet.flow.meshes import select_meshes
-from macfleet.inventory.load import load_inventory
+from macfleet.cli.options import InventoryOpt, JsonOpt, LimitOpt, MeshOpt, inventory_path
+from macfleet.errors import UsageError
 from macfleet.render.output import emit, info, mode
 
-# macfleet.render.doctor (and the judges it names) is imported once it is needed: a doctor run imports the
-# judges while the nodes answer (flow.doctor.run_doctor), not before it dials them.
+# The flows and macfleet.render.doctor (and the judges it names) are imported once they are needed: not for
+# --help, and a doctor run imports the judges while the nodes answer (flow.doctor.run_doctor), not before it
+# dials them.
 
 app = typer.Typer(help="Every health probe, each with its fix.", invoke_without_command=True,
                   context_settings={"help_option_names": ["-h", "--help"]})
@@ -31,6 +22,7 @@ app = typer.Typer(help="Every health probe, each with its fix.", invoke_without_
 def doctor(
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
+    limit: LimitOpt = None,
     json_output: JsonOpt = False,
     fix: Annotated[bool, typer.Option("--fix", help="Apply the safe fixes (bridge, IP plan, power, wired limit, "
                                       "restart exo) through their playbooks, then check again. Never reboots.")]
@@ -45,6 +37,19 @@ def doctor(
     """Every probe on every node in one bounded pass; findings grouped by node, each with its fix.
 
     Exit 0 healthy, 1 findings (or a check that could not tell), 3 a node unreachable (the rest still judged)."""
+    from macfleet.flow.doctor import (
+        apply_fix_step,
+        check_catalogue,
+        doctor_exit_code,
+        fix_doctor,
+        fix_payload,
+        limited_checks,
+        parse_only,
+        run_doctor,
+    )
+    from macfleet.flow.meshes import limit_meshes, select_meshes
+    from macfleet.inventory.load import load_inventory
+
     if list_checks:
         from macfleet.render.doctor import render_catalogue
 
@@ -53,7 +58,15 @@ def doctor(
         return
     codes = parse_only(only)
     fleet = load_inventory(inventory_path(inventory))
-    meshes = select_meshes(fleet, mesh)
+    meshes, partial = limit_meshes(fleet, select_meshes(fleet, mesh), limit)
+    if partial:
+        if fix:
+            raise UsageError(f"--fix with --limit {limit!r}: it leaves part of mesh {', '.join(partial)}, and the "
+                             "fixes apply the IP plan, which is made for whole meshes",
+                             hint="run `doctor --fix` without --limit, or with a limit that names whole meshes")
+        codes = limited_checks(codes)
+        info(f"doctor: --limit leaves part of {', '.join(partial)}: the mesh-wide checks (cabling, IP plan, "
+             "exo's peers, versions alike) are not judged")
     probing = f"doctor: probing {sum(len(m.nodes) for m in meshes)} node(s) in one pass…"
     if fix:
         info(probing)

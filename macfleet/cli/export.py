@@ -9,11 +9,9 @@ import typer
 
 from macfleet.cli.options import InventoryOpt, JsonOpt, MeshOpt, inventory_path
 from macfleet.errors import UsageError
-from macfleet.flow.export import MLX_BACKENDS, export_llama_rpc, export_mlx_hostfile
-from macfleet.flow.meshes import one_mesh
-from macfleet.inventory.load import load_inventory
-from macfleet.render.mlx import hostfile_written
 from macfleet.render.output import emit, info
+
+# The flows and the inventory's models are imported when a command runs, not for --help.
 
 app = typer.Typer(no_args_is_help=True, help="Hand the mesh to other engines: MLX's hostfile, llama.cpp's --rpc list.")
 
@@ -31,6 +29,11 @@ def mlx_hostfile_cmd(
     pair's RDMA device from its live cable (jaccl) or its planned Thunderbolt address (ring).
 
     Refused (exit 1, naming the pairs) when a pair has no active RDMA port; 3 when a node cannot be reached."""
+    from macfleet.flow.export import MLX_BACKENDS, export_mlx_hostfile
+    from macfleet.flow.meshes import one_mesh
+    from macfleet.inventory.load import load_inventory
+    from macfleet.render.mlx import hostfile_written
+
     if backend not in MLX_BACKENDS:
         raise UsageError(f"--backend {backend!r}: expected one of {', '.join(MLX_BACKENDS)}")
     fleet = load_inventory(inventory_path(inventory))
@@ -55,6 +58,10 @@ def llama_rpc_cmd(
     head, with the mesh's rpc-server port.
 
     Refused (exit 1, naming the workers) when a worker has no live cable or address to the head; 3 unreachable."""
+    from macfleet.flow.export import export_llama_rpc
+    from macfleet.flow.meshes import one_mesh
+    from macfleet.inventory.load import load_inventory
+
     fleet = load_inventory(inventory_path(inventory))
     m = one_mesh(fleet, mesh)
     rpc = export_llama_rpc(fleet, m, head)

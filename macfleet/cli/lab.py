@@ -7,14 +7,19 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from pydantic import BaseModel
 
 from macfleet.cli.options import JsonOpt, seconds_option
+from macfleet.cli.shared import lazy_module
 from macfleet.errors import UsageError
 from macfleet.render.output import console, emit
+
+# The result models (pydantic) load when a command runs, not for `lab --help`.
+results = lazy_module("macfleet.cli.lab_results")
+if TYPE_CHECKING:
+    from macfleet.cli.lab_results import LabFaultKinds, LabNode, LabUp
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -37,30 +42,6 @@ NameOpt = Annotated[str, typer.Option("--name", callback=_lab_name, help="Lab na
 def ssh_hint(name: str, node: str) -> str:
     """The `lab ssh` line `lab up` suggests (options before the node: the command after it is passed as is)."""
     return f"macfleet lab ssh --name {name} {node} 'sw_vers'"
-
-
-class LabNode(BaseModel):
-    name: str
-    mesh: str
-    state: str
-    address: str
-    faults: list[str] = []
-
-
-class LabStatus(BaseModel):
-    nodes: list[LabNode]
-
-
-class LabUp(BaseModel):
-    name: str
-    inventory: str
-    took_s: float
-    nodes: list[LabNode]
-
-
-class LabPower(BaseModel):
-    node: str
-    state: str
 
 
 def _table(nodes: list[LabNode]) -> None:
@@ -104,15 +85,15 @@ def up_cmd(
     lab = control.up(name, nodes=nodes, pods=pods, model=model, fresh=fresh, exo=not no_exo, tb_rate=tb_rate,
                      mgmt_rate=mgmt_rate, boot_seconds=boot_seconds, inventories=inventories, all_ports=all_ports,
                      latency=latency)
-    result = LabUp(name=name, inventory=lab["inventory_dir"], took_s=lab["took_s"],
-                   nodes=[LabNode(**n) for n in control.status(name)])
+    result = results.LabUp(name=name, inventory=lab["inventory_dir"], took_s=lab["took_s"],
+                   nodes=[results.LabNode(**n) for n in control.status(name)])
 
     def human(r: LabUp) -> None:
         _table(r.nodes)
         console.print(f"lab [bold]{r.name}[/bold] up in {r.took_s:.1f}s; inventory: {r.inventory}")
         console.print(f"try: {ssh_hint(r.name, r.nodes[0].name)}", highlight=False)
 
-    emit(result, json_mode=json_output, human=human)
+    emit(result, json_mode=json_output or None, human=human)
 
 
 @app.command("status")
@@ -120,8 +101,8 @@ def status_cmd(name: NameOpt = "lab", json_output: JsonOpt = False) -> None:
     """Each node's mesh, power state and management address."""
     from macfleet.lab import control
 
-    result = LabStatus(nodes=[LabNode(**n) for n in control.status(name)])
-    emit(result, json_mode=json_output, human=lambda r: _table(r.nodes))
+    result = results.LabStatus(nodes=[results.LabNode(**n) for n in control.status(name)])
+    emit(result, json_mode=json_output or None, human=lambda r: _table(r.nodes))
 
 
 @app.command("down")
@@ -157,7 +138,7 @@ def power_cmd(
     """Press the power button: on, off (hard), or cycle (off, then on after --boot-seconds)."""
     from macfleet.lab import state
 
-    emit(LabPower(node=node, state=state.power(name, node, action)), json_mode=json_output,
+    emit(results.LabPower(node=node, state=state.power(name, node, action)), json_mode=json_output or None,
          human=lambda r: console.print(f"{r.node}: {r.state}"))
 
 
@@ -180,23 +161,6 @@ def recovery_cmd(
     raise typer.Exit(p.returncode)
 
 
-class LabFault(BaseModel):
-    kind: str
-    args: list[str]
-    nodes: list[str]
-    cleared: bool
-
-
-class LabFaultKind(BaseModel):
-    usage: str
-    description: str
-
-
-class LabFaultKinds(BaseModel):
-    faults: list[LabFaultKind]
-    active: list[str] = []  # faults on in the named lab, when it is up
-
-
 @app.command("fault")
 def fault_cmd(
     fault: Annotated[str, typer.Argument(help="Fault name (`macfleet lab faults` lists them).")],
@@ -210,8 +174,8 @@ def fault_cmd(
     from macfleet.lab import faults
 
     rec = faults.fault(name, fault, list(args or []), clear=clear)
-    result = LabFault(kind=rec["kind"], args=rec["args"], nodes=rec["nodes"], cleared=clear)
-    emit(result, json_mode=json_output,
+    result = results.LabFault(kind=rec["kind"], args=rec["args"], nodes=rec["nodes"], cleared=clear)
+    emit(result, json_mode=json_output or None,
          human=lambda r: console.print(f"{' '.join([r.kind, *r.args])}: {'cleared' if r.cleared else 'on'}"))
 
 
@@ -224,7 +188,7 @@ def faults_cmd(name: NameOpt = "lab", json_output: JsonOpt = False) -> None:
         active = sorted({f for n in control.status(name) for f in n.get("faults", [])})
     except UsageError:  # no lab of that name: the list of kinds is still worth showing
         active = []
-    result = LabFaultKinds(faults=[LabFaultKind(usage=u, description=d) for u, d in faults.describe()],
+    result = results.LabFaultKinds(faults=[results.LabFaultKind(usage=u, description=d) for u, d in faults.describe()],
                            active=active)
 
     def human(r: LabFaultKinds) -> None:
@@ -234,7 +198,7 @@ def faults_cmd(name: NameOpt = "lab", json_output: JsonOpt = False) -> None:
         if r.active:
             console.print(f"on in lab {name}: " + "; ".join(r.active), highlight=False, markup=False)
 
-    emit(result, json_mode=json_output, human=human)
+    emit(result, json_mode=json_output or None, human=human)
 
 
 @app.command("exo-build")

@@ -9,14 +9,16 @@ from typing import Annotated, Any
 
 import typer
 
+from macfleet.cli import shared
 from macfleet.render.output import set_json_mode
 
 JsonOpt = Annotated[
     bool,
     typer.Option(
         "--json",
-        help="Print the result as JSON on stdout (messages go to stderr).",
+        help=shared.JSON_HELP,
         envvar="MACFLEET_JSON",
+        show_envvar=False,
         callback=set_json_mode,
         is_eager=True,
     ),
@@ -27,8 +29,8 @@ InventoryOpt = Annotated[
     typer.Option(
         "-i",
         "--inventory",
-        help="Inventory directory (default: $MACFLEET_INVENTORY, else ./inventories/default).",
-        envvar="MACFLEET_INVENTORY",
+        help=shared.INVENTORY_HELP,
+        metavar="DIR",
         show_default=False,
     ),
 ]
@@ -38,16 +40,24 @@ MeshOpt = Annotated[
     typer.Option("--mesh", help="Only this mesh (an inventory group under `macfleet`).", show_default=False),
 ]
 
+LimitOpt = Annotated[
+    str | None,
+    typer.Option(
+        "-l",
+        "--limit",
+        metavar="PATTERN",
+        help="Only these nodes, in Ansible's pattern syntax: names or groups (a mesh, all), comma- or "
+        "colon-separated, globs (studio-*), !exclude, &intersect.",
+        show_default=False,
+    ),
+]
+
 CheckOpt = Annotated[
     bool,
     typer.Option("--check", help="Say what would change on the nodes, and change nothing."),
 ]
 
-DEFAULT_INVENTORY = Path("inventories/default")
-
-
-def inventory_path(value: Path | None) -> Path:
-    return value if value is not None else DEFAULT_INVENTORY
+inventory_path = shared.inventory_path  # its own -i, the -i before the command, $MACFLEET_INVENTORY, the default
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Group
 
-from macfleet.cli.options import InventoryOpt, JsonOpt, MeshOpt, inventory_path
-from macfleet.flow.meshes import select_meshes
-from macfleet.flow.rdma import EnableOptions, enable_rdma, rdma_status
-from macfleet.inventory.load import load_inventory
+from macfleet.cli.options import InventoryOpt, JsonOpt, LimitOpt, MeshOpt, inventory_path
 from macfleet.render.output import emit, info
-from macfleet.render.rdma import ConsoleOperator, render_status, render_walk_summary
+
+if TYPE_CHECKING:  # the flows, rich and the inventory's models are imported when a command runs, not for --help
+    from rich.console import Group
 
 app = typer.Typer(no_args_is_help=True, help="RDMA over Thunderbolt: status, and the guided Recovery-mode steps "
                   "that switch it on.")
@@ -24,6 +22,11 @@ def status_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, json_output
     with its IPv4-mapped GID, and a wedged RDMA stack.
 
     Exit 0 ready, 1 not ready, 3 a node could not be reached (the others are still judged)."""
+    from macfleet.flow.meshes import select_meshes
+    from macfleet.flow.rdma import rdma_status
+    from macfleet.inventory.load import load_inventory
+    from macfleet.render.rdma import render_status
+
     fleet = load_inventory(inventory_path(inventory))
     meshes = select_meshes(fleet, mesh)
     info(f"collecting from {sum(len(m.nodes) for m in meshes)} node(s) in one pass…")
@@ -37,6 +40,7 @@ def enable_cmd(
                                                       show_default=False)] = None,
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
+    limit: LimitOpt = None,
     all_at_once: Annotated[bool, typer.Option("--all-at-once", help="Shut every node down together and walk "
                                               "them through Recovery at once.")] = False,
     non_interactive: Annotated[bool, typer.Option("--non-interactive", help="Print the status and the steps only "
@@ -50,9 +54,20 @@ def enable_cmd(
     come back, verify; then verify the whole mesh. Resumable: Ctrl-C, and a later run continues where it stopped
     (the state file is kept beside the inventory). It never runs `rdma_ctl enable` over SSH: that works only in
     Recovery."""
+    from rich.console import Group
+
+    from macfleet.errors import UsageError
+    from macfleet.flow.meshes import limit_names, select_meshes
+    from macfleet.flow.rdma import EnableOptions, enable_rdma
+    from macfleet.inventory.load import load_inventory
+    from macfleet.render.rdma import ConsoleOperator, render_status, render_walk_summary
+
     fleet = load_inventory(inventory_path(inventory))
     meshes = select_meshes(fleet, mesh)
-    opts = EnableOptions(nodes=list(nodes or []), all_at_once=all_at_once, non_interactive=non_interactive,
+    if limit is not None and nodes:
+        raise UsageError("give the nodes as arguments or with --limit, not both")
+    opts = EnableOptions(nodes=limit_names(fleet, limit) or list(nodes or []), all_at_once=all_at_once,
+                         non_interactive=non_interactive,
                          timeout_s=timeout)
     result = enable_rdma(fleet, meshes, opts, ConsoleOperator())
 

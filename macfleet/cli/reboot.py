@@ -6,13 +6,10 @@ from typing import Annotated
 
 import typer
 
-from macfleet.cli.options import InventoryOpt, JsonOpt, MeshOpt, inventory_path
-from macfleet.errors import EXIT_PROBLEMS, EXIT_UNREACHABLE
-from macfleet.flow.reboot import reboot_mesh, select
-from macfleet.inventory.load import load_inventory
+from macfleet.cli.options import InventoryOpt, JsonOpt, LimitOpt, MeshOpt, inventory_path
+from macfleet.errors import EXIT_PROBLEMS, EXIT_UNREACHABLE, UsageError
 from macfleet.render import output
-from macfleet.render.output import emit, err_console, info
-from macfleet.render.reboot import RebootBoard, live_board, progress_line, render_reboot
+from macfleet.render.output import emit, info
 from macfleet.render.text import text
 
 app = typer.Typer(help="The coordinated whole-mesh reboot.", invoke_without_command=True,
@@ -27,14 +24,31 @@ def reboot(
     mesh: MeshOpt = None,
     reason: Annotated[str, typer.Option("--reason", help="Why; recorded in the lock and its history.")]
     = "operator request",
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan and change nothing.")] = False,
+    dry_run: Annotated[bool, typer.Option("--check", "--dry-run", help="Print the plan and change nothing.")]
+    = False,
+    limit: LimitOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Stop exo, reboot every node of the mesh at once (authrestart where FileVault is on), wait for each,
     verify RDMA ports, the IP plan and the cabling, start exo, verify its /state.
 
     Exit 0 done, 1 refused or a phase failed, 3 a node unreachable or not back."""
+    from macfleet.flow.meshes import limit_names
+    from macfleet.flow.reboot import reboot_mesh, select  # the flows when it runs, not for --help
+    from macfleet.inventory.load import load_inventory
+    from macfleet.render.output import err_console
+    from macfleet.render.reboot import RebootBoard, live_board, progress_line, render_reboot
+
     fleet = load_inventory(inventory_path(inventory))
+    limited = limit_names(fleet, limit)
+    if limited is not None:
+        whole = [m.name for m in fleet.meshes if sorted(m.node_names) == sorted(limited)]
+        if not whole:
+            raise UsageError(f"reboot --limit {limit!r}: a mesh reboots whole, and this names "
+                             f"{', '.join(limited)}, which is not every node of one mesh",
+                             hint="RDMA state held by peers is released only when the whole mesh reboots together: "
+                                  "give --mesh NAME (or a --limit naming exactly one mesh)")
+        nodes = limited
     target, names = select(fleet, mesh, list(nodes or []))
     info(f"reboot: mesh {target.name} ({', '.join(names)}){' (dry run)' if dry_run else ''}")
     if err_console.is_terminal and not output.mode.json and not dry_run:

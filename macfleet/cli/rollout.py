@@ -7,23 +7,23 @@ from typing import Annotated
 
 import typer
 
-from macfleet.cli.options import CheckOpt, InventoryOpt, JsonOpt, MeshOpt, inventory_path
+from macfleet.cli.options import CheckOpt, InventoryOpt, JsonOpt, LimitOpt, MeshOpt, inventory_path
+from macfleet.cli.shared import lazy_module
 from macfleet.errors import UsageError
-from macfleet.flow import llama_rpc as llama_flow
-from macfleet.flow import models as model_flow
-from macfleet.flow import rollout as flow
-from macfleet.inventory.load import load_inventory
-from macfleet.render.llama_rpc import render_llama_rollout
+from macfleet.flow.defaults import EXO_HEALTH_TIMEOUT_S, LLAMA_HEALTH_TIMEOUT_S, ROLLOUT_KEEP
 from macfleet.render.output import emit, info
-from macfleet.render.rollout import (
-    push_progress,
-    render_history,
-    render_model_push,
-    render_model_verify,
-    render_plan,
-    render_report,
-    render_status,
-)
+
+# The flows and renderers load when a command runs, not for --help.
+flow = lazy_module("macfleet.flow.rollout")
+llama_flow = lazy_module("macfleet.flow.llama_rpc")
+model_flow = lazy_module("macfleet.flow.models")
+render = lazy_module("macfleet.render.rollout")
+
+
+def load_inventory(path: Path):
+    from macfleet.inventory.load import load_inventory as load
+
+    return load(path)
 
 app = typer.Typer(no_args_is_help=True, help="Push exo builds and model weights once, fanned out over the mesh.")
 
@@ -36,12 +36,15 @@ ForceOpt = Annotated[bool, typer.Option("--force", help="Take the cluster lock e
 
 @app.command("exo")
 def exo_cmd(
-    source: Annotated[str, typer.Option("--source", help="exo build: a directory, a tarball or a git URL.")],
-    ref: Annotated[str | None, typer.Option("--ref", help="Git branch or tag (with a git URL).")] = None,
+    source: Annotated[str | None, typer.Option(
+        "--source", help="exo build: a directory, a tarball or a git URL (default: macfleet_exo.source).",
+        show_default=False)] = None,
+    ref: Annotated[str | None, typer.Option(
+        "--ref", help="Git branch or tag, with a git URL (default: macfleet_exo.version).", show_default=False)] = None,
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
-    keep: KeepOpt = flow.DEFAULT_KEEP,
-    timeout: TimeoutOpt = flow.DEFAULT_HEALTH_TIMEOUT_S,
+    keep: KeepOpt = ROLLOUT_KEEP,
+    timeout: TimeoutOpt = EXO_HEALTH_TIMEOUT_S,
     json_output: JsonOpt = False,
     build_on: Annotated[str | None, typer.Option(
         "--build-on", help="Build the source on this node (default: macfleet_exo.build.node); it seeds the fan-out.",
@@ -58,9 +61,9 @@ def exo_cmd(
     report = flow.rollout_exo(fleet, source, ref=ref, mesh=mesh, keep=keep, timeout_s=timeout, say=info,
                               build_on=build_on, no_build=no_build, check=check)
     if isinstance(report, flow.RolloutPlan):
-        emit(report, human=render_plan)
+        emit(report, human=render.render_plan)
     else:
-        emit(report, human=render_report)
+        emit(report, human=render.render_report)
 
 
 @app.command("llama-rpc")
@@ -69,8 +72,8 @@ def llama_rpc_cmd(
                                         "or its tarball.")],
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
-    keep: KeepOpt = flow.DEFAULT_KEEP,
-    timeout: TimeoutOpt = llama_flow.DEFAULT_HEALTH_TIMEOUT_S,
+    keep: KeepOpt = ROLLOUT_KEEP,
+    timeout: TimeoutOpt = LLAMA_HEALTH_TIMEOUT_S,
     check: CheckOpt = False,
     force: ForceOpt = False,
     json_output: JsonOpt = False,
@@ -79,19 +82,19 @@ def llama_rpc_cmd(
     fleet = load_inventory(inventory_path(inventory))
     report = llama_flow.rollout_llama_rpc(fleet, source, mesh=mesh, keep=keep, timeout_s=timeout, check=check,
                                           say=info, force=force)
-    emit(report.json_payload(), human=lambda _: render_llama_rollout(report))
+    emit(report.json_payload(), human=lambda _: lazy_module("macfleet.render.llama_rpc").render_llama_rollout(report))
 
 
 @app.command("rollback")
 def rollback_cmd(
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
-    timeout: TimeoutOpt = flow.DEFAULT_HEALTH_TIMEOUT_S,
+    timeout: TimeoutOpt = EXO_HEALTH_TIMEOUT_S,
     json_output: JsonOpt = False,
 ) -> None:
     """Switch the whole mesh back to the release it ran before."""
     fleet = load_inventory(inventory_path(inventory))
-    emit(flow.rollback_exo(fleet, mesh=mesh, timeout_s=timeout, say=info), human=render_report)
+    emit(flow.rollback_exo(fleet, mesh=mesh, timeout_s=timeout, say=info), human=render.render_report)
 
 
 @app.command("status")
@@ -99,7 +102,7 @@ def status_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, json_output
     """The release each node's `current` points at, and whether exo runs."""
     fleet = load_inventory(inventory_path(inventory))
     status = flow.rollout_status(fleet, mesh)
-    emit(status, human=render_status, exit_code=0 if status.current else 1)
+    emit(status, human=render.render_status, exit_code=0 if status.current else 1)
 
 
 @app.command("history")
@@ -107,7 +110,7 @@ def history_cmd(inventory: InventoryOpt = None, json_output: JsonOpt = False) ->
     """Every rollout, rollback and repair this controller ran on this inventory."""
     fleet = load_inventory(inventory_path(inventory))
     entries = flow.read_history(fleet)
-    emit({"history": entries}, human=lambda r: render_history(r["history"]))
+    emit({"history": entries}, human=lambda r: render.render_history(r["history"]))
 
 
 @app.command("model")
@@ -116,6 +119,7 @@ def model_cmd(
     from_: Annotated[Path | None, typer.Option("--from", help="A local directory holding the model's files.")] = None,
     hf: Annotated[bool, typer.Option("--hf", help="Download it once from Hugging Face onto the controller.")] = False,
     nodes: Annotated[list[str] | None, typer.Option("--nodes", help="Only these nodes (repeat).")] = None,
+    limit: LimitOpt = None,
     verify: Annotated[bool, typer.Option("--verify", help="Send nothing: re-check every digest on every node.")]
     = False,
     inventory: InventoryOpt = None,
@@ -126,12 +130,18 @@ def model_cmd(
     """Push a model's weights once and fan them out over the Thunderbolt mesh into exo's models dir."""
     if (from_ is None) == (not hf) or (verify and from_ is None):
         raise UsageError("say where the model comes from: --from DIR or --hf (--verify needs --from DIR)")
+    if limit is not None and nodes:
+        raise UsageError("give the nodes with --nodes or with --limit, not both")
     fleet = load_inventory(inventory_path(inventory))
+    if limit is not None:
+        from macfleet.flow.meshes import limit_names
+
+        nodes = limit_names(fleet, limit)
     if verify:
         report = model_flow.verify_model(fleet, model, from_, mesh=mesh, nodes=nodes)
-        emit(report, human=render_model_verify, exit_code=1 if report.differ else 0)
+        emit(report, human=render.render_model_verify, exit_code=1 if report.differ else 0)
         return
-    with push_progress() as progress:
+    with render.push_progress() as progress:
         report = model_flow.push_model(fleet, model, from_, hf=hf, mesh=mesh, nodes=nodes, say=info,
                                        progress=progress, force=force)
-    emit(report, human=render_model_push)
+    emit(report, human=render.render_model_push)

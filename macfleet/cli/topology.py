@@ -5,10 +5,9 @@ Each command parses its options, calls one flow (`macfleet.flow`) and renders wh
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Group
 
 from macfleet.cli.options import (
     CheckOpt,
@@ -20,35 +19,15 @@ from macfleet.cli.options import (
     seconds_option,
 )
 from macfleet.errors import UsageError
-from macfleet.flow.facts import links_from_captures
-from macfleet.flow.meshes import one_mesh, select_meshes
-from macfleet.flow.topology import (
-    Look,
-    apply_network,
-    cabling_sheet,
-    check_topology,
-    mesh_sheet,
-    plan_live,
-    watch_topology,
-)
-from macfleet.inventory.load import load_inventory
-from macfleet.inventory.model import MAC_MODELS, MAX_MESH_NODES, MacModelSpec, model_spec
+from macfleet.inventory.limits import MAX_MESH_NODES
 from macfleet.render import output
-from macfleet.render.facts import render_links
-from macfleet.render.output import console, emit, info, verbose
-from macfleet.render.svg import svg_from_plan, svg_from_report
+from macfleet.render.output import emit, info, verbose
 from macfleet.render.text import text
-from macfleet.render.topology import (
-    collision_lines,
-    progress_line,
-    render_apply,
-    render_check,
-    render_ipplan,
-    render_look,
-    render_plan,
-    uncabled_notes,
-    unreachable_lines,
-)
+
+# The flows, the inventory's models and the renderers are imported by the command that runs, not for --help.
+if TYPE_CHECKING:
+    from macfleet.flow.topology import Look
+    from macfleet.inventory.model import MacModelSpec
 
 app = typer.Typer(no_args_is_help=True, help="Cabling check, cabling plan and picture, IP plan.")
 
@@ -78,6 +57,9 @@ def links_cmd(
     json_output: JsonOpt = False,
 ) -> None:
     """The links between saved captures of one collection pass (each cable checked from both ends)."""
+    from macfleet.flow.facts import links_from_captures
+    from macfleet.render.facts import render_links
+
     emit(links_from_captures(_node_files(from_, "--from"), _node_files(ports or [], "--ports")), human=render_links)
 
 
@@ -94,6 +76,13 @@ def check_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, json_output:
     """Judge the cabling: every pair cabled once, directly, at 80 Gb/s, on RDMA-capable ports.
 
     Exit 0 clean, 1 findings, 3 a node could not be reached (the others are still judged)."""
+    from rich.console import Group
+
+    from macfleet.flow.meshes import select_meshes
+    from macfleet.flow.topology import check_topology
+    from macfleet.inventory.load import load_inventory
+    from macfleet.render.topology import render_check
+
     fleet = load_inventory(inventory_path(inventory))
     meshes = select_meshes(fleet, mesh)
     info(f"collecting from {sum(len(m.nodes) for m in meshes)} node(s) in one pass…")
@@ -104,10 +93,11 @@ def check_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, json_output:
 
 
 def _model_or_fail(name: str) -> MacModelSpec:
+    from macfleet.inventory.model import known_models, model_spec
+
     spec = model_spec(name)
     if spec is None:
-        raise UsageError(f"unknown Mac model {name!r}",
-                         hint="known: " + ", ".join(f"{m.slug} ({m.model_identifier})" for m in MAC_MODELS.values()))
+        raise UsageError(f"unknown Mac model {name!r}", hint="known: " + known_models())
     return spec
 
 
@@ -130,6 +120,12 @@ def plan_cmd(
     json_output: JsonOpt = False,
 ) -> None:
     """The cabling sheet: which port of which Mac into which port of which, on RDMA-capable ports only."""
+    from macfleet.flow.meshes import one_mesh
+    from macfleet.flow.topology import cabling_sheet, mesh_sheet
+    from macfleet.inventory.load import load_inventory
+    from macfleet.render.svg import svg_from_plan
+    from macfleet.render.topology import render_plan
+
     if (nodes is None) != (model is None):
         raise UsageError("give --nodes and --model together, or neither (then the inventory is used)")
     if nodes is not None and model is not None:
@@ -153,6 +149,12 @@ def show_cmd(
     json_output: JsonOpt = False,
 ) -> None:
     """Draw the live mesh from a check: cables coloured by state, missing cables dashed."""
+    from macfleet.flow.meshes import one_mesh
+    from macfleet.flow.topology import check_topology
+    from macfleet.inventory.load import load_inventory
+    from macfleet.render.svg import svg_from_report
+    from macfleet.render.topology import render_check
+
     fleet = load_inventory(inventory_path(inventory))
     m = one_mesh(fleet, mesh)
     checked = check_topology(fleet, [m])
@@ -173,6 +175,12 @@ def watch_cmd(
 ) -> None:
     """Live cabling assistant: prints each cable plugged (+), pulled (−) or wrong (!) as it happens, with the
     pairs still missing, until the mesh is complete (exit 0) or Ctrl-C."""
+    from macfleet.flow.meshes import one_mesh
+    from macfleet.flow.topology import watch_topology
+    from macfleet.inventory.load import load_inventory
+    from macfleet.render.output import console
+    from macfleet.render.topology import render_look
+
     fleet = load_inventory(inventory_path(inventory))
     m = one_mesh(fleet, mesh)
     info(f"watching mesh {m.name} ({len(m.nodes)} Macs, {len(m.pairs)} cables) every {interval:g} s; Ctrl-C to stop")
@@ -191,6 +199,11 @@ def watch_cmd(
 def ipplan_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, json_output: JsonOpt = False) -> None:
     """The IP plan: one subnet per cable keyed by the pair of Macs, on the port the live cable uses,
     and the drift between it and the nodes' live addresses."""
+    from macfleet.flow.meshes import select_meshes
+    from macfleet.flow.topology import plan_live
+    from macfleet.inventory.load import load_inventory
+    from macfleet.render.topology import collision_lines, render_ipplan, unreachable_lines
+
     fleet = load_inventory(inventory_path(inventory))
     meshes = select_meshes(fleet, mesh)
     live = plan_live(fleet, meshes)
@@ -209,6 +222,12 @@ def apply_cmd(
 ) -> None:
     """Apply the IP plan with playbooks/network.yml: Thunderbolt Bridge off, one service per cabled
     Thunderbolt port with its address, MTU. Refused, with nothing changed, if the plan collides."""
+    from macfleet.flow.meshes import select_meshes
+    from macfleet.flow.topology import apply_network
+    from macfleet.inventory.load import load_inventory
+    from macfleet.render.output import console
+    from macfleet.render.topology import progress_line, render_apply, uncabled_notes
+
     fleet = load_inventory(inventory_path(inventory))
     meshes = select_meshes(fleet, mesh)
 

@@ -6,21 +6,18 @@ import sys
 from typing import Annotated
 
 import typer
-from rich.prompt import Confirm
 
-from macfleet.cli.options import InventoryOpt, JsonOpt, inventory_path
+from macfleet.cli.options import InventoryOpt, JsonOpt, LimitOpt, inventory_path
 from macfleet.errors import UsageError, most_severe_exit
-from macfleet.flow.trust import HostKeySeen, parse_fingerprints, trust_nodes
-from macfleet.inventory.load import load_inventory
 from macfleet.render import output
-from macfleet.render.output import emit, err_console
-from macfleet.render.trust import confirm_text, render_trust
+from macfleet.render.output import emit
 
 
 def command(
     nodes: Annotated[list[str] | None, typer.Argument(help="Nodes (default: every node of the inventory).",
                                                       show_default=False)] = None,
     inventory: InventoryOpt = None,
+    limit: LimitOpt = None,
     fingerprint: Annotated[list[str] | None, typer.Option(
         "--fingerprint", help="NODE=SHA256:… read at the Mac; that node's key is recorded only if it matches.",
         show_default=False)] = None,
@@ -38,9 +35,19 @@ def command(
     logins only there), kept apart and never accepted for a normal login.
 
     Exit 0 every key known or recorded, 1 a key refused or not confirmed, 3 a node unreachable."""
+    from rich.prompt import Confirm
+
+    from macfleet.flow.meshes import limit_names
+    from macfleet.flow.trust import HostKeySeen, parse_fingerprints, trust_nodes  # paramiko: when it runs
+    from macfleet.inventory.load import load_inventory
+    from macfleet.render.output import err_console
+    from macfleet.render.trust import confirm_text, render_trust
+
     fleet = load_inventory(inventory_path(inventory))
+    if limit is not None and nodes:
+        raise UsageError("give the nodes as arguments or with --limit, not both")
     all_nodes = [n.name for n in fleet.nodes]
-    chosen = list(nodes or all_nodes)
+    chosen = limit_names(fleet, limit) or list(nodes or all_nodes)
     unknown = [n for n in chosen if n not in all_nodes]
     if unknown:
         raise UsageError("no node " + ", ".join(repr(n) for n in unknown) + f" in {fleet.root}",

@@ -7,19 +7,16 @@ from typing import Annotated
 
 import typer
 
-from macfleet.cli.options import CheckOpt, InventoryOpt, JsonOpt, inventory_path, seconds_option
+from macfleet.cli.options import CheckOpt, InventoryOpt, JsonOpt, LimitOpt, inventory_path, seconds_option
 from macfleet.errors import UsageError
-from macfleet.flow.unlock import password_file, unlock_nodes
-from macfleet.inventory.load import load_inventory
 from macfleet.render.output import emit, info
-from macfleet.render.reboot import progress_line
-from macfleet.render.unlock import render_unlock
 
 
 def command(
     nodes: Annotated[list[str] | None, typer.Argument(help="Nodes (default: every node of the inventory).",
                                                       show_default=False)] = None,
     inventory: InventoryOpt = None,
+    limit: LimitOpt = None,
     password_file_opt: Annotated[Path | None, typer.Option(
         "--password-file", help="The password of a FileVault-enabled user, first line of a file only you can read "
         "(default: macfleet_reboot.filevault_credential_file).", show_default=False)] = None,
@@ -35,9 +32,17 @@ def command(
 
     Exit 0 every node unlocked or not locked, 1 a key or the password refused, 2 bad input (no password file,
     one others can read), 3 a node unreachable or not back in time."""
+    from macfleet.flow.meshes import limit_names
+    from macfleet.flow.unlock import password_file, unlock_nodes  # paramiko: when it runs, not for --help
+    from macfleet.inventory.load import load_inventory
+    from macfleet.render.reboot import progress_line
+    from macfleet.render.unlock import render_unlock
+
     fleet = load_inventory(inventory_path(inventory))
+    if limit is not None and nodes:
+        raise UsageError("give the nodes as arguments or with --limit, not both")
     all_nodes = [n.name for n in fleet.nodes]
-    chosen = list(dict.fromkeys(nodes or all_nodes))
+    chosen = limit_names(fleet, limit) or list(dict.fromkeys(nodes or all_nodes))
     unknown = [n for n in chosen if n not in all_nodes]
     if unknown:
         raise UsageError("no node " + ", ".join(repr(n) for n in unknown) + f" in {fleet.root}",

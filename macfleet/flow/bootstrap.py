@@ -173,10 +173,12 @@ def bootstrap(
     become_password: Callable[[list[str]], str | None],
     on_step: Callable[[str, str, str], None] | None = None,
     cancel: threading.Event | None = None,
+    partial: tuple[str, ...] = (),
 ) -> BootstrapReport:
     """Bootstrap every node of `meshes`. `become_password(nodes)` is asked only when sudo wants a password on
     those nodes; it returns the password, or None when none may be asked for (those nodes are then left out and
-    reported). `on_step(node, step, status)` follows the playbook live."""
+    reported). `on_step(node, step, status)` follows the playbook live. `partial` names the meshes `--limit` left
+    only part of: the IP plan, made for a whole mesh, is not applied to them."""
     names = [n for m in meshes for n in m.node_names]
     outcomes = {n: NodeOutcome() for n in names}
     # one pass: sudo, RDMA, FileVault and what the IP plan is judged on
@@ -207,8 +209,11 @@ def bootstrap(
                 "sudo asks for the admin password and none may be asked for here. Fix: run bootstrap at a terminal, "
                 "or give --become-password-file FILE (readable only by you); bootstrap then installs macfleet's "
                 "scoped sudoers drop-in, so later runs need no password.")
-    prepared = _prepare_ipplan(fleet, meshes, outcomes, gathered) if not unreachable else None
-    if unreachable:
+    prepared = _prepare_ipplan(fleet, meshes, outcomes, gathered) if not unreachable and not partial else None
+    if partial:
+        for n in reachable:
+            outcomes[n].notes.append("the IP plan is applied to whole meshes: run bootstrap without --limit for it")
+    elif unreachable:
         for n in reachable:
             outcomes[n].notes.append("the IP plan waits until every node of the mesh answers")
     if not run_nodes:

@@ -494,6 +494,19 @@ def check_catalogue() -> list:
     return list(CHECKS)
 
 
+# Checks judged across a whole mesh (its cables and the RDMA ports on them, its IP plan keyed by pair, versions
+# alike on every node, exo's view of its peers): not judged when `doctor --limit` leaves only part of a mesh.
+MESH_WIDE_CHECKS = ("macos-build", "cabling", "rdma", "ip-plan", "exo-version", "exo-peers", "exo-rdma", "tb-ping",
+                    "exo-api-exposure", "llama-rpc", "links-bench")
+
+
+def limited_checks(only: list[str] | None) -> list[str]:
+    """`--only` (or every check) without the mesh-wide ones, for a pass over part of a mesh."""
+    from macfleet.judge.health import CHECK_CODES
+
+    return [c for c in (only or CHECK_CODES) if c not in MESH_WIDE_CHECKS]
+
+
 def parse_only(value: str | None) -> list[str] | None:
     """`--only a,b`: known check codes, or UsageError naming the unknown ones."""
     if not value:

@@ -21,6 +21,7 @@ from macfleet.act import transfer
 from macfleet.act.ansible import PlaybookRun, run_playbook
 from macfleet.act.lock import ClusterLock, lock_path
 from macfleet.errors import Refused, RolloutFailed, UnreachableError, UsageError
+from macfleet.flow.defaults import LLAMA_HEALTH_TIMEOUT_S
 from macfleet.flow.meshes import one_mesh
 from macfleet.flow.rollout import DEFAULT_KEEP, Say, _history, _quiet, resolve_source, stage_release
 from macfleet.flow.topology import plan_live
@@ -35,7 +36,7 @@ from macfleet.judge.llama_rpc import (
 )
 from macfleet.judge.rollout import VERSION_RE, release_name, releases_to_prune
 
-DEFAULT_HEALTH_TIMEOUT_S = 30.0
+DEFAULT_HEALTH_TIMEOUT_S = LLAMA_HEALTH_TIMEOUT_S
 RPC_SERVER = "bin/rpc-server"
 
 

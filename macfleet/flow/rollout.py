@@ -27,6 +27,7 @@ from macfleet.act import release as rel
 from macfleet.act import transfer
 from macfleet.act.lock import Acquired, ClusterLock, LockRecord, lock_path
 from macfleet.errors import RolloutFailed, UsageError
+from macfleet.flow.defaults import EXO_HEALTH_TIMEOUT_S, ROLLOUT_KEEP
 from macfleet.flow.meshes import one_mesh
 from macfleet.inventory.model import ExoBuildSettings, Fleet, Mesh
 from macfleet.judge.build import (
@@ -54,13 +55,16 @@ from macfleet.judge.rollout import (
 )
 
 Say = Callable[[str], None]
-DEFAULT_KEEP = 3
-DEFAULT_HEALTH_TIMEOUT_S = 90.0
+DEFAULT_KEEP = ROLLOUT_KEEP
+DEFAULT_HEALTH_TIMEOUT_S = EXO_HEALTH_TIMEOUT_S
 SWITCH_STEPS = ("stop", "flip", "start", "health", "rollback")
 
 
 def _quiet(_: str) -> None:
     pass
+
+
+GIT_URL_PREFIXES = ("https://", "ssh://", "git@", "file://")  # a --source that is cloned, not read
 
 
 def link_addresses(fleet: Fleet, mesh: Mesh) -> dict[tuple[str, str], str]:
@@ -101,7 +105,7 @@ def resolve_source(source: str, ref: str | None, work: Path) -> Path:
         _safe_extract(p, work / "src")
         entries = [e for e in (work / "src").iterdir()]
         return entries[0] if len(entries) == 1 and entries[0].is_dir() else work / "src"
-    if source.startswith(("https://", "ssh://", "git@", "file://")):
+    if source.startswith(GIT_URL_PREFIXES):
         argv = ["git", "clone", "--quiet", "--depth", "1", *(["--branch", ref] if ref else []), "--", source,
                 str(work / "src")]
         p2 = subprocess.run(argv, capture_output=True, text=True, timeout=600)
@@ -110,7 +114,8 @@ def resolve_source(source: str, ref: str | None, work: Path) -> Path:
         shutil.rmtree(work / "src" / ".git", ignore_errors=True)
         return work / "src"
     raise UsageError(f"--source {source}: no such directory or file, and not a git URL",
-                     hint="give a build directory (e.g. from `macfleet lab exo-build`), a .tar.gz or a git URL")
+                     hint="give an exo checkout (a directory, built or to build with --build-on), a .tar.gz of one, "
+                          "or a git URL such as https://github.com/exo-explore/exo")
 
 
 def read_version(build: Path) -> str:
@@ -347,11 +352,25 @@ def _finish(fleet: Fleet, m: Mesh, lock: ClusterLock, held: Acquired, root: str,
                  "rolled_back_healthy": back.healthy})
 
 
-def rollout_exo(fleet: Fleet, source: str, *, ref: str | None = None, mesh: str | None = None,
+def exo_source(fleet: Fleet, m: Mesh, source: str | None, ref: str | None) -> tuple[str, str | None]:
+    """--source and --ref, else the inventory's macfleet_exo.source (a path relative to the inventory directory,
+    or a git URL) and macfleet_exo.version (the git ref)."""
+    exo = m.settings.exo
+    if source is None:
+        if not exo.source:
+            raise UsageError("no exo source: --source not given and macfleet_exo.source not set",
+                             hint="give --source DIR|TARBALL|GIT-URL, or set macfleet_exo.source in the inventory's "
+                                  "group_vars")
+        source = exo.source if exo.source.startswith(GIT_URL_PREFIXES) else str(fleet.path(exo.source))
+    return source, ref if ref is not None else exo.version
+
+
+def rollout_exo(fleet: Fleet, source: str | None, *, ref: str | None = None, mesh: str | None = None,
                 keep: int = DEFAULT_KEEP, timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S,
                 say: Say = _quiet, build_on: str | None = None, no_build: bool = False,
                 check: bool = False) -> RolloutReport | RolloutPlan:
     m = one_mesh(fleet, mesh)
+    source, ref = exo_source(fleet, m, source, ref)
     builder = build_node(m, build_on, no_build)
     if builder is not None or check:
         return rollout_exo_build(fleet, m, source, ref=ref, builder=builder, keep=keep, timeout_s=timeout_s,

@@ -25,7 +25,7 @@ from macfleet.collect.commands import CommandSpec, specs_for
 from macfleet.collect.gather import Gathered, gather
 from macfleet.errors import EXIT_OK, EXIT_UNREACHABLE, Refused, UnreachableError, UsageError, most_severe_exit
 from macfleet.facts.registry import facts_from_outputs
-from macfleet.inventory.model import Fleet, MacModelSpec, Mesh
+from macfleet.inventory.model import Fleet, MacModelSpec, Mesh, known_models
 from macfleet.judge.ipplan import (
     IpPlan,
     NodeNetworkFacts,
@@ -136,8 +136,13 @@ def mesh_sheet(mesh: Mesh) -> CablingPlan:
     """The sheet for an inventory mesh; UsageError naming the nodes whose model is not known."""
     plan = plan_for_mesh(mesh)
     if plan is None:
-        raise UsageError("no known macfleet_model for " + ", ".join(n.name for n in mesh.nodes if n.model_spec is None),
-                         hint="set macfleet_model (e.g. \"Mac15,14\") for each node in hosts.yml")
+        unset = [n.name for n in mesh.nodes if n.model is None]
+        unknown = [f"{n.name} ({n.model})" for n in mesh.nodes if n.model is not None and n.model_spec is None]
+        if unset:
+            raise UsageError("no macfleet_model for " + ", ".join(unset),
+                             hint="set macfleet_model (e.g. \"Mac15,14\") for each node in hosts.yml")
+        raise UsageError("a model macfleet does not know for " + ", ".join(unknown),
+                         hint="macfleet_model must be one of: " + known_models())
     return plan
 
 

@@ -29,6 +29,7 @@ from macfleet.inventory.model import (
     Mesh,
     Node,
     Settings,
+    known_models,
     model_spec,
 )
 
@@ -38,9 +39,9 @@ MESH_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")  # Ansible group names:
 HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
 USER_NAME = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
 
-KNOWN_MODELS_TEXT = (
-    "a model identifier (e.g. Mac15,14) or one of: mac-studio-m3-ultra, mac-studio-m4-max, mac-mini-m4-pro"
-)
+# From the models table (inventory/model.py MAC_MODELS): a model macfleet cannot plan is refused here, not later
+# by `topology plan`.
+KNOWN_MODELS_TEXT = "a model macfleet knows: " + known_models()
 HOST_KEYS = {"ansible_host", "ansible_user", "ansible_port", "macfleet_model", "macfleet_port_labels"}
 # Other Ansible variables a host may carry; anything else starting with `ansible_` is likely a typo.
 ANSIBLE_HOST_VARS = {
@@ -741,7 +742,7 @@ def load_inventory(root: Path) -> Fleet:
 
 def _check_models(nodes: list[Node], mesh_name: str, shown: str, problems: list[Problem]) -> None:
     for node in nodes:
-        if node.model and model_spec(node.model) is None and not re.match(r"^Mac\d+,\d+$", node.model):
+        if node.model and model_spec(node.model) is None:
             problems.append(
                 Problem(
                     shown,

@@ -12,6 +12,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from macfleet.inventory.limits import MAX_MESH_NODES as MAX_MESH_NODES  # one place, light enough for --help
+
 # ---------------------------------------------------------------------------------------------
 # Mac models. Facts about the hardware, used to plan cabling and by the lab to stand in for it.
 # Interface names (enX) are listed here only so the lab can name its ports as macOS does; the
@@ -136,6 +138,11 @@ def model_spec(name: str | None) -> MacModelSpec | None:
     return MAC_MODELS.get(name) or MODEL_BY_IDENTIFIER.get(name)
 
 
+def known_models() -> str:
+    """The models macfleet knows, as every message that names them lists them."""
+    return ", ".join(f"{m.model_identifier} ({m.slug})" for m in MAC_MODELS.values())
+
+
 # ---------------------------------------------------------------------------------------------
 # Settings (group_vars). Every block forbids unknown keys, so a typo is caught, not ignored.
 # ---------------------------------------------------------------------------------------------
@@ -157,7 +164,6 @@ DEFAULT_IP_POOL = "10.213.0.0/16"
 # Subnets reserved per mesh: 32 covers the 28 links of an 8-node full mesh, so a mesh can grow
 # without moving another mesh's addresses.
 SUBNETS_PER_MESH = 32
-MAX_MESH_NODES = 8
 
 
 # Link addresses must be private (RFC 1918): anything else is someone's public range, loopback, link-local

@@ -172,7 +172,10 @@ def check_reachable(ctx: HealthContext, node: str) -> Verdict:
         fix = (f"if {node} was reinstalled, check its new host key out of band and replace its line in the "
                "inventory's known_hosts; otherwise treat it as an intrusion")
     else:
-        fix = f"check that {node} is powered on and on the network; a hung Mac needs a power cycle"
+        from macfleet.judge.reach import is_dns_failure, unreachable_fix
+
+        fix = unreachable_fix(node, why) if is_dns_failure(why) else (
+            f"check that {node} is powered on and on the network; a hung Mac needs a power cycle")
     return [HealthFinding(node=node, check="reachable", severity="error", message=f"{node} is unreachable: {why}",
                           fix=fix, evidence=why)]
 

@@ -23,6 +23,7 @@ from macfleet.facts.rdma import IbvDeviceInfo, IbvDevicesFacts, IbvDevinfoFacts,
 from macfleet.facts.system import HardwareFacts, SwVersFacts
 from macfleet.facts.thunderbolt import ThunderboltFacts, ThunderboltPort
 from macfleet.inventory.model import MacModelSpec, Mesh, Node, model_spec
+from macfleet.judge.reach import unreachable_fix
 
 MIN_OS = (26, 2)
 RDMA_SPEED_GBPS = 80.0
@@ -450,7 +451,7 @@ def check_rdma(mesh: Mesh, facts_by_node: Mapping[str, NodeRdmaFacts],
             out.append(NodeRdma(**base, os=None, build=None, rdma_enabled=None, ready=False, ports=[],
                                 reachable=False, problems=[Problem(
                                     code="unreachable", message=f"{name} could not be reached: {me.unreachable}",
-                                    fix=f"check that {name} is powered on, on the network and accepts SSH")]))
+                                    fix=unreachable_fix(name, me.unreachable))]))
             continue
         ports, port_problems = _ports(me, nodes, ends)
         peers = [p.peer for p in ports if p.peer]

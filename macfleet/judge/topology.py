@@ -28,6 +28,7 @@ from macfleet.facts.rdma import IbvDevicesFacts, IbvDevinfoFacts
 from macfleet.facts.thunderbolt import ThunderboltFacts
 from macfleet.inventory.model import MacModelSpec, Mesh
 from macfleet.judge.model import Finding, Severity, sort_findings
+from macfleet.judge.reach import unreachable_fix
 
 RDMA_SPEED_GBPS = 80.0
 
@@ -338,7 +339,7 @@ def _unreachable_findings(mesh: Mesh, unreachable: Mapping[str, str]) -> list[Fi
     return [
         Finding(severity="error", code="unreachable", nodes=[name],
                 message=f"{name} could not be reached: {unreachable[name]}; its cables are not judged",
-                fix=f"check that {name} is powered on, on the network and accepts SSH, then run the check again")
+                fix=unreachable_fix(name, unreachable[name], then=", then run the check again"))
         for name in mesh.node_names if name in unreachable
     ]
 

@@ -113,8 +113,9 @@ def render_links(result: LinksReport) -> RenderableType:
     return Group(*parts)
 
 
-def render_generic(model: BaseModel) -> RenderableType:
-    tree = Tree(text(type(model).__name__), guide_style="dim")
+def render_generic(model: BaseModel, title: str = "facts") -> RenderableType:
+    """A tree of the facts under `title` (the command they were read from: never our class names)."""
+    tree = Tree(text(title), guide_style="dim")
 
     def add(node: Tree, value: Any, label: str) -> None:
         if isinstance(value, dict):
@@ -142,6 +143,6 @@ RENDERERS = {
 }
 
 
-def render_facts(model: BaseModel) -> RenderableType:
+def render_facts(model: BaseModel, title: str = "facts") -> RenderableType:
     renderer = RENDERERS.get(type(model))
-    return renderer(model) if renderer else render_generic(model)  # type: ignore[operator]
+    return renderer(model) if renderer else render_generic(model, title)  # type: ignore[operator]

@@ -12,12 +12,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import typer
-from pydantic import BaseModel
 
 from macfleet.errors import MacfleetError
 from macfleet.render.text import text
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
     from rich.console import Console, RenderableType
     from rich.text import Text
 
@@ -30,7 +30,7 @@ def _console(stderr: bool) -> Console:
     from rich.console import Console
 
     # NO_COLOR (https://no-color.org) is honoured by rich itself; CI gets no animations.
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, no_color=True if mode.no_color else None)
 
 
 def _named(name: str) -> Console:
@@ -50,6 +50,7 @@ def __getattr__(name: str) -> Console:
 class _Mode:
     json = False
     verbose = 0
+    no_color = False  # --no-color
 
 
 mode = _Mode()
@@ -66,7 +67,9 @@ def is_ci() -> bool:
 
 
 def to_jsonable(result: BaseModel | dict[str, Any] | list[Any]) -> Any:
-    if isinstance(result, BaseModel):
+    # pydantic is not imported here: `macfleet --help` must not pay for it (a result that is a model came with it).
+    pydantic = sys.modules.get("pydantic")
+    if pydantic is not None and isinstance(result, pydantic.BaseModel):
         return result.model_dump(mode="json")
     return result
 

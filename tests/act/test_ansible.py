@@ -236,12 +236,12 @@ def test_a_cancelled_run_says_in_one_line_what_was_done() -> None:
 
 
 def test_the_cli_prints_that_line_and_exits_130(cli, example_inventory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from macfleet.cli import topology as cli_topology
+    from macfleet.flow import topology as flow_topology  # the command imports its flow when it runs
 
     def interrupted(*_a, **_k):
         raise Cancelled("playbook network cancelled: nothing had been changed; the rest was not run")
 
-    monkeypatch.setattr(cli_topology, "check_topology", interrupted)
+    monkeypatch.setattr(flow_topology, "check_topology", interrupted)
     result = cli("topology", "check", "-i", str(example_inventory))
     assert result.exit_code == 130
     assert "playbook network cancelled: nothing had been changed" in result.stderr

@@ -264,3 +264,17 @@ def test_stand_ins_answer_as_slowly_as_a_mac_and_doctor_waits_on_softwareupdate_
     assert {c["result"] for c in second["checks"]} == {"ok"}  # judged from the kept answer
     if scale > 0:  # a run that chose the lab's own speed (MACFLEET_TEST_LAB_LATENCY=0) has no wait to save
         assert first_s >= 20 * scale and second_s < first_s - 15 * scale, (first_s, second_s)
+
+
+def test_limit_probes_only_those_nodes_and_leaves_out_the_mesh_wide_checks(bootstrapped) -> None:
+    """`doctor --limit studio-1` (issue 30): only studio-1 is dialled and judged; the checks that need the whole
+    mesh (cabling, IP plan, exo's peers...) are not judged on part of it, and that is said."""
+    from macfleet.flow.doctor import MESH_WIDE_CHECKS
+
+    lab = bootstrapped
+    p = lab.macfleet("doctor", "-i", str(lab.inventory), "--json", "--limit", S1, check=False, timeout=120)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr
+    report = json.loads(p.stdout)
+    assert {c["node"] for c in report["checks"]} == {S1}
+    assert not {c["check"] for c in report["checks"]} & set(MESH_WIDE_CHECKS)
+    assert "mesh-wide checks" in p.stderr
