@@ -105,6 +105,8 @@ class Notifier:
             conn.request("POST", path, body=json.dumps(payload).encode(), headers=headers)
             resp = conn.getresponse()
             resp.read(1024)
+            if late.is_set():  # the answer was cut short by the deadline: whatever was read is not an answer
+                raise DeliveryFailed(f"no complete answer within {self.deadline_s:g} s")
             if not 200 <= resp.status < 300:
                 raise DeliveryFailed(f"HTTP {resp.status} {resp.reason}")
         except Exception:
