@@ -339,7 +339,7 @@ def _hook_server(drip: bool):
 
 def test_a_dripping_webhook_meets_a_deadline_and_failures_are_counted():
     """hostile #14: one byte every 4 s held the sender 40 s and more, silently."""
-    server, handler = _hook_server(drip=True)
+    server, _ = _hook_server(drip=True)
     counts, errors = [], []
     n = Notifier(f"http://127.0.0.1:{server.server_address[1]}/hook", on_error=errors.append, backoff_s=0.01,
                  count=counts.append, deadline_s=1.0)
