@@ -208,7 +208,8 @@ def fault_cmd(
     rec = faults.fault(name, fault, list(args or []), clear=clear)
     result = LabFault(kind=rec["kind"], args=rec["args"], nodes=rec["nodes"], cleared=clear)
     emit(result, json_mode=json_output,
-         human=lambda r: console.print(f"{' '.join([r.kind, *r.args])}: {'cleared' if r.cleared else 'on'}"))
+         human=lambda r: console.print(f"{' '.join([r.kind, *r.args])}: {'cleared' if r.cleared else 'on'}",
+                                       markup=False, highlight=False))
 
 
 @app.command("faults")

@@ -638,7 +638,7 @@ def wedge_clear(target: LoadedLab, data: dict, node: str) -> None:
     _boot_flags(target, node, rdma_hang=None, rdma_wedged=None)
 
 
-def runner_check(target: LoadedLab, node: str) -> None:
+def runner_check(target: LoadedLab, node: str, *rest: str) -> None:
     if (userland.read_json(target.exo_overlay(node), {}) or {}).get("runnerFailed"):
         raise UsageError(f"exo's runner on {node} has already failed (qp-exhausted or exo-runner-failed)")
 
