@@ -43,6 +43,11 @@ class AuditLog:
             self.pending.append(line)
             return self._flush()
 
+    def flush(self) -> bool:
+        """Write what is held in memory, if anything (at exit, so a freed disk gets the last entries)."""
+        with self._lock:
+            return self._flush() if self.pending else True
+
     def _flush(self) -> bool:
         lines = list(self.pending)
         if self.lost:

@@ -254,6 +254,7 @@ class Watcher:
         for p in self.probers.values():
             p.close()
         self.notifier.close()
+        self.audit.flush()
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
@@ -330,6 +331,9 @@ class Watcher:
             except MacfleetError as exc:
                 self.metrics.reboots.labels(mesh.name).inc()
                 return f"failed: {exc.message}", "failed", None
+            except OSError as exc:  # its lock or its record could not be written: counted, it may have begun
+                self.metrics.reboots.labels(mesh.name).inc()
+                return f"failed: {exc.strerror or exc} ({getattr(exc, 'filename', None) or 'a file'})", "failed", None
             sessions.retry_now()
             last = r.phases[-1].detail if r.phases else (r.refusal or "")
             text = f"reboot {r.result}: {last}" + "".join(f"; {p.name} {p.took_s:g} s" for p in r.phases)
@@ -358,6 +362,8 @@ class Watcher:
                     return f"failed: {exc.message}", "failed", None
         except LockHeld as exc:
             return f"refused: {exc.message}", "refused", None
+        except OSError as exc:  # the lock cannot be written (a full disk): nothing was done
+            return f"refused: cannot take the cluster lock ({exc.strerror or exc})", "refused", None
         return "exo restarted on every node (under the cluster lock)", "done", None
 
     def record(self, mesh: Mesh, report: HealthReport, s: Step, state: State, result: str, problems: dict,
