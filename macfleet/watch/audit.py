@@ -80,6 +80,6 @@ class AuditLog:
         return True
 
     def _failed(self, exc: OSError) -> bool:
-        self.on_error(f"cannot write the audit log {self.path}: {exc.strerror or exc}; {len(self.pending)} "
-                      "entr(y/ies) kept in memory, written as soon as it can be")
+        self.on_error(f"cannot write the audit log {self.path}: {exc.strerror or exc}; its entries are kept in "
+                      "memory and written as soon as it can be")
         return False

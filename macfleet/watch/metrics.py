@@ -53,7 +53,7 @@ class Metrics:
         self.webhook = Counter("macfleet_webhook_deliveries", "Webhook attempts by result (sent, retried, failed)",
                                ["result"], registry=r)
         self.http_refused = Counter("macfleet_http_refused", "Connections to --listen refused (busy, "
-                                    "unauthorized) or cut (deadline)", ["reason"], registry=r)
+                                    "unauthorized), cut (deadline) or lost mid-answer (error)", ["reason"], registry=r)
 
 
 MAX_CONNECTIONS = 32
@@ -125,6 +125,10 @@ class _Server(ThreadingHTTPServer):
         with self._guard:
             self.active.pop(request, None)
         super().shutdown_request(request)
+
+    def handle_error(self, request, client_address) -> None:
+        """A client that went away mid-answer (or was cut at its deadline): counted, no traceback on stderr."""
+        self.on_refused("error")
 
     def service_actions(self) -> None:
         """Between accepts (every 0.5 s): cut the connections past their deadline; their threads then end."""
