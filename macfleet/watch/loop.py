@@ -16,7 +16,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -298,8 +298,10 @@ class Watcher:
             if seen is not None:
                 # the reboot verified the mesh over the same sessions a probe would use: that is this
                 # probe, judged as one (no second look at a mesh just read clean)
+                # the reboot waited for every node and verified the mesh: that look is the settled one
                 problems, now = _problems(seen, mesh), datetime.now(UTC)
-                s = step(policy, states[mesh.name], Observation(problems=problems, paused=self.paused(mesh)), now)
+                settled = replace(states[mesh.name], settle_until=None)
+                s = step(policy, settled, Observation(problems=problems, paused=self.paused(mesh)), now)
                 states[mesh.name] = after(policy, s, "refused", now)  # no action follows this one
                 self.store.save(states)
                 self.record(mesh, seen, s, states[mesh.name], "read by the reboot's verification", problems, now,

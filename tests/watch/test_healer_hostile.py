@@ -510,3 +510,27 @@ def test_enospc_is_a_reported_error_not_a_crash(tmp_path):
     assert "No space left" in errors[0] and (tmp_path / "a.jsonl").read_text() == ""  # no half line
     assert log.append({"n": 2}) is True
     assert [json.loads(x)["n"] for x in (tmp_path / "a.jsonl").read_text().splitlines()] == [1, 2]
+
+
+def test_the_token_file_is_checked_before_anything_starts(cli, example_inventory, tmp_path):
+    loose = tmp_path / "token"
+    loose.write_text("t" * 32)
+    loose.chmod(0o644)
+    r = cli("watch", "-i", str(example_inventory), "--listen-token-file", str(loose))
+    assert r.exit_code == 2 and "--listen-token-file needs --listen" in r.output
+    r = cli("watch", "-i", str(example_inventory), "--listen", "127.0.0.1:1", "--listen-token-file", str(loose))
+    assert r.exit_code == 2 and "readable by others" in r.output
+    assert "t" * 32 not in r.output
+
+
+def test_a_reboot_s_clean_verification_ends_the_episode_at_once(harness, monkeypatch):
+    """The reboot waited for every node and verified the mesh: that look is the settled one (the healer does
+    not wait out settle_s to say the mesh recovered)."""
+    from macfleet.flow.reboot import RebootResult
+
+    h = harness(ladder={"rdma": ["reboot"]}, settle_s=600)
+    monkeypatch.setattr(loop, "reboot_mesh", lambda *a, **k: RebootResult(
+        mesh=h.mesh.name, result="ok", reason="r", verification=[HEALTHY]))
+    h.tick(report({"rdma": {"studio-1": "RDMA wedged"}}))
+    assert [e["decision"].split(" (")[0] for e in h.audit()][-1] == "healthy"
+    assert h.audit()[-1]["decision"] == "healthy (recovered from rdma)"
