@@ -231,6 +231,7 @@ class Watcher:
         self.audit = AuditLog(audit_path, on_error=lambda m: self.troubles.report("audit-write", m),
                               on_ok=lambda: self.troubles.clear("audit-write"))
         self.snapshot: dict = {"updated": None, "meshes": {}, "audit": []}
+        self._refused: dict[str, tuple | None] = {}
         self.probers = {m.name: Prober(self.fleet, list(m.node_names)) for m in self.meshes}
         hooks = {m.settings.remediation.webhook for m in self.meshes} - {None}
         self.notifier = Notifier(next(iter(hooks), None), on_error=lambda m: self.troubles.report("webhook", m),
@@ -297,8 +298,8 @@ class Watcher:
             self.record(mesh, report, s, states[mesh.name], result, problems, now, time.monotonic() - t0)
             if seen is not None:
                 # the reboot verified the mesh over the same sessions a probe would use: that is this
-                # probe, judged as one (no second look at a mesh just read clean)
-                # the reboot waited for every node and verified the mesh: that look is the settled one
+                # probe, judged as one (no second look at a mesh just read clean); it waited for every node
+                # first, so it is the settled look
                 problems, now = _problems(seen, mesh), datetime.now(UTC)
                 settled = replace(states[mesh.name], settle_until=None)
                 s = step(policy, settled, Observation(problems=problems, paused=self.paused(mesh)), now)
@@ -379,7 +380,11 @@ class Watcher:
                  "result": result}
         self.audit.append(entry)
         self.say(f"{mesh.name}: {s.action}: {s.reason} → {result}")
-        if s.page or s.action in ("restart-exo", "reboot"):
+        refused = result.startswith(("refused", "reboot refused"))
+        again = refused and self._refused.get(mesh.name) == (s.action, s.check)
+        self._refused[mesh.name] = (s.action, s.check) if refused else None
+        # an action refused probe after probe (the lock held for an hour) is paged once, not at every probe
+        if (s.page or s.action in ("restart-exo", "reboot")) and not again:
             self.notifier.notify({**entry, "page": s.page, "breaker_open": state.breaker_open_since is not None})
         m = self.metrics
         for c in report.checks:
