@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import random
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from macfleet.act import reboot as act_reboot
-from macfleet.act.lock import ClusterLock, lock_path
+from macfleet.act.lock import ClusterLock, lock_path, stale_reason
 from macfleet.collect.commands import DOCTOR_SPECS, exo_specs
 from macfleet.collect.gather import Gathered
 from macfleet.errors import LockHeld, MacfleetError, UsageError
@@ -353,10 +354,12 @@ class Watcher:
         sessions = self.probers[mesh.name]
         try:
             prior = lock.read()
-            if prior is not None and prior.phase:
+            if prior is not None and prior.phase and stale_reason(prior, datetime.now(UTC),
+                                                                  this_host=socket.gethostname()) is not None:
+                # a dead holder's unfinished step: taking its lock over would throw its repair record away
                 step_name = prior.phase.get("phase") or "a recorded phase"
-                return (f"refused: the cluster lock holds {prior.owner}'s unfinished step ({step_name}); its own "
-                        "rerun repairs it first", "refused", None)
+                return (f"refused: the cluster lock holds the unfinished step ({step_name}) of {prior.owner}, "
+                        "which died; its own rerun repairs it first", "refused", None)
             with lock.hold("watch", f"restarting exo on mesh {mesh.name}: {s.reason}"[:500]):
                 try:
                     act_reboot.stop_exo_on(sessions, nodes)

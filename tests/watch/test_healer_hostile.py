@@ -540,3 +540,24 @@ def test_a_reboot_s_clean_verification_ends_the_episode_at_once(harness, monkeyp
     h.tick(report({"rdma": {"studio-1": "RDMA wedged"}}))
     assert [e["decision"].split(" (")[0] for e in h.audit()][-1] == "healthy"
     assert h.audit()[-1]["decision"] == "healthy (recovered from rdma)"
+
+
+def test_a_dead_switch_s_lock_is_not_taken_over_by_an_exo_restart(harness):
+    """A rollout killed mid-switch left its lock with the phase its rerun repairs: restarting exo would start a
+    release that never passed the health gate, and taking the lock over would throw the repair record away."""
+    import socket as socket_
+    from dataclasses import asdict
+
+    from macfleet.act.lock import ClusterLock, LockRecord, lock_path
+
+    h = harness(debounce=1)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    path = lock_path(h.fleet.root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rec = LockRecord(owner="rollout exo", pid=dead.pid, host=socket_.gethostname(),
+                     created=datetime.now(UTC).isoformat(), ttl_s=3600, reason="r", phase={"phase": "switching"})
+    path.write_text(json.dumps(asdict(rec)))
+    h.tick(report({"exo-running": {"studio-2": "exo does not answer"}}))
+    assert h.restarts == [] and "unfinished step (switching) of rollout exo" in h.audit()[-1]["result"]
+    assert ClusterLock(path).read().phase == {"phase": "switching"}
