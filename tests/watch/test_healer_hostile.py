@@ -561,3 +561,14 @@ def test_a_dead_switch_s_lock_is_not_taken_over_by_an_exo_restart(harness):
     h.tick(report({"exo-running": {"studio-2": "exo does not answer"}}))
     assert h.restarts == [] and "unfinished step (switching) of rollout exo" in h.audit()[-1]["result"]
     assert ClusterLock(path).read().phase == {"phase": "switching"}
+
+
+def test_reset_clears_a_damaged_state(harness):
+    h = harness()
+    h.watcher.state_path.parent.mkdir(parents=True)
+    h.watcher.state_path.write_text('{"meshes": {"mesh1": {"streak"')
+    said = []
+    loop.reset(h.fleet, [h.mesh], said.append)
+    assert loop.load_states(h.watcher.state_path) == {} and "breaker closed" in said[-1]
+    assert "the state file was damaged" in h.audit()[-1]["decision"]
+    assert h.tick(HEALTHY).reason == "healthy"  # the running watcher takes the reset
