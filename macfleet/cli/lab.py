@@ -176,7 +176,8 @@ def fault_cmd(
     rec = faults.fault(name, fault, list(args or []), clear=clear)
     result = results.LabFault(kind=rec["kind"], args=rec["args"], nodes=rec["nodes"], cleared=clear)
     emit(result, json_mode=json_output or None,
-         human=lambda r: console.print(f"{' '.join([r.kind, *r.args])}: {'cleared' if r.cleared else 'on'}"))
+         human=lambda r: console.print(f"{' '.join([r.kind, *r.args])}: {'cleared' if r.cleared else 'on'}",
+                                       markup=False, highlight=False))
 
 
 @app.command("faults")

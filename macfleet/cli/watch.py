@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import signal
 import threading
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -14,7 +15,16 @@ from macfleet.errors import UsageError
 from macfleet.flow.reboot import select
 from macfleet.inventory.load import load_inventory
 from macfleet.render.output import info
+from macfleet.render.text import text
 from macfleet.watch.loop import Watcher, reset
+from macfleet.watch.metrics import exposed, read_token
+
+
+def say(message: str) -> None:
+    """What watch says, on stderr: always data (a runner's error text may hold `[/bold]` or an ESC), never
+    markup; terminal controls and bidi overrides are shown as U+FFFD (docs/cli.md)."""
+    info(text(message))
+
 
 app = typer.Typer(help="The watcher that heals a wedged mesh.", invoke_without_command=True,
                   context_settings={"help_option_names": ["-h", "--help"]})
@@ -33,13 +43,17 @@ def watch(
     listen: Annotated[str | None, typer.Option("--listen", metavar="ADDR:PORT", help="Serve /metrics "
                                                "(Prometheus) and a read-only status page on this address.",
                                                show_default=False)] = None,
+    listen_token_file: Annotated[Path | None, typer.Option("--listen-token-file", metavar="FILE", help="Ask "
+                                                           "every client of --listen for `Authorization: Bearer "
+                                                           "TOKEN`, TOKEN read from FILE (mode 0600).",
+                                                           show_default=False)] = None,
 ) -> None:
     """Probe every interval over kept-open SSH sessions; act on a problem that persists (restart exo, then
     reboot the mesh, then stop and page), within the inventory's policy; log every decision."""
     fleet = load_inventory(inventory_path(inventory))
     meshes = [select(fleet, mesh, [])[0]] if mesh or len(fleet.meshes) == 1 else list(fleet.meshes)
     if reset_breaker:
-        reset(fleet, meshes, info)
+        reset(fleet, meshes, say)
         return
     port = listen.rpartition(":")[2] if listen is not None else "1"
     if listen is not None and (":" not in listen or not port.isascii() or not port.isdigit()
@@ -47,8 +61,14 @@ def watch(
         raise UsageError(f"--listen {listen!r}: expected ADDR:PORT with a port from 1 to 65535, e.g. 127.0.0.1:9464")
     if interval is not None and not math.isfinite(interval):
         raise UsageError(f"--interval {interval}: expected a finite number of seconds")
+    if listen_token_file is not None and listen is None:
+        raise UsageError("--listen-token-file needs --listen")
+    token = read_token(listen_token_file) if listen_token_file is not None else None
+    if listen is not None and token is None and exposed(listen):
+        say(f"warning: --listen {listen} is reachable beyond this host and has no --listen-token-file: anyone who "
+            "can reach it reads the status page and the metrics")
     every = interval or min(m.settings.probes.interval_s for m in meshes)
-    watcher = Watcher(fleet, meshes, interval_s=every, say=info, listen=listen)
+    watcher = Watcher(fleet, meshes, interval_s=every, say=say, listen=listen, listen_token=token)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -56,4 +76,4 @@ def watch(
         watcher.run(once=once, stop=stop)
     finally:
         watcher.close()
-    info("watch: stopped")
+    say("watch: stopped")

@@ -335,6 +335,9 @@ class RemediationSettings(_Settings):
     ladder: dict[str, list[Rung]] = Field(default_factory=_default_ladder)  # check -> rungs it may climb
     reboot_breaker_limit: int = Field(default=2, ge=0, le=1000)  # at most this many reboots per window, then stop
     reboot_breaker_window_s: float = Field(default=6 * HOUR_S, gt=0, le=30 * DAY_S, allow_inf_nan=False)
+    restart_limit: int = Field(default=3, ge=0, le=1000)  # at most this many exo restarts per window, then climb
+    restart_window_s: float = Field(default=HOUR_S, gt=0, le=30 * DAY_S, allow_inf_nan=False)
+    settle_s: float = Field(default=60.0, ge=0, le=DAY_S, allow_inf_nan=False)  # after an action: not yet judged
     windows: list[MaintenanceWindow] = Field(default_factory=list)  # empty: reboots at any time
     webhook: str | None = Field(default=None, pattern=r"^https?://\S+$")
     pause_file: str = "watch.pause"  # relative to the inventory directory: while it exists, no action

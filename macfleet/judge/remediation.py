@@ -4,8 +4,16 @@ A problem (a doctor check with findings on the mesh) must be seen on `debounce` 
 anything is done. Then it climbs its ladder from the policy, one rung per episode of `debounce` bad
 probes: restart exo on the mesh, then reboot the whole mesh, then stop and page. A check that is not in
 the ladder is only paged. Reboots are limited by a circuit breaker (at most R per window; once tripped,
-nothing automatic until `macfleet watch --reset`) and happen only inside a maintenance window; a pause
-file stops every action. Every step carries its reason, including each time it decides not to act.
+nothing automatic until `macfleet watch --reset`) and happen only inside a maintenance window; exo restarts
+are limited per window too (past the limit the ladder climbs past them); a pause file stops every action.
+Every step carries its reason, including each time it decides not to act.
+
+A rung is used up only by an action that was carried out (`after(policy, step, outcome, now)`): a reboot
+refused because the cluster lock is held uses no rung and does not count toward the breaker. After an action
+the mesh settles for `settle_s`: what is seen then is recorded, not counted, and the ladder is kept (a probe
+just after an exo restart reads exo refusing, then a runner that may crash again). The ladder starts again
+only on a healthy probe after the mesh settled. A check the probe could not judge on a node counts as that
+check's problem (the loop puts it in the observation as "could not tell"): a hung exo is not healthy.
 No I/O, no clock: `now` is passed in, and the loop persists the state between probes.
 """
 
@@ -36,21 +44,85 @@ class State:
 
     streak: dict[str, int] = field(default_factory=dict)  # check -> consecutive bad probes this episode
     rung: dict[str, int] = field(default_factory=dict)  # check -> next rung of its ladder
-    reboots: tuple[str, ...] = ()  # ISO times of the reboots watch started
+    reboots: tuple[str, ...] = ()  # ISO times of the reboots watch carried out
     breaker_open_since: str | None = None
     paged: tuple[str, ...] = ()  # what was already paged this episode ("breaker", "window:rdma"...)
+    restarts: tuple[str, ...] = ()  # ISO times of the exo restarts watch carried out
+    settle_until: str | None = None  # ISO time: until then the last action's effects are not judged
+    breaker_reason: str | None = None  # why the breaker opened, when not the reboot limit (a damaged state file)
 
     def to_json(self) -> dict:
         return {"streak": dict(self.streak), "rung": dict(self.rung), "reboots": list(self.reboots),
-                "breaker_open_since": self.breaker_open_since, "paged": list(self.paged)}
+                "breaker_open_since": self.breaker_open_since, "paged": list(self.paged),
+                "restarts": list(self.restarts), "settle_until": self.settle_until,
+                "breaker_reason": self.breaker_reason}
 
     @classmethod
-    def from_json(cls, data: dict) -> State:
-        return cls(streak={str(k): int(v) for k, v in dict(data.get("streak") or {}).items()},
-                   rung={str(k): int(v) for k, v in dict(data.get("rung") or {}).items()},
-                   reboots=tuple(str(t) for t in data.get("reboots") or ()),
-                   breaker_open_since=data.get("breaker_open_since"),
-                   paged=tuple(str(p) for p in data.get("paged") or ()))
+    def from_json(cls, data: object) -> State:
+        """Strict: ValueError naming the first field that is not what `to_json` writes (a damaged file must
+        be seen as damaged, never read as a smaller state)."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a mesh's state is {type(data).__name__}, not an object")
+        unknown = set(data) - set(cls().to_json())
+        if unknown:
+            raise ValueError(f"unknown field(s) {', '.join(sorted(map(str, unknown)))}")
+        return cls(streak=_counts(data, "streak"), rung=_counts(data, "rung"), reboots=_times(data, "reboots"),
+                   breaker_open_since=_time_or_none(data, "breaker_open_since"),
+                   paged=_strings(data, "paged"), restarts=_times(data, "restarts"),
+                   settle_until=_time_or_none(data, "settle_until"),
+                   breaker_reason=_str_or_none(data, "breaker_reason"))
+
+
+def _counts(data: dict, key: str) -> dict[str, int]:
+    value = data.get(key, {})
+    if not isinstance(value, dict) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 10**9 for v in value.values()):
+        raise ValueError(f"{key}: expected an object of check -> count, got {str(value)[:80]!r}")
+    return {str(k): v for k, v in value.items()}
+
+
+def _strings(data: dict, key: str) -> tuple[str, ...]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{key}: expected a list of strings, got {str(value)[:80]!r}")
+    return tuple(value)
+
+
+def _times(data: dict, key: str) -> tuple[str, ...]:
+    value = _strings(data, key)
+    for t in value:
+        _aware(key, t)
+    return value
+
+
+def _aware(key: str, t: str) -> datetime:
+    try:
+        when = datetime.fromisoformat(t)
+    except ValueError:
+        raise ValueError(f"{key}: {t[:80]!r} is not an ISO time") from None
+    if when.tzinfo is None:
+        raise ValueError(f"{key}: {t[:80]!r} has no time zone")
+    return when
+
+
+def _str_or_none(data: dict, key: str) -> str | None:
+    value = data.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{key}: expected a string or null, got {str(value)[:80]!r}")
+    return value
+
+
+def _time_or_none(data: dict, key: str) -> str | None:
+    value = _str_or_none(data, key)
+    if value is not None:
+        _aware(key, value)
+    return value
+
+
+def damaged(state: State, why: str, now: datetime) -> State:
+    """What watch goes on from when its state file was damaged: whatever it still knows (`state`, from
+    memory), with the breaker open, so it is never more willing to act than with the state it lost."""
+    return replace(state, breaker_open_since=state.breaker_open_since or now.isoformat(), breaker_reason=why)
 
 
 @dataclass(frozen=True)
@@ -60,6 +132,26 @@ class Step:
     reason: str
     check: str | None = None  # the finding class the decision is about
     page: bool = False  # also notify a human (set with an action, or alone with action "page")
+    rung: int | None = None  # with an action: the index of the rung it takes (used up once carried out)
+
+
+Outcome = Literal["done", "failed", "refused"]
+
+
+def after(policy: RemediationSettings, s: Step, outcome: Outcome, now: datetime) -> State:
+    """The state once the step's action was tried: carried out ("done", or "failed" part way: something was
+    done) uses up its rung, counts toward its limit, and starts the settling time; "refused" (the lock was
+    held, the reboot's preflight said no) changes nothing: the next probe that still sees the problem tries
+    again."""
+    if s.action not in ("restart-exo", "reboot") or s.check is None or s.rung is None or outcome == "refused":
+        return s.state
+    state = s.state
+    if s.action == "reboot":
+        state = replace(state, reboots=(*state.reboots, now.isoformat()))
+    else:
+        state = replace(state, restarts=(*state.restarts, now.isoformat()))
+    return replace(state, rung={**state.rung, s.check: s.rung + 1}, streak={**state.streak, s.check: 0},
+                   settle_until=(now + timedelta(seconds=policy.settle_s)).isoformat())
 
 
 # ------------------------------------------------------------------------------------------- windows
@@ -102,6 +194,9 @@ def describe_policy(policy: RemediationSettings, interval_s: float) -> list[str]
         f"ladder: {ladder}; any other finding is paged only",
         f"circuit breaker: at most {policy.reboot_breaker_limit} reboot(s) per {policy.reboot_breaker_window_s:g} s, "
         "then no automatic action until `macfleet watch --reset`",
+        f"exo restarts: at most {policy.restart_limit} per {policy.restart_window_s:g} s, then the ladder climbs "
+        f"past them; after an action the mesh settles for {policy.settle_s:g} s before it is judged again",
+        "a check that cannot be judged on a node (exo hung, an answer that cannot be read) counts as its problem",
         f"reboots only: {windows}",
         f"pause file: {policy.pause_file} (while it exists, no action)",
         f"webhook: {'set' if policy.webhook else 'none'}",
@@ -116,6 +211,15 @@ def reboots_in_window(state: State, policy: RemediationSettings, now: datetime) 
     return sum(datetime.fromisoformat(t) > since for t in state.reboots)
 
 
+def restarts_in_window(state: State, policy: RemediationSettings, now: datetime) -> int:
+    since = now - timedelta(seconds=policy.restart_window_s)
+    return sum(datetime.fromisoformat(t) > since for t in state.restarts)
+
+
+def settling(state: State, now: datetime) -> bool:
+    return state.settle_until is not None and now < datetime.fromisoformat(state.settle_until)
+
+
 def _once(state: State, key: str) -> tuple[State, bool]:
     """(state with `key` marked paged, whether this is the first time this episode)."""
     if key in state.paged:
@@ -124,11 +228,12 @@ def _once(state: State, key: str) -> tuple[State, bool]:
 
 
 def _count(state: State, obs: Observation) -> State:
+    """Another bad probe. Streaks count per check; the rungs are kept until a healthy probe after the mesh
+    settled (the probe after an exo restart sees other checks fail than the one it was for)."""
     streak = {c: state.streak.get(c, 0) + 1 for c in obs.problems}
-    rung = {c: r for c, r in state.rung.items() if c in obs.problems}
     # a class that cleared ends its episode: its pages may be sent again next time
     paged = tuple(p for p in state.paged if p == "breaker" or p.split(":", 1)[-1] in obs.problems)
-    return replace(state, streak=streak, rung=rung, paged=paged)
+    return replace(state, streak=streak, paged=paged)
 
 
 def _what(obs: Observation, check: str) -> str:
@@ -140,12 +245,21 @@ def step(policy: RemediationSettings, state: State, obs: Observation, now: datet
     """One decision for one probe of one mesh."""
     if state.breaker_open_since is not None:
         what = f"; now: {', '.join(obs.problems)}" if obs.problems else ""
+        why = f" ({state.breaker_reason})" if state.breaker_reason else ""
         return Step("none", _count(state, obs) if obs.problems else state,
-                    f"circuit breaker open since {state.breaker_open_since}: no automatic action until "
+                    f"circuit breaker open since {state.breaker_open_since}{why}: no automatic action until "
                     f"`macfleet watch --reset`{what}")
+    if settling(state, now):
+        if not obs.problems:
+            return Step("none", replace(state, streak={}),
+                        f"healthy so far; settling after the last action until {state.settle_until} "
+                        "(the ladder is kept until the mesh is healthy after that)")
+        return Step("none", replace(state, streak={}),
+                    f"settling after the last action until {state.settle_until}: "
+                    f"{', '.join(obs.problems)} seen, not counted yet")
     if not obs.problems:
-        was = ", ".join(state.streak) if state.streak else None
-        return Step("none", replace(state, streak={}, rung={}, paged=()),
+        was = ", ".join(state.streak or state.rung) if state.streak or state.rung else None
+        return Step("none", replace(state, streak={}, rung={}, paged=(), settle_until=None),
                     f"healthy (recovered from {was})" if was else "healthy")
     state = _count(state, obs)
     if obs.paused:
@@ -169,20 +283,24 @@ def _climb(policy: RemediationSettings, state: State, obs: Observation, check: s
                     f"{what}: not remediable by policy (not in the ladder); "
                     + ("paging" if first else "already paged"), check=check, page=first)
     index = state.rung.get(check, 0)
+    skipped = ""
+    restarts = restarts_in_window(state, policy, now)
+    while index < len(rungs) and rungs[index] == "restart-exo" and restarts >= policy.restart_limit:
+        skipped = (f"; exo was restarted {restarts} time(s) in the last {policy.restart_window_s:g} s (the limit "
+                   f"is {policy.restart_limit}): not again")
+        index += 1
     if index >= len(rungs):
         state, first = _once(state, f"page:{check}")
         return Step("page" if first else "none", state,
-                    f"{what}: still there after {' -> '.join(rungs)}; stop and page"
+                    f"{what}: still there after {' -> '.join(rungs)}{skipped}; stop and page"
                     + ("" if first else " (already paged)"), check=check, page=first)
     rung = rungs[index]
     if rung == "reboot":
         blocked = _reboot_blocked(policy, state, what, check, now)
         if blocked is not None:
             return blocked
-        state = replace(state, reboots=(*state.reboots, now.isoformat()))
-    state = replace(state, rung={**state.rung, check: index + 1}, streak={**state.streak, check: 0})
-    return Step(rung, state, f"{what} seen on {policy.debounce} probes in a row: {rung} (rung {index + 1} of "
-                             f"{len(rungs)})", check=check, page=True)
+    return Step(rung, state, f"{what} seen on {policy.debounce} probes in a row{skipped}: {rung} (rung "
+                             f"{index + 1} of {len(rungs)})", check=check, page=True, rung=index)
 
 
 def _reboot_blocked(policy: RemediationSettings, state: State, what: str, check: str, now: datetime) -> Step | None:

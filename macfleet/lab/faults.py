@@ -31,6 +31,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from macfleet.errors import LabError, UsageError
 
@@ -638,7 +639,7 @@ def wedge_clear(target: LoadedLab, data: dict, node: str) -> None:
     _boot_flags(target, node, rdma_hang=None, rdma_wedged=None)
 
 
-def runner_check(target: LoadedLab, node: str) -> None:
+def runner_check(target: LoadedLab, node: str, *rest: str) -> None:
     if (userland.read_json(target.exo_overlay(node), {}) or {}).get("runnerFailed"):
         raise UsageError(f"exo's runner on {node} has already failed (qp-exhausted or exo-runner-failed)")
 
@@ -763,12 +764,54 @@ def exo_version_clear(target: LoadedLab, data: dict, node: str, version: str) ->
         shutil.rmtree(os.path.join(root, "releases", data["release"]), ignore_errors=True)
 
 
-def runner_apply(target: LoadedLab, node: str) -> dict:
-    target.set_overlay(node, "runnerFailed", True)
+MAX_RUNNER_TEXT = 4000
+
+
+def runner_apply(target: LoadedLab, node: str, message: str | None = None) -> dict:
+    """exo's runner fails; with TEXT, its errorMessage is TEXT as given (node-controlled text: markup, ESC,
+    bidi characters and all), else the segfault exo reports."""
+    if message is not None and (not message or len(message) > MAX_RUNNER_TEXT or "\x00" in message):
+        raise UsageError(f"exo-runner-failed TEXT: expected 1 to {MAX_RUNNER_TEXT} characters, no NUL")
+    target.set_overlay(node, "runnerFailed", message if message is not None else True)
     return {}
 
 
-def runner_clear(target: LoadedLab, data: dict, node: str) -> None:
+def _exo_pids(target: LoadedLab, node: str) -> list[int]:
+    """The exo stand-in's processes on the node: `python3 .../bin/exo ...` (macfleet/lab/exo/build.py)."""
+    pids = []
+    for pid in netns.netns_pids(target.ns(node)):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a.endswith(b"/bin/exo") for a in argv[1:3]):
+            pids.append(pid)
+    return pids
+
+
+def exo_hang_apply(target: LoadedLab, node: str) -> dict:
+    """exo stops answering without dying (SIGSTOP): its port still accepts connections (the kernel's
+    backlog), no answer ever comes, launchd sees it running. A guess at a wedged exo (docs/lab.md): what a
+    health checker must not take for healthy."""
+    if not target.on(node):
+        raise UsageError(f"{node} is {target.power(node)}: only a running Mac's exo can hang")
+    pids = _exo_pids(target, node)
+    if not pids:
+        raise UsageError(f"exo is not running on {node}", hint=f"start it (macfleet lab fault exo-down {node} --clear)")
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+    return {"pids": pids}
+
+
+def exo_hang_clear(target: LoadedLab, data: dict, node: str) -> None:
+    for pid in data.get("pids", []):
+        if pid in _exo_pids(target, node):  # the same process still (a restart of exo already ended the hang)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
+def runner_clear(target: LoadedLab, data: dict, node: str, message: str | None = None) -> None:
     target.set_overlay(node, "runnerFailed", None)
 
 
@@ -924,9 +967,12 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
     Fault("exo-networksetup", ("NODE",), "exo", "exo's app's LaunchDaemon io.exo.networksetup is installed and "
           "loaded: at every load (boot, install) it puts the Thunderbolt services on DHCP and the bridge off, "
           "undoing the IP plan; kept across reboots (RunAtLoad) until disabled", netsetup_apply, netsetup_clear),
-    Fault("exo-runner-failed", ("NODE",), "exo", "exo's runner crashed (RunnerFailed: Terminated (signal=11 "
-          "(Segmentation fault: 11))) in /state and the log; a reboot clears it", runner_apply, runner_clear,
-          reboot="cleared", exo=True, check=runner_check),
+    Fault("exo-runner-failed", ("NODE", "[TEXT]"), "exo", "exo's runner crashed (RunnerFailed: Terminated "
+          "(signal=11 (Segmentation fault: 11)), or TEXT as given) in /state and the log; a reboot clears it",
+          runner_apply, runner_clear, reboot="cleared", exo=True, check=runner_check),
+    Fault("exo-hang", ("NODE",), "exo", "exo stops answering without dying (SIGSTOP): connections to its API hang; "
+          "--clear or a restart of exo or a reboot ends it", exo_hang_apply, exo_hang_clear, reboot="cleared",
+          exo=True),
 )}
 
 
@@ -959,7 +1005,8 @@ def _matches(fault: Fault, rec: dict, args: list[str]) -> bool:
     if fault.pair:
         return sorted(rec["args"][:2]) == sorted(args[:2])
     nodes = fault.nodes_of(args)
-    return rec["nodes"] == nodes if fault.params[-1] in ("SECS", "VERSION", "[live|saved]") else rec["args"] == args
+    return rec["nodes"] == nodes if fault.params[-1] in ("SECS", "VERSION", "[live|saved]", "[TEXT]") \
+        else rec["args"] == args
 
 
 def _touches(rec: dict, nodes: list[str]) -> bool:

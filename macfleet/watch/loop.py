@@ -1,5 +1,11 @@
 """The watch loop: jittered tick → probe → judge → step → act → audit, metrics, page. Thin on purpose: what
-to do is decided by `judge.remediation.step`; how to reboot by `flow.reboot`."""
+to do is decided by `judge.remediation.step`; how to reboot by `flow.reboot`.
+
+The healer does not die of its own files or of what it reads: a state file it cannot read or write, an audit
+log it cannot append to, a tick that raises, are reported (log, status page, `macfleet_watch_errors_total`)
+and the loop goes on with what it knows in memory. A damaged state file opens the breaker (it may have held
+an open breaker and the reboots that count toward it). Everything it prints is data (the caller's `say` shows
+text, never markup)."""
 
 from __future__ import annotations
 
@@ -7,28 +13,30 @@ import hashlib
 import json
 import os
 import random
+import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from macfleet.act import reboot as act_reboot
-from macfleet.act.lock import ClusterLock, lock_path
+from macfleet.act.lock import ClusterLock, lock_path, stale_reason
 from macfleet.collect.commands import DOCTOR_SPECS, exo_specs
 from macfleet.collect.gather import Gathered
-from macfleet.errors import AT_UNLOCK_SCREEN, MacfleetError, UsageError
+from macfleet.errors import AT_UNLOCK_SCREEN, LockHeld, MacfleetError, UsageError
 from macfleet.flow.doctor import node_facts
 from macfleet.flow.reboot import RebootResult, interrupted_reboot, reboot_mesh, unlocker
 from macfleet.inventory.model import Fleet, Mesh, RemediationSettings
 from macfleet.judge.health import CHECK_CODES, HealthReport, judge_health
-from macfleet.judge.remediation import Observation, State, Step, describe_policy, step
+from macfleet.judge.remediation import Observation, Outcome, State, Step, after, damaged, describe_policy, step
 from macfleet.paths import state_dir
 from macfleet.render.watch import render_status_page
 from macfleet.watch.audit import AuditLog
 from macfleet.watch.metrics import RESULT_VALUE, Metrics, serve
 from macfleet.watch.notify import Notifier
+from macfleet.watch.notify import target as webhook_target
 from macfleet.watch.probe import Prober
 
 
@@ -47,25 +55,160 @@ def validate_policy(mesh: Mesh) -> None:
     if unknown:
         raise UsageError(f"mesh {mesh.name}: macfleet_remediation names unknown check(s) {', '.join(unknown)}",
                          hint="checks: " + ", ".join(CHECK_CODES))
+    if policy.webhook:
+        try:
+            webhook_target(policy.webhook)
+        except ValueError as exc:
+            raise UsageError(f"mesh {mesh.name}: macfleet_remediation.webhook: {exc}",
+                             hint="a user:password@ in the URL is sent as basic authentication") from None
     unprobed = [c for c in policy.ladder if c not in policy.checks]
     if unprobed:
         raise UsageError(f"mesh {mesh.name}: macfleet_remediation.ladder has {', '.join(unprobed)}, which "
                          "macfleet_remediation.checks does not probe", hint="add them to checks, or drop them")
 
 
+MAX_STATE_BYTES = 1 << 20
+
+
+def parse_states(raw: bytes) -> dict[str, State]:
+    """The state file's meshes; ValueError naming what is wrong (truncated, not JSON, a wrong type)."""
+    if len(raw) > MAX_STATE_BYTES:
+        raise ValueError(f"over {MAX_STATE_BYTES} bytes")
+    data = json.loads(raw.decode("utf-8"))
+    if not isinstance(data, dict) or set(data) != {"meshes"} or not isinstance(data["meshes"], dict):
+        raise ValueError('expected {"meshes": {mesh: state}}')
+    out = {}
+    for m, st in data["meshes"].items():
+        try:
+            out[str(m)] = State.from_json(st)
+        except ValueError as exc:
+            raise ValueError(f"mesh {m}: {exc}") from None
+    return out
+
+
+def dump_states(states: dict[str, State]) -> bytes:
+    return json.dumps({"meshes": {m: s.to_json() for m, s in states.items()}}, indent=2).encode()
+
+
 def load_states(path: Path) -> dict[str, State]:
+    """For `--reset` and tests: the file's states ({} when there is none); ValueError/OSError as they come."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        raw = path.read_bytes()
+    except FileNotFoundError:
         return {}
-    return {str(m): State.from_json(s) for m, s in dict(data.get("meshes") or {}).items()}
+    return parse_states(raw)
 
 
 def save_states(path: Path, states: dict[str, State]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"meshes": {m: s.to_json() for m, s in states.items()}}, indent=2))
-    os.replace(tmp, path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(dump_states(states))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+class Troubles:
+    """The healer's own troubles (its files, its ticks, its webhook): each kind said once when it starts or
+    changes and once when it ends, counted in `macfleet_watch_errors_total{kind}`, shown on the page."""
+
+    def __init__(self, say: Callable[[str], None], metrics: Metrics):
+        self.say = say
+        self.metrics = metrics
+        self.current: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def report(self, kind: str, message: str) -> None:
+        self.metrics.errors.labels(kind).inc()
+        with self._lock:
+            changed = self.current.get(kind) != message
+            self.current[kind] = message
+        if changed:
+            self.say(f"watch: {kind}: {message}")
+
+    def clear(self, kind: str) -> None:
+        with self._lock:
+            was = self.current.pop(kind, None)
+        if was is not None:
+            self.say(f"watch: {kind}: recovered")
+
+
+class StateStore:
+    """The state file, with memory as the authority. Each tick re-reads the file only to see `watch --reset`
+    (or an operator's edit): when it holds what this process last wrote, or cannot be written, memory wins.
+    A file that cannot be read or parsed is damaged: it is kept aside (`.damaged-TIME`) and every mesh goes on
+    with what memory knows and the breaker open, until `macfleet watch --reset`."""
+
+    def __init__(self, path: Path, troubles: Troubles):
+        self.path = path
+        self.troubles = troubles
+        self.memory: dict[str, State] | None = None
+        self.written: bytes | None = None
+
+    def load(self, meshes: list[str], now: datetime) -> dict[str, State]:
+        try:
+            raw: bytes | None = _read_bounded(self.path)
+        except OSError as exc:
+            return self._damaged(meshes, f"the state file {self.path} cannot be read ({exc.strerror or exc})", now)
+        if raw is None or raw == self.written:
+            if raw is None and self.memory is None:
+                self.memory = {}
+            self.troubles.clear("state-read")
+            return dict(self.memory or {})
+        try:
+            states = parse_states(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            kept = self._keep_aside(raw, now)
+            return self._damaged(meshes, f"the state file {self.path} was damaged ({exc}){kept}", now)
+        self.troubles.clear("state-read")
+        self.memory, self.written = states, raw
+        return dict(states)
+
+    def _damaged(self, meshes: list[str], why: str, now: datetime) -> dict[str, State]:
+        self.troubles.report("state-read", f"{why}: the breaker is open on every mesh until `macfleet watch "
+                                           "--reset`")
+        known = dict(self.memory or {})
+        for m in meshes:
+            known[m] = damaged(known.get(m, State()), f"{why}; run `macfleet watch --reset` once you have looked",
+                               now)
+        self.memory = known
+        return dict(known)
+
+    def _keep_aside(self, raw: bytes, now: datetime) -> str:
+        aside = self.path.with_name(f"{self.path.name}.damaged-{now.strftime('%Y%m%dT%H%M%SZ')}")
+        try:
+            if not aside.exists():
+                aside.write_bytes(raw[:MAX_STATE_BYTES])
+            return f"; kept as {aside}"
+        except OSError:
+            return ""
+
+    def save(self, states: dict[str, State]) -> bool:
+        self.memory = dict(states)
+        data = dump_states(states)
+        try:
+            save_states(self.path, states)
+        except OSError as exc:
+            self.troubles.report("state-write", f"cannot write the state file {self.path} ({exc.strerror or exc}); "
+                                                "going on with the state held in memory")
+            return False
+        self.written = data
+        self.troubles.clear("state-write")
+        return True
+
+
+def _read_bounded(path: Path) -> bytes | None:
+    try:
+        with path.open("rb") as fh:
+            return fh.read(MAX_STATE_BYTES + 1)
+    except FileNotFoundError:
+        return None
 
 
 @dataclass
@@ -77,21 +220,32 @@ class Watcher:
     rng: random.Random = field(default_factory=random.Random)
     listen: str | None = None
 
+    listen_token: str | None = None
+
     def __post_init__(self) -> None:
         for m in self.meshes:
             validate_policy(m)
         self.state_path, audit_path = watch_paths(self.fleet)
-        self.audit = AuditLog(audit_path)
         self.metrics = Metrics()
+        self.troubles = Troubles(self.say, self.metrics)
+        self.store = StateStore(self.state_path, self.troubles)
+        self.audit = AuditLog(audit_path, on_error=lambda m: self.troubles.report("audit-write", m),
+                              on_ok=lambda: self.troubles.clear("audit-write"))
         self.snapshot: dict = {"updated": None, "meshes": {}, "audit": []}
+        self._refused: dict[str, tuple | None] = {}
         self.probers = {m.name: Prober(self.fleet, list(m.node_names)) for m in self.meshes}
         hooks = {m.settings.remediation.webhook for m in self.meshes} - {None}
-        self.notifier = Notifier(next(iter(hooks), None), on_error=self.say)
-        self.server = serve(self.listen, self.metrics, self.page) if self.listen else None
+        self.notifier = Notifier(next(iter(hooks), None), on_error=lambda m: self.troubles.report("webhook", m),
+                                 count=lambda r: self.metrics.webhook.labels(r).inc(),
+                                 on_ok=lambda: self.troubles.clear("webhook"))
+        self.server = serve(self.listen, self.metrics, self.page, token=self.listen_token,
+                            on_refused=lambda why: self.metrics.http_refused.labels(why).inc()) \
+            if self.listen else None
         self.unlock_refused: set[str] = set()  # nodes whose unlock failed: not tried again until seen up
 
     def page(self) -> str:
-        return render_status_page({**self.snapshot, "audit": list(self.audit.recent)})
+        return render_status_page({**self.snapshot, "audit": list(self.audit.recent),
+                                   "errors": dict(self.troubles.current)})
 
     def policy_lines(self) -> list[str]:
         lines = [f"state {self.state_path}, audit log {self.audit.path}"]
@@ -103,8 +257,10 @@ class Watcher:
         for p in self.probers.values():
             p.close()
         self.notifier.close()
+        self.audit.flush()
         if self.server is not None:
             self.server.shutdown()
+            self.server.server_close()
 
     # ------------------------------------------------------------------------------------------ a tick
 
@@ -129,7 +285,8 @@ class Watcher:
                 self.metrics.link.labels(mesh.name, n, d.name).set(1 if d.state == "PORT_ACTIVE" else 0)
 
     def tick(self) -> list[Step]:
-        states = load_states(self.state_path)  # re-read: `watch --reset` may have closed the breaker
+        # re-read: `watch --reset` may have closed the breaker
+        states = self.store.load([m.name for m in self.meshes], datetime.now(UTC))
         steps = []
         for mesh in self.meshes:
             t0 = time.monotonic()
@@ -137,29 +294,34 @@ class Watcher:
             was = states.get(mesh.name, State())
             report, gathered = self.probe(mesh, datetime.now(UTC), preflight=reboot_may_follow(policy, was))
             self.unlock_waiting(mesh, gathered)
-            problems = _problems(report)
+            problems = _problems(report, mesh)
             now = datetime.now(UTC)
             s = step(policy, was, Observation(problems=problems, paused=self.paused(mesh)), now)
-            result, seen = self.act(mesh, s, gathered)
-            states[mesh.name] = s.state
-            save_states(self.state_path, states)
-            self.record(mesh, report, s, result, problems, now, time.monotonic() - t0)
+            result, outcome, seen = self.act(mesh, s, gathered)
+            states[mesh.name] = after(policy, s, outcome, datetime.now(UTC))
+            self.store.save(states)
+            self.record(mesh, report, s, states[mesh.name], result, problems, now, time.monotonic() - t0)
             if seen is not None:
                 # the reboot verified the mesh over the same sessions a probe would use: that is this
-                # probe, judged as one (no second look at a mesh just read clean)
-                problems, now = _problems(seen), datetime.now(UTC)
-                s = step(policy, s.state, Observation(problems=problems, paused=self.paused(mesh)), now)
-                states[mesh.name] = s.state
-                save_states(self.state_path, states)
-                self.record(mesh, seen, s, "read by the reboot's verification", problems, now, 0.0)
+                # probe, judged as one (no second look at a mesh just read clean); it waited for every node
+                # first, so it is the settled look
+                problems, now = _problems(seen, mesh), datetime.now(UTC)
+                settled = replace(states[mesh.name], settle_until=None)
+                s = step(policy, settled, Observation(problems=problems, paused=self.paused(mesh)), now)
+                states[mesh.name] = after(policy, s, "refused", now)  # no action follows this one
+                self.store.save(states)
+                self.record(mesh, seen, s, states[mesh.name], "read by the reboot's verification", problems, now,
+                            0.0)
             steps.append(s)
         return steps
 
-    def unlock_waiting(self, mesh: Mesh, gathered: Gathered) -> None:
+    def unlock_waiting(self, mesh: Mesh, gathered: Gathered | None) -> None:
         """A node found waiting at its FileVault unlock screen (a power cut or a power cycle: no authrestart was
         possible) is unlocked over SSH with the mesh's FileVault credential when one is stored, strictly against
         its recorded unlock-screen key (apple_ssh_and_filevault(7)); audited and paged. The next probe sees it
         back. Without a credential it stays there, and the `reachable` check says where it waits."""
+        if gathered is None:  # a probe that gathered nothing (no node read): nobody to unlock
+            return
         self.unlock_refused -= {n for n in mesh.node_names if n not in gathered.unreachable}
         waiting = [n for n in mesh.node_names if AT_UNLOCK_SCREEN in gathered.unreachable.get(n, "")
                    and n not in self.unlock_refused]
@@ -182,31 +344,67 @@ class Watcher:
         pause = self.fleet.path(mesh.settings.remediation.pause_file)
         return bool(pause and pause.exists())
 
-    def act(self, mesh: Mesh, s: Step, gathered: Gathered | None = None) -> tuple[str, HealthReport | None]:
-        """Carry out the step's action: (what happened, the verification a reboot ended on when it covers
-        every check of the policy, else None). A reboot takes its preflight reads from the probe that decided
-        it when that probe made them (`reboot_may_follow`), else reads them itself."""
+    def act(self, mesh: Mesh, s: Step, gathered: Gathered | None = None
+            ) -> tuple[str, Outcome, HealthReport | None]:
+        """Carry out the step's action: (what happened, whether it was carried out, the verification a reboot
+        ended on when it covers every check of the policy, else None). Both actions run under the cluster lock
+        (a rollout or an operator's reboot holds it: the action is refused, and uses no rung). A reboot takes
+        its preflight reads from the probe that decided it when that probe made them (`reboot_may_follow`),
+        else reads them itself."""
         nodes = list(mesh.node_names)
         sessions = self.probers[mesh.name]
-        try:
-            if s.action == "restart-exo":
-                act_reboot.stop_exo_on(sessions, nodes)
-                act_reboot.start_exo_on(sessions, nodes)
-                return "exo restarted on every node", None
-            if s.action == "reboot":
-                self.metrics.reboots.labels(mesh.name).inc()
+        if s.action == "restart-exo":
+            return self._restart_exo(mesh, s, nodes)
+        if s.action == "reboot":
+            try:
                 r = reboot_mesh(self.fleet, mesh, nodes, f"watch: {s.reason}", respect_windows=True, say=self.say,
                                 sessions=sessions, before=_preflight_read(gathered, nodes))
-                sessions.retry_now()
-                last = r.phases[-1].detail if r.phases else (r.refusal or "")
-                return f"reboot {r.result}: {last}" + "".join(
-                    f"; {p.name} {p.took_s:g} s" for p in r.phases), _covering(r, mesh.settings.remediation.checks)
-        except MacfleetError as exc:
-            return f"failed: {exc.message}", None
-        return ("paged" if s.action == "page" else "nothing done"), None
+            except LockHeld as exc:
+                return f"refused: {exc.message}", "refused", None
+            except MacfleetError as exc:
+                self.metrics.reboots.labels(mesh.name).inc()
+                return f"failed: {exc.message}", "failed", None
+            except OSError as exc:  # its lock or its record could not be written: counted, it may have begun
+                self.metrics.reboots.labels(mesh.name).inc()
+                return f"failed: {exc.strerror or exc} ({getattr(exc, 'filename', None) or 'a file'})", "failed", None
+            sessions.retry_now()
+            last = r.phases[-1].detail if r.phases else (r.refusal or "")
+            text = f"reboot {r.result}: {last}" + "".join(f"; {p.name} {p.took_s:g} s" for p in r.phases)
+            if r.result == "refused":
+                return text, "refused", None
+            self.metrics.reboots.labels(mesh.name).inc()
+            return text, ("done" if r.result == "ok" else "failed"), _covering(r, mesh.settings.remediation.checks)
+        return ("paged" if s.action == "page" else "nothing done"), "refused", None
 
-    def record(self, mesh: Mesh, report: HealthReport, s: Step, result: str, problems: dict, now: datetime,
-               took_s: float) -> None:
+    def _restart_exo(self, mesh: Mesh, s: Step, nodes: list[str]) -> tuple[str, Outcome, None]:
+        """Stop and start exo on every node of the mesh, holding the cluster lock: a rollout in the middle of
+        a switch (or one that died there and awaits its repair) is never raced, nor its release started."""
+        lock = ClusterLock(lock_path(self.fleet.root))
+        sessions = self.probers[mesh.name]
+        try:
+            prior = lock.read()
+            if prior is not None and prior.phase and stale_reason(prior, datetime.now(UTC),
+                                                                  this_host=socket.gethostname()) is not None:
+                # a dead holder's unfinished step: taking its lock over would throw its repair record away
+                step_name = prior.phase.get("phase") or "a recorded phase"
+                return (f"refused: the cluster lock holds the unfinished step ({step_name}) of {prior.owner}, "
+                        "which died; its own rerun repairs it first", "refused", None)
+            with lock.hold("watch", f"restarting exo on mesh {mesh.name}: {s.reason}"[:500]):
+                try:
+                    act_reboot.stop_exo_on(sessions, nodes)
+                    act_reboot.start_exo_on(sessions, nodes)
+                except MacfleetError as exc:
+                    return f"failed: {exc.message}", "failed", None
+        except LockHeld as exc:
+            return f"refused: {exc.message}", "refused", None
+        except OSError as exc:  # the lock cannot be written (a full disk): nothing was done
+            return f"refused: cannot take the cluster lock ({exc.strerror or exc})", "refused", None
+        return "exo restarted on every node (under the cluster lock)", "done", None
+
+    def record(self, mesh: Mesh, report: HealthReport, s: Step, state: State, result: str, problems: dict,
+               now: datetime, took_s: float) -> None:
+        """The decision and what came of it, in the audit log, on stderr, to the webhook, in the metrics and on
+        the page. `state` is the state after the action (a refused one used no rung)."""
         lines = problems.get(s.check, []) if s.check else [x for v in problems.values() for x in v]
         nodes = sorted({line.split(":", 1)[0] for line in lines})
         entry = {"time": now.isoformat(), "mesh": mesh.name, "node": ",".join(nodes) or None,
@@ -214,24 +412,33 @@ class Watcher:
                  "result": result}
         self.audit.append(entry)
         self.say(f"{mesh.name}: {s.action}: {s.reason} → {result}")
-        if s.page or s.action in ("restart-exo", "reboot"):
-            self.notifier.notify({**entry, "page": s.page, "breaker_open": s.state.breaker_open_since is not None})
+        refused = result.startswith(("refused", "reboot refused"))
+        again = refused and self._refused.get(mesh.name) == (s.action, s.check)
+        self._refused[mesh.name] = (s.action, s.check) if refused else None
+        # an action refused probe after probe (the lock held for an hour) is paged once, not at every probe
+        if (s.page or s.action in ("restart-exo", "reboot")) and not again:
+            self.notifier.notify({**entry, "page": s.page, "breaker_open": state.breaker_open_since is not None})
         m = self.metrics
         for c in report.checks:
             m.check.labels(mesh.name, c.node, c.check).set(RESULT_VALUE[c.result])
-        if s.action != "none":
+        if s.action != "none" and not result.startswith(("refused", "reboot refused")):
             m.actions.labels(mesh.name, s.action).inc()
-        m.breaker.labels(mesh.name).set(1 if s.state.breaker_open_since else 0)
+        m.breaker.labels(mesh.name).set(1 if state.breaker_open_since else 0)
         m.paused.labels(mesh.name).set(1 if "paused" in s.reason else 0)
         for check in mesh.settings.remediation.checks:
-            m.streak.labels(mesh.name, check).set(s.state.streak.get(check, 0))
+            m.streak.labels(mesh.name, check).set(state.streak.get(check, 0))
         m.last_probe.labels(mesh.name).set(time.time())
         m.probe_seconds.labels(mesh.name).set(round(took_s, 3))
         by_node: dict[str, list[str]] = {n: [] for n in mesh.node_names}
         for f in report.findings:
             by_node.setdefault(f.node, []).append(f"{f.check}: {f.message}")
+        unknown: dict[str, list[str]] = {}
+        for c in _unjudged(report, mesh):
+            unknown.setdefault(c.node, []).append(f"{c.check}: could not tell ({c.reason})")
         self.snapshot["updated"] = now.isoformat()
-        self.snapshot["meshes"][mesh.name] = {"nodes": by_node, "breaker": s.state.breaker_open_since,
+        self.snapshot["meshes"][mesh.name] = {"nodes": by_node, "unknown": unknown,
+                                              "breaker": state.breaker_open_since,
+                                              "breaker_reason": state.breaker_reason,
                                               "paused": "paused" in s.reason, "decision": s.reason}
 
     # ------------------------------------------------------------------------------------------- the loop
@@ -242,7 +449,11 @@ class Watcher:
         says where). Audited and paged like any action."""
         lock = ClusterLock(lock_path(self.fleet.root))
         for mesh in self.meshes:
-            if interrupted_reboot(lock, mesh, datetime.now(UTC)) is None:
+            try:
+                if interrupted_reboot(lock, mesh, datetime.now(UTC)) is None:
+                    continue
+            except MacfleetError as exc:  # an unreadable lock: said, and the reboot that needs it will refuse
+                self.troubles.report("lock", exc.message)
                 continue
             r = reboot_mesh(self.fleet, mesh, list(mesh.node_names), "watch: finishing an interrupted reboot",
                             say=self.say, sessions=self.probers[mesh.name])
@@ -264,7 +475,12 @@ class Watcher:
         # kured's jitter: the first tick falls somewhere in d/2..3d/2, so many controllers do not align
         delay = self.rng.uniform(self.interval_s / 2, self.interval_s * 1.5)
         while not stop.wait(delay):
-            acted = any(s.action in ("restart-exo", "reboot") for s in self.tick())
+            try:
+                acted = any(s.action in ("restart-exo", "reboot") for s in self.tick())
+                self.troubles.clear("tick")
+            except Exception as exc:
+                self.troubles.report("tick", f"internal error in a tick: {type(exc).__name__}: {exc}")
+                acted = False
             # after an action, look again at once: the audit log should say as soon as possible whether it helped
             delay = 0.0 if acted else self.interval_s * self.rng.uniform(0.9, 1.1)
 
@@ -285,10 +501,21 @@ def _preflight_read(gathered: Gathered | None, nodes: list[str]) -> act_reboot.B
     return act_reboot.before_from(gathered, nodes)
 
 
-def _problems(report: HealthReport) -> dict[str, list[str]]:
+def _unjudged(report: HealthReport, mesh: Mesh) -> list:
+    """The checks the probe could not judge on a node of `mesh`, other than those not judged because a
+    check they depend on found a problem (that problem is the one to act on)."""
+    return [c for c in report.checks if c.result == "unknown" and c.node in mesh.node_names
+            and not (c.reason or "").startswith("not judged:")]
+
+
+def _problems(report: HealthReport, mesh: Mesh) -> dict[str, list[str]]:
+    """check -> "node: message" lines: the findings, and every check that could not be judged on a node the
+    healer is responsible for (a hung exo, an answer that cannot be read), as "could not tell (why)"."""
     problems: dict[str, list[str]] = {}
     for f in report.findings:
         problems.setdefault(f.check, []).append(f"{f.node}: {f.message}")
+    for c in _unjudged(report, mesh):
+        problems.setdefault(c.check, []).append(f"{c.node}: could not tell ({c.reason})")
     return problems
 
 
@@ -306,13 +533,27 @@ def _covering(r: RebootResult, checks: list[str]) -> HealthReport | None:
 def reset(fleet: Fleet, meshes: list[Mesh], say: Callable[[str], None]) -> None:
     """Close the breaker and forget every streak and rung (the next probe starts a new episode)."""
     state_path, audit_path = watch_paths(fleet)
-    states = load_states(state_path)
+    note = ""
+    try:
+        states = load_states(state_path)
+    except (OSError, ValueError) as exc:
+        # a damaged file: the meshes not reset here keep an open breaker (what watch itself would do)
+        note = f"; the state file was damaged ({exc})"
+        now = datetime.now(UTC)
+        states = {m.name: damaged(State(), f"the state file was damaged ({exc}) when another mesh was reset", now)
+                  for m in fleet.meshes}
+    was = {m.name: states.pop(m.name, None) for m in meshes}
+    try:
+        save_states(state_path, states)
+    except OSError as exc:
+        raise MacfleetError(f"cannot write the state file {state_path} ({exc.strerror or exc}): nothing was reset",
+                            hint="free space on its disk or fix its directory, then run --reset again") from None
+    audit = AuditLog(audit_path, on_error=lambda msg: say(f"warning: {msg}"))
     for m in meshes:
-        was = states.pop(m.name, None)
-        AuditLog(audit_path).append({"time": datetime.now(UTC).isoformat(), "mesh": m.name, "node": None,
-                                     "finding": None, "decision": "reset by the operator (`macfleet watch --reset`)"
-                                     + (f"; the breaker was open since {was.breaker_open_since}"
-                                        if was and was.breaker_open_since else ""),
-                                     "action": "reset", "result": "breaker closed, state cleared"})
+        old = was[m.name]
+        audit.append({"time": datetime.now(UTC).isoformat(), "mesh": m.name, "node": None, "finding": None,
+                      "decision": "reset by the operator (`macfleet watch --reset`)"
+                      + (f"; the breaker was open since {old.breaker_open_since}"
+                         if old and old.breaker_open_since else "") + note,
+                      "action": "reset", "result": "breaker closed, state cleared"})
         say(f"mesh {m.name}: breaker closed, state cleared")
-    save_states(state_path, states)

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from macfleet.inventory.model import MaintenanceWindow, RemediationSettings
-from macfleet.judge.remediation import Observation, State, describe_policy, in_windows, step, window_contains
+from macfleet.judge.remediation import Observation, State, after, describe_policy, in_windows, step, window_contains
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)  # a Monday
 WEDGE = Observation(problems={"rdma": ["studio-1: RDMA wedged"]})
@@ -16,14 +16,17 @@ EXO = Observation(problems={"exo-running": ["studio-2: exo does not answer"]})
 OK = Observation()
 
 
-def run(policy: RemediationSettings, probes: list[Observation], every_s: float = 30, state: State | None = None):
+def run(policy: RemediationSettings, probes: list[Observation], every_s: float = 30, state: State | None = None,
+        outcome: str = "done"):
+    """Each probe's step, its action carried out (`outcome`) as the loop does."""
     state = state or State()
     out = []
     for i, obs in enumerate(probes):
-        s = step(policy, state, obs, T0 + timedelta(seconds=i * every_s))
+        now = T0 + timedelta(seconds=i * every_s)
+        s = step(policy, state, obs, now)
         assert s.reason, "every decision says why"
         out.append(s)
-        state = s.state
+        state = after(policy, s, outcome, now)
     return out
 
 
@@ -44,11 +47,11 @@ def actions(steps) -> list[str]:
     ],
 )
 def test_debounce_and_ladder(probes, expected):
-    assert actions(run(RemediationSettings(debounce=3), probes)) == expected
+    assert actions(run(RemediationSettings(debounce=3, settle_s=0), probes)) == expected
 
 
 def test_restart_then_reboot_then_page():
-    policy = RemediationSettings(debounce=2, ladder={"exo-runners": ["restart-exo", "reboot"]})
+    policy = RemediationSettings(debounce=2, ladder={"exo-runners": ["restart-exo", "reboot"]}, settle_s=0)
     bad = Observation(problems={"exo-runners": ["studio-1: RunnerFailed"]})
     steps = run(policy, [bad] * 7)
     assert actions(steps) == ["none", "restart-exo", "none", "reboot", "none", "page", "none"]
@@ -63,7 +66,7 @@ def test_breaker_trips_after_r_reboots_and_stays_open_until_reset():
         # after every reboot the wedge comes back: a new episode each time (a good probe between)
         for obs in (OK, WEDGE):
             s = step(policy, state, obs, T0 + timedelta(minutes=10 * i))
-            state = s.state
+            state = after(policy, s, "done", T0 + timedelta(minutes=10 * i))
         seen.append(s)
     assert actions(seen) == ["reboot", "reboot", "page", "none", "none"]
     assert "circuit breaker tripped" in seen[2].reason

@@ -66,4 +66,4 @@ def test_webhook_gives_up_and_says_so():
     n = Notifier("http://127.0.0.1:1/", on_error=errors.append, backoff_s=0.01)
     n.notify({"action": "page"})
     n.close(wait_s=20)
-    assert n.failed == 1 and "webhook failed after 4 attempts" in errors[0]
+    assert n.failed == 1 and "failed after 4 attempts" in errors[0]
