@@ -28,7 +28,7 @@ from macfleet.errors import (
     UsageError,
     most_severe_exit,
 )
-from macfleet.inventory.model import Fleet, Mesh, Node
+from macfleet.inventory.model import ExoSettings, Fleet, Mesh, Node
 
 # The parsers and judges are imported where they are used, not here: a doctor run dials every node first and
 # imports them while the nodes answer (`run_doctor`), which hides most of the CLI's start-up behind the pass.
@@ -84,8 +84,8 @@ def unread_probes(checks: list[str] | None) -> set[str]:
 
 
 def doctor_specs(meshes: list[Mesh]) -> tuple[CommandSpec, ...]:
-    port = meshes[0].settings.exo.port if meshes else 52415
-    models_dir = meshes[0].settings.exo.models_dir if meshes else "~/.exo/models"
+    exo = meshes[0].settings.exo if meshes else ExoSettings()
+    port, models_dir = exo.port, exo.models_dir
     llama = (spec_for("netstat-listen"),) if any(m.settings.llama.enabled for m in meshes) else ()
     return DOCTOR_SPECS + exo_specs(port) + probe_specs(models_dir) + (exo_daemons_spec(),) + llama
 

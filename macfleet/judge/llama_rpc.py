@@ -1,9 +1,9 @@
 """llama.cpp's RPC mode: the `--rpc host:port,…` list the head node passes to `llama-cli` / `llama-server`.
 
 One entry per worker: that worker's planned address on its direct cable to the head, so the tensors go over
-Thunderbolt and never over Ethernet; the port is the mesh's `macfleet_llama.rpc_port` (rpc-server's own default,
-50052). A worker without a live cable to the head, or whose address is not live on that port, is refused by
-name: a list with a hole would make llama.cpp fail, or silently run without that worker.
+Thunderbolt and never over Ethernet; the port is the mesh's `macfleet_llama.rpc_port` (by default rpc-server's own,
+LLAMA_RPC_PORT in macfleet/constants.py). A worker without a live cable to the head, or whose address is not live
+on that port, is refused by name: a list with a hole would make llama.cpp fail, or silently run without that worker.
 
 Pure: inventory, plan and facts in, the list or a refusal out.
 """
