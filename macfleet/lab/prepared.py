@@ -10,7 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-EXO_LABEL = "org.macfleet.exo"
+from macfleet.constants import EXO_LABEL, EXO_MODELS_DIR
+
 WIRED_LABEL = "org.macfleet.wired-limit"
 PF_LABEL = "org.macfleet.pf"
 PF_ANCHOR_FILE = "/etc/pf.anchors/macfleet"
@@ -49,5 +50,5 @@ def files(*, user: str, home: str, memory_bytes: int, controller: str, interface
                                 pf_interfaces=interfaces), 0o644),
         f"/Library/LaunchDaemons/{EXO_LABEL}.plist": (
             render("exo", "exo.plist.j2", exo_user=user, exo_home=home, exo_env=exo_env,
-                   exo_models_dir=f"{home}/.exo/models"), 0o644),
+                   exo_models_dir=EXO_MODELS_DIR.replace("~", home, 1)), 0o644),
     }
