@@ -52,7 +52,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-API_PORT = 52415
+API_PORT = 52415  # exo's own --api-port default (exo src/exo/main.py, v1.0.60 and HEAD: research/exo.md)
 VERSION_HEADER = "X-Exo-Version"
 GOSSIP_PATH = "/_lab/gossip"
 DEFAULT_INSTANCE_MODEL = "mlx-community/Llama-3.2-1B-Instruct-4bit"
