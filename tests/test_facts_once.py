@@ -185,3 +185,36 @@ def test_the_collectors_default_timeout_is_the_kinds() -> None:
     from macfleet.collect.commands import CommandSpec
 
     assert CommandSpec("x", ("true",)).timeout_s == DEFAULT_TIMEOUT_S
+
+
+def test_an_inventorys_state_files_share_one_tag_and_one_history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                   ) -> None:
+    """architecture.md §3 item 7: the per-inventory tag was computed twice (act/lock.py, watch/loop.py), the
+    history file derived from the lock's name by string replacement and written in two schemas (a reboot's
+    entries had no action and no healthy, so `rollout history` showed them blank and unhealthy)."""
+    from types import SimpleNamespace
+
+    from macfleet.act.lock import ClusterLock, lock_path, read_history
+    from macfleet.flow import reboot as flow_reboot
+    from macfleet.flow.models import transfer_cache
+    from macfleet.paths import history_file, inventory_tag, model_cache_dir, state_dir
+    from macfleet.watch.loop import watch_paths
+
+    monkeypatch.setenv("MACFLEET_STATE_DIR", str(tmp_path / "state"))
+    inv = tmp_path / "inventories" / "lab"
+    inv.mkdir(parents=True)
+    tag = inventory_tag(inv)
+    fleet = SimpleNamespace(root=inv)
+    assert lock_path(inv).name == f"{tag}.lock.json" and history_file(inv).parent == lock_path(inv).parent
+    assert [p.name for p in watch_paths(fleet)] == [f"{tag}.state.json", f"{tag}.audit.jsonl"]
+    assert transfer_cache(fleet) == model_cache_dir() == state_dir() / "models"
+
+    lock = ClusterLock(lock_path(inv))
+    held = lock.acquire("reboot", "rdma wedged")
+    result = flow_reboot.RebootResult(mesh="m", result="ok", reason="rdma wedged")
+    flow_reboot._finish(inv, lock, held, result, SimpleNamespace(name="m"), "rdma wedged", "t0")
+    from macfleet.flow.rollout import _history
+    _history(fleet, {"action": "rollback", "from": "b", "to": "a", "healthy": True})
+    entries = read_history(inv)
+    assert [(e["action"], e["healthy"]) for e in entries] == [("reboot", True), ("rollback", True)]
+    assert all("time" in e for e in entries)
