@@ -27,9 +27,20 @@ EXO_PLIST = f"/Library/LaunchDaemons/{EXO_LABEL}.plist"
 # inventory's macfleet_llama.rpc_port overrides.
 LLAMA_RPC_PORT = 50052
 
+# llama.cpp's rpc-server LaunchDaemons: job N's label is LLAMA_RPC_LABEL_PREFIX.N (playbooks/roles/llama_rpc).
+LLAMA_RPC_LABEL_PREFIX = "org.macfleet.llama-rpc"
+
+# The IP plan's pool for the Thunderbolt links: inside 10/8 but clear of the ranges home routers and offices
+# usually hand out (10.0.x, 10.1.x, 10.10.x, 192.168.x, 172.16-31.x used by Docker) and of 100.64/10 (CGNAT,
+# Tailscale); the inventory's macfleet_ipplan.pool overrides.
+IP_POOL = "10.213.0.0/16"
+
 # pmset values for an always-on inference node (research/ops-anchors.md §4.2); macfleet_power.pmset overrides.
 PMSET_DEFAULTS: MappingProxyType[str, int] = MappingProxyType(
     {"sleep": 0, "disksleep": 0, "displaysleep": 10, "womp": 1, "autorestart": 1})
+
+# What the GPU wired-memory limit leaves to macOS when it is "auto" (total memory less this many MB).
+WIRED_RESERVE_MB = 16384
 
 # Homebrew's bin directory on Apple silicon (Homebrew's default prefix /opt/homebrew, docs.brew.sh/Installation),
 # which a non-interactive SSH session's PATH lacks: the rsync, iperf3 and build tools macfleet runs live there.

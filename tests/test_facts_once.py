@@ -36,7 +36,10 @@ LITERALS: dict[str, str] = {
     "llama.cpp's rpc port": r"(?<![\d.])50052(?![\d])",
     "the models directory": r"\.exo/models",
     "exo's LaunchDaemon label": r"org\.macfleet\.exo\b(?!-)",
+    "rpc-server's label prefix": r"org\.macfleet\.llama-rpc",
+    "the IP plan's pool": r"10\.213\.0\.0/16",
     "the pmset defaults": r"disksleep\W{0,4}0\b",
+    "the wired-memory reserve": r"reserve\w*\W{1,6}16384",
     "Homebrew's bin directory": r"/opt/homebrew/bin",
     "the history file": r"history\.jsonl",
     "the per-inventory state tag": r"blake2b\(str\((?:Path\()?(?:inventory_)?root",
@@ -45,7 +48,8 @@ LITERALS: dict[str, str] = {
 
 # The playbook side's copies, checked equal to the source by test_playbook_copies_equal_the_python_source.
 PARITY_FILES = {
-    *(f"playbooks/roles/{r}/{f}" for r in ("exo", "exo_service", "pf", "llama_rpc", "pmset", "sudoers", "homebrew")
+    *(f"playbooks/roles/{r}/{f}"
+      for r in ("exo", "exo_service", "pf", "llama_rpc", "pmset", "sudoers", "homebrew", "gpu")
       for f in ("defaults/main.yml", "meta/argument_specs.yml")),
     "playbooks/vars/defaults.yml",
 }
@@ -156,6 +160,15 @@ PARITY: list[tuple[str, object, object]] = [
     ("pf spec pf_mesh_tcp_ports", _spec_default("pf", "pf_mesh_tcp_ports"), [C.LLAMA_RPC_PORT]),
     ("llama_rpc defaults port", _defaults("llama_rpc")["llama_rpc_port"], C.LLAMA_RPC_PORT),
     ("llama_rpc spec port", _spec_default("llama_rpc", "llama_rpc_port"), C.LLAMA_RPC_PORT),
+    ("llama_rpc defaults label prefix", _defaults("llama_rpc")["llama_rpc_label_prefix"], C.LLAMA_RPC_LABEL_PREFIX),
+    ("llama_rpc spec label prefix", _spec_default("llama_rpc", "llama_rpc_label_prefix"), C.LLAMA_RPC_LABEL_PREFIX),
+    ("sudoers defaults llama label prefix", _defaults("sudoers").get("sudoers_llama_label_prefix"),
+     C.LLAMA_RPC_LABEL_PREFIX),
+    ("sudoers spec llama label prefix", _spec_default("sudoers", "sudoers_llama_label_prefix"),
+     C.LLAMA_RPC_LABEL_PREFIX),
+    ("sudoers spec exo label", _spec_default("sudoers", "sudoers_exo_label"), C.EXO_LABEL),
+    ("gpu defaults wired reserve", _defaults("gpu")["gpu_wired_reserve_mb"], C.WIRED_RESERVE_MB),
+    ("gpu spec wired reserve", _spec_default("gpu", "gpu_wired_reserve_mb"), C.WIRED_RESERVE_MB),
     ("pmset defaults pmset_settings", _defaults("pmset")["pmset_settings"], dict(C.PMSET_DEFAULTS)),
     ("pmset spec pmset_settings", _spec_default("pmset", "pmset_settings"), dict(C.PMSET_DEFAULTS)),
 ]
@@ -168,7 +181,7 @@ def test_playbook_copies_equal_the_python_source(where: str, says: object, sourc
 
 def test_the_plays_defaults_equal_the_inventory_models() -> None:
     """playbooks/vars/defaults.yml: what the plays use where the inventory leaves a setting out."""
-    from macfleet.inventory.model import ExoSettings, LlamaSettings, PowerSettings
+    from macfleet.inventory.model import ExoSettings, IpPlanSettings, LlamaSettings, PowerSettings
 
     d = _yaml("playbooks/vars/defaults.yml")["macfleet_defaults"]
     exo, power = ExoSettings(), PowerSettings()
@@ -176,9 +189,10 @@ def test_the_plays_defaults_equal_the_inventory_models() -> None:
                         "label": C.EXO_LABEL}
     assert d["power"] == {"pmset": power.pmset, "wired_limit_mb": power.wired_limit_mb,
                           "wired_reserve_mb": power.wired_reserve_mb}
-    assert d["llama"] == {"rpc_port": LlamaSettings().rpc_port}
-    assert (exo.port, exo.models_dir, power.pmset, LlamaSettings().rpc_port) == (
-        C.EXO_PORT, C.EXO_MODELS_DIR, dict(C.PMSET_DEFAULTS), C.LLAMA_RPC_PORT)
+    assert d["llama"] == {"rpc_port": LlamaSettings().rpc_port, "label_prefix": C.LLAMA_RPC_LABEL_PREFIX}
+    assert d["ipplan"] == {"pool": str(IpPlanSettings().pool)}
+    assert (exo.port, exo.models_dir, power.pmset, LlamaSettings().rpc_port, str(IpPlanSettings().pool)) == (
+        C.EXO_PORT, C.EXO_MODELS_DIR, dict(C.PMSET_DEFAULTS), C.LLAMA_RPC_PORT, C.IP_POOL)
 
 
 def test_the_collectors_default_timeout_is_the_kinds() -> None:

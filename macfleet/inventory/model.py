@@ -12,7 +12,15 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from macfleet.constants import EXO_INSTALL_ROOT, EXO_MODELS_DIR, EXO_PORT, LLAMA_RPC_PORT, PMSET_DEFAULTS
+from macfleet.constants import (
+    EXO_INSTALL_ROOT,
+    EXO_MODELS_DIR,
+    EXO_PORT,
+    IP_POOL,
+    LLAMA_RPC_PORT,
+    PMSET_DEFAULTS,
+    WIRED_RESERVE_MB,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Mac models. Facts about the hardware, used to plan cabling and by the lab to stand in for it.
@@ -153,9 +161,7 @@ class _Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-# 10.213.0.0/16: inside 10/8 but clear of the ranges home routers and offices usually hand out
-# (10.0.x, 10.1.x, 10.10.x, 192.168.x, 172.16-31.x used by Docker) and of 100.64/10 (CGNAT, Tailscale).
-DEFAULT_IP_POOL = "10.213.0.0/16"
+DEFAULT_IP_POOL = IP_POOL  # macfleet/constants.py
 # Subnets reserved per mesh: 32 covers the 28 links of an 8-node full mesh, so a mesh can grow
 # without moving another mesh's addresses.
 SUBNETS_PER_MESH = 32
@@ -257,7 +263,7 @@ class PowerSettings(_Settings):
     pmset: dict[str, int] = Field(default_factory=lambda: dict(PMSET_DEFAULTS))
     # iogpu.wired_limit_mb: "auto" = total memory less a reserve, an integer = that many MB, 0 = macOS default
     wired_limit_mb: Annotated[int, Field(ge=0, le=MAX_MEMORY_MB)] | Literal["auto"] = "auto"
-    wired_reserve_mb: int = Field(default=16384, ge=0, le=MAX_MEMORY_MB)
+    wired_reserve_mb: int = Field(default=WIRED_RESERVE_MB, ge=0, le=MAX_MEMORY_MB)
 
 
 class ProbeSettings(_Settings):

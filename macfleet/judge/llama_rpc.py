@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
 
+from macfleet.constants import LLAMA_RPC_LABEL_PREFIX
 from macfleet.inventory.model import Mesh
 from macfleet.judge.ipplan import IpPlan, NodeNetworkFacts, find_drift
 from macfleet.judge.model import Refusal
@@ -75,9 +76,9 @@ def rpc_list(mesh: Mesh, plan: IpPlan, network: Mapping[str, NodeNetworkFacts], 
 
 # ------------------------------------------------------------------------------------- where rpc-server binds
 
-# One LaunchDaemon per address (rpc-server's `-H` takes one host): org.macfleet.llama-rpc.<i>, i = 0..7 (a
+# One LaunchDaemon per address (rpc-server's `-H` takes one host): LLAMA_RPC_LABEL_PREFIX.<i>, i = 0..7 (a
 # node of an 8-node mesh has 7 Thunderbolt links). The sudoers drop-in names these labels with one digit.
-LABEL_PREFIX = "org.macfleet.llama-rpc"
+LABEL_PREFIX = LLAMA_RPC_LABEL_PREFIX
 MAX_JOBS = 8
 
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from macfleet.constants import EXO_LABEL, EXO_MODELS_DIR
+from macfleet.constants import EXO_LABEL, EXO_MODELS_DIR, IP_POOL, WIRED_RESERVE_MB
 
 WIRED_LABEL = "org.macfleet.wired-limit"
 PF_LABEL = "org.macfleet.pf"
 PF_ANCHOR_FILE = "/etc/pf.anchors/macfleet"
 SUDOERS_FILE = "macfleet"  # in /etc/sudoers.d
-DEFAULT_POOL = "10.213.0.0/16"
-WIRED_RESERVE_MB = 16384
+DEFAULT_POOL = IP_POOL
 
 
 def _roles_dir() -> Path:
