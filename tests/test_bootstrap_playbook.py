@@ -28,6 +28,26 @@ def render(role: str, template: str, **values: object) -> str:
     return env.from_string((ROLES / role / "templates" / template).read_text()).render(**{**defaults, **values})
 
 
+def play_vars(name: str, **inventory: object) -> object:
+    """A variable of bootstrap's plays (playbooks/vars/bootstrap.yml over vars/defaults.yml) as Ansible resolves
+    it from this inventory: every variable it names rendered first (Ansible's `combine` as a plain merge)."""
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters["combine"] = lambda first, *more: {k: v for d in (first, *more) for k, v in d.items()}
+    play = yaml.safe_load((ROOT / "playbooks" / "vars" / "bootstrap.yml").read_text())
+    ctx: dict[str, object] = {**yaml.safe_load((ROOT / "playbooks" / "vars" / "defaults.yml").read_text()),
+                              **inventory}
+
+    def resolve(var: str) -> object:
+        if var not in ctx:
+            text = play[var]
+            for used in sorted(set(re.findall(r"\b[a-z_]+\b", text)) & set(play) - {var}):
+                resolve(used)
+            ctx[var] = yaml.safe_load(env.from_string(text).render(**ctx)) if isinstance(text, str) else text
+        return ctx[var]
+
+    return resolve(name)
+
+
 def sudoers(**values: object) -> str:
     return render("sudoers", "macfleet.sudoers.j2", **{"sudoers_user": "admin", **values})
 
@@ -147,16 +167,11 @@ def test_pf_anchor_lets_rpc_server_in_on_the_thunderbolt_ports_only_at_the_inven
     the Thunderbolt interfaces only (not from the sources, not from the controller), at the inventory's port."""
     from macfleet.inventory.model import LlamaSettings
 
-    bootstrap_vars = yaml.safe_load((ROOT / "playbooks" / "vars" / "bootstrap.yml").read_text())
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-
     def ports(**inventory: object) -> list[int]:
-        return yaml.safe_load(env.from_string(bootstrap_vars["pf_mesh_tcp_ports"]).render(**inventory))
+        return play_vars("pf_mesh_tcp_ports", **inventory)
 
-    default = LlamaSettings().rpc_port  # the one default, which the roles' defaults repeat for plain Ansible
-    assert ports() == [default] == yaml.safe_load((ROLES / "pf" / "defaults" / "main.yml").read_text())[
-        "pf_mesh_tcp_ports"]
-    assert yaml.safe_load((ROLES / "llama_rpc" / "defaults" / "main.yml").read_text())["llama_rpc_port"] == default
+    # the one default; the roles' defaults repeat it for plain Ansible (tests/test_facts_once.py checks them all)
+    assert ports() == [LlamaSettings().rpc_port]
     assert ports(macfleet_llama={"enabled": True, "rpc_port": 50100}) == [50100]
     text = render("pf", "macfleet.pf.j2", pf_sources=["10.213.0.0/16", "198.18.1.1"], pf_interfaces=["en3"],
                   pf_mesh_tcp_ports=[50100])
@@ -331,3 +346,34 @@ def test_exo_is_told_the_models_directory_rollout_fills() -> None:
     env = job["EnvironmentVariables"]
     assert env["EXO_DEFAULT_MODELS_DIR"] == env["EXO_MODELS_DIR"] == "/Volumes/Models/exo.noindex"
     assert env["EXO_X"] == "1"
+
+
+def test_bootstrap_follows_the_inventorys_exo_port_and_power_else_macfleets_defaults() -> None:
+    """architecture.md §3 item 5: the packet filter's ports are derived from macfleet_exo.port (a non-default port
+    is let in, not left blocked); exo's daemon is told the port whatever it is; item 6: with no macfleet_power,
+    bootstrap and power.yml set the model's pmset defaults, displaysleep included."""
+    from macfleet.inventory.model import ExoSettings, PowerSettings
+
+    assert play_vars("pf_tcp_ports") == [ExoSettings().port]
+    assert play_vars("pf_tcp_ports", macfleet_exo={"port": 52416}) == [52416]
+    assert play_vars("exo_port", macfleet_exo={"models_dir": "/Volumes/M/x.noindex"}) == ExoSettings().port
+    assert play_vars("pmset_settings") == PowerSettings().pmset
+    assert play_vars("pmset_settings", macfleet_power={"pmset": {"sleep": 0}}) == {"sleep": 0}
+    power = yaml.safe_load((ROOT / "playbooks" / "power.yml").read_text())[0]["vars"]
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters["combine"] = lambda first, *more: {k: v for d in (first, *more) for k, v in d.items()}
+    defaults = yaml.safe_load((ROOT / "playbooks" / "vars" / "defaults.yml").read_text())
+    power_inventory = yaml.safe_load(env.from_string(power["power_inventory"]).render(**defaults))
+    assert yaml.safe_load(env.from_string(power["pmset_settings"]).render(power_inventory=power_inventory)) == (
+        PowerSettings().pmset)
+    port = plistlib.loads(render("exo", "exo.plist.j2", exo_user="admin", exo_home="/Users/admin",
+                                 exo_models_dir="/Users/admin/.exo/models").encode())["ProgramArguments"]
+    assert port[1:3] == ["--api-port", str(ExoSettings().port)]
+
+
+def test_sudoers_lets_the_admin_stop_and_start_exo_under_its_label() -> None:
+    """architecture.md §3 item 5: the drop-in took exo's label as a literal, so a changed exo_label broke stop and
+    start; bootstrap passes the exo role's label to the sudoers role."""
+    text = sudoers(sudoers_exo_label="com.example.exo")
+    assert "system/com.example.exo," in text and "/Library/LaunchDaemons/com.example.exo.plist" in text
+    assert play_vars("sudoers_exo_label", exo_label="com.example.exo") == "com.example.exo"

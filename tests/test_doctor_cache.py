@@ -144,3 +144,16 @@ def test_an_unreachable_node_is_not_judged_from_its_kept_answer(fake_pass, monke
 def _all_down(answering: Answering, nodes) -> Answering:
     answering.gathered.unreachable = {n.name: "no route to host" for n in nodes}
     return answering
+
+
+def test_doctor_bounds_each_command_by_probes_command_timeout_as_watch_does(tmp_path: Path) -> None:
+    """architecture.md §3 item 8: probes.command_timeout_s capped watch's commands only; doctor ran system_profiler
+    for 30 s whatever it said. The cached softwareupdate probe (never watch's) keeps its own timeout."""
+    fleet = load_inventory(EXAMPLE_INVENTORY)
+    m = fleet.meshes[0]
+    probes = m.settings.probes.model_copy(update={"command_timeout_s": 7.0})
+    mesh = m.model_copy(update={"settings": m.settings.model_copy(update={"probes": probes})})
+    specs = {s.key: s.timeout_s for s in flow.doctor_specs([mesh])}
+    assert specs["thunderbolt"] == 7.0 and specs["ibv-devices"] <= 7.0
+    assert all(t <= 7.0 for k, t in specs.items() if k not in flow.CACHED_PROBES)
+    assert specs["softwareupdate"] > 7.0

@@ -17,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "macfleet"
 # package -> what it may import from macfleet (besides itself)
 ALLOWED: dict[str, set[str]] = {
     "macfleet.errors": set(),
+    "macfleet.constants": set(),  # facts stated once (issue 26 item 4): anyone may read them
     "macfleet.facts": {"macfleet.errors"},
     "macfleet.inventory": {"macfleet.errors"},
     "macfleet.judge": {"macfleet.facts", "macfleet.inventory.model", "macfleet.errors"},
@@ -31,6 +32,7 @@ ALLOWED: dict[str, set[str]] = {
         "macfleet.judge",
         "macfleet.collect",
         "macfleet.act",
+        "macfleet.paths",  # the controller's state files, named once
     },
     # The healer runs flows and renders its status page; nothing but the CLI imports it.
     "macfleet.watch": {"macfleet.errors", "macfleet.facts", "macfleet.inventory", "macfleet.judge", "macfleet.collect",
@@ -40,6 +42,9 @@ ALLOWED: dict[str, set[str]] = {
     "macfleet.cli": {"macfleet.flow", "macfleet.render", "macfleet.inventory", "macfleet.errors", "macfleet.paths",
                      "macfleet.watch", "macfleet"},
 }
+
+# The facts stated once (macfleet/constants.py, issue 26 item 4) import nothing: every layer may read them.
+EVERYONES = "macfleet.constants"
 
 # Cycles known to exist in a wing another change is straightening; this list may only shrink (a test fails
 # when an entry here is no longer a cycle, so it is removed with the fix).
@@ -116,7 +121,7 @@ def layer_violations(me: str, imports: list[tuple[str, bool]]) -> list[str]:
         for package, allowed in ALLOWED.items():
             if not _within(me, package) or _within(imported, package):
                 continue
-            if imported == "macfleet" and "macfleet" in allowed:
+            if (imported == "macfleet" and "macfleet" in allowed) or imported == EVERYONES:
                 continue
             if not any(_within(imported, a) for a in allowed if a != "macfleet"):
                 out.append(f"{me} may not import {imported} (allowed: {sorted(allowed)})")

@@ -5,7 +5,7 @@ address (one test, then it exits) and a `--bidir` client on a bound to a's, so t
 cable and both directions are measured at once. Links of one round run in parallel (they share no node).
 The raw outputs are returned as text: facts/bench.py parses them.
 
-iperf3 is Homebrew's on a Mac (`brew install iperf3`, in /opt/homebrew/bin, which a non-interactive SSH
+iperf3 is Homebrew's on a Mac (`brew install iperf3`, in Homebrew's bin directory, which a non-interactive SSH
 session does not have on its PATH); the lab's nodes run Debian's.
 """
 
@@ -20,11 +20,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from macfleet.collect.ssh import CommandTimeout, SshSession, SshTarget, Unreachable
+from macfleet.constants import HOMEBREW_BIN
 from macfleet.errors import UnreachableError
 from macfleet.inventory.model import Fleet
 from macfleet.judge.links_bench import BenchLink
 
-PATH_PREFIX = "PATH=/opt/homebrew/bin:/usr/local/bin:$PATH "
+PATH_PREFIX = f"PATH={HOMEBREW_BIN}:/usr/local/bin:$PATH "
 PING_COUNT = 3
 CONNECT_RETRY_S = 10.0  # the server binds a moment after its SSH channel opens: the client tries again
 

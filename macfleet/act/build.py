@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from macfleet.act.transfer import NODE_DIGEST, REMOTE_PYTHON, SshArgs, run_remote
+from macfleet.constants import HOMEBREW_BIN
 from macfleet.errors import RemoteCommandError, UnreachableError, UsageError
 from macfleet.judge.build import EXCLUDED_SOURCE_DIRS
 from macfleet.judge.rollout import Manifest, ManifestFile, ManifestLink, check_release_name, make_manifest
@@ -29,7 +30,7 @@ from macfleet.judge.rollout import Manifest, ManifestFile, ManifestLink, check_r
 TAIL_BYTES = 4000
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 # What a non-interactive ssh session on a Mac lacks: Homebrew (node, npm), uv's and rustup's own directories.
-BUILD_PATH = "$HOME/.local/bin:$HOME/.cargo/bin:/opt/homebrew/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+BUILD_PATH = f"$HOME/.local/bin:$HOME/.cargo/bin:{HOMEBREW_BIN}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 
 
 # ------------------------------------------------------------------------------------------------------

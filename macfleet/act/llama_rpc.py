@@ -4,7 +4,7 @@ launchd, and knock on each job's Thunderbolt address from the peer at the other 
 Layout under the install root (`macfleet_llama.install_root`, relative to the admin's home, so no sudo is
 needed to stage): `releases/<name>/` (a llama.cpp build: bin/rpc-server…), `releases/<name>.manifest.json`,
 `current -> releases/<name>` (flipped by rename, as exo's), `logs/rpc-server.N.log`. Job N is the LaunchDaemon
-`org.macfleet.llama-rpc.N` (playbooks/llama-rpc.yml writes it); bootstrap's sudoers drop-in lets the admin
+`LABEL_PREFIX.N` (playbooks/llama-rpc.yml writes it); bootstrap's sudoers drop-in lets the admin
 `launchctl bootout` and `bootstrap` those labels, and nothing else, without a password.
 """
 

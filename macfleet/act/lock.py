@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import socket
@@ -36,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from macfleet.errors import LockHeld
-from macfleet.paths import state_dir
+from macfleet.paths import history_file, lock_file
 
 DEFAULT_TTL_S = 3600.0
 MAX_LOCK_BYTES = 64 * 1024  # a lock file is a few hundred bytes; anything larger is not ours
@@ -178,9 +177,32 @@ def stale_reason(record: LockRecord, now: datetime, *, this_host: str, pid_alive
 
 def lock_path(inventory_root: Path) -> Path:
     """One lock per inventory (a controller may drive several clusters)."""
-    root = Path(inventory_root).resolve()
-    tag = hashlib.blake2b(str(root).encode(), digest_size=6).hexdigest()
-    return state_dir() / "locks" / f"{root.name}-{tag}.lock.json"
+    return lock_file(inventory_root)
+
+
+def append_history(inventory_root: Path, entry: dict) -> None:
+    """One line of the inventory's history (rollouts, rollbacks, repairs, builds, reboots), in one schema: the
+    time, the `action`, whether it left the mesh `healthy`, then the entry's own keys."""
+    if "action" not in entry or "healthy" not in entry:
+        raise ValueError("a history entry names its action and whether it left the mesh healthy")
+    path = history_file(inventory_root)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with path.open("a") as fh:
+        fh.write(json.dumps({"time": datetime.now(UTC).isoformat(), **entry}) + "\n")
+
+
+def read_history(inventory_root: Path, last: int = 1000) -> list[dict]:
+    """The history's last `last` entries, oldest first (a line that is not JSON is skipped)."""
+    path = history_file(inventory_root)
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines()[-last:]:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
 
 
 @dataclass

@@ -3,8 +3,9 @@
 Layout under the install root (`macfleet_exo.install_root`, default /opt/exo, owned by the admin user, so
 no sudo is needed): `releases/<version>-<hash>/` (immutable once landed), `releases/<name>.manifest.json`,
 `current -> releases/<name>` (replaced by rename, never edited), and staging in `releases/.staging-<name>/`.
-exo runs as the LaunchDaemon `org.macfleet.exo` bootstrap installs (UserName: the admin user), whose program is
-`<root>/current/bin/exo`; bootstrap's scoped sudoers drop-in lets the admin stop and start it without a password.
+exo runs as the LaunchDaemon bootstrap installs (label EXO_LABEL, macfleet/constants.py; UserName: the admin
+user), whose program is `<root>/current/bin/exo`; bootstrap's scoped sudoers drop-in lets the admin stop and
+start it without a password.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import urllib.request
 from dataclasses import dataclass
 
 from macfleet.act.transfer import REMOTE_PYTHON, SshArgs, on_nodes, run_remote
+from macfleet.constants import EXO_LABEL
 from macfleet.errors import RemoteCommandError
 from macfleet.inventory.model import Fleet
 from macfleet.judge.rollout import NodeAnswer, check_release_name
 
-LABEL = "org.macfleet.exo"
+LABEL = EXO_LABEL
 MAX_STATE_BYTES = 8 * 1024 * 1024
 
 # Node-side lines shared by the programs that read an install root (exo's, llama.cpp's): with `root` set, they

@@ -32,6 +32,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from macfleet.constants import HOMEBREW_BIN
 from macfleet.errors import RemoteCommandError, UnreachableError, UsageError
 from macfleet.inventory.model import Fleet, Node
 from macfleet.judge.rollout import Manifest, ManifestFile, make_manifest, safe_relpath
@@ -285,7 +286,7 @@ def install_mesh_known_hosts(fleet: Fleet, nodes: list[str], text: str) -> None:
 
 # Homebrew's rsync (3.x) on the Macs: macOS ships openrsync, which lacks --append-verify and --mkpath.
 RSYNC_FLAGS = ("-rlt", "--partial", "--append-verify", "--chmod=u+rwX,go+rX", "--executability",
-               "--timeout=60", "--rsync-path=PATH=/opt/homebrew/bin:$PATH rsync")
+               "--timeout=60", f"--rsync-path=PATH={HOMEBREW_BIN}:$PATH rsync")
 
 
 def rsync_from_controller(args: SshArgs, src: Path, dest: str, files: list[str] | None, *,
@@ -316,7 +317,7 @@ def rsync_node_to_node(src_args: SshArgs, src_dir: str, user: str | None, dst_ad
     argv += [f"{src_dir}/", f"{dest}:{dst_dir}/"]
     # ssh expands the ~ of UserKnownHostsFile itself, so every word can be quoted.
     # rsync's own 255 (its ssh to the peer failed) must not read as "the source node is unreachable".
-    command = "PATH=/opt/homebrew/bin:$PATH " + shlex.join(argv) + "; r=$?; [ $r -eq 255 ] && r=254; exit $r"
+    command = f"PATH={HOMEBREW_BIN}:$PATH " + shlex.join(argv) + "; r=$?; [ $r -eq 255 ] && r=254; exit $r"
     try:
         run_remote(src_args, command, stdin="\0".join(files) if files is not None else None, timeout_s=timeout_s,
                    env=agent_env, forward_agent=True)

@@ -12,14 +12,15 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from macfleet.facts.kinds import EXO_JOB_PLIST, KIND_COMMANDS, NETWORKSETUP_LABEL, NETWORKSETUP_PLIST
+from macfleet.constants import EXO_INSTALL_ROOT, EXO_MODELS_DIR, EXO_PORT
+from macfleet.facts.kinds import DEFAULT_TIMEOUT_S, EXO_JOB_PLIST, KIND_COMMANDS, NETWORKSETUP_LABEL, NETWORKSETUP_PLIST
 
 
 @dataclass(frozen=True)
 class CommandSpec:
     kind: str
     argv: tuple[str, ...]
-    timeout_s: float = 15.0
+    timeout_s: float = DEFAULT_TIMEOUT_S
     needs_sudo: bool = False  # run as `sudo -n`: scoped, non-interactive, never a password prompt
     variant: str | None = None  # when one kind is read with other arguments (`ibv_devinfo -v`)
 
@@ -70,7 +71,7 @@ EXO_RELEASE_SCRIPT = (
 )
 
 
-def exo_specs(port: int, install_root: str) -> tuple[CommandSpec, ...]:
+def exo_specs(port: int = EXO_PORT, install_root: str = EXO_INSTALL_ROOT) -> tuple[CommandSpec, ...]:
     base = f"http://127.0.0.1:{int(port)}"
     return (
         # -i: the status line and headers, then the JSON string
@@ -106,7 +107,7 @@ def home_relative(path: str) -> str:
     return path[2:] if path.startswith("~/") else path
 
 
-def probe_specs(models_dir: str = "~/.exo/models") -> tuple[CommandSpec, ...]:
+def probe_specs(models_dir: str = EXO_MODELS_DIR) -> tuple[CommandSpec, ...]:
     return (
         # the controller notes when the answer came and how long the round trip took (collect.ssh.Raw)
         CommandSpec("date", ("date", "-u", "+%s"), timeout_s=5),

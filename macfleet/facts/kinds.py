@@ -10,6 +10,8 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from macfleet.constants import EXO_PLIST
+
 DEFAULT_TIMEOUT_S = 15.0
 
 
@@ -61,6 +63,6 @@ KIND_COMMANDS: dict[str, KindCommand] = {c.kind: c for c in _COMMANDS}
 # facts/daemons.py): macfleet's exo job (bootstrap's playbooks/roles/exo) and exo's app's network daemon (exo
 # app/EXO/EXO/Services/NetworkSetupHelper.swift at b5375f8: label io.exo.networksetup, plist in
 # /Library/LaunchDaemons). Here, not in facts/daemons.py, so the collector imports no parser.
-EXO_JOB_PLIST = "/Library/LaunchDaemons/org.macfleet.exo.plist"
+EXO_JOB_PLIST = EXO_PLIST
 NETWORKSETUP_LABEL = "io.exo.networksetup"
 NETWORKSETUP_PLIST = f"/Library/LaunchDaemons/{NETWORKSETUP_LABEL}.plist"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -28,7 +28,7 @@ from macfleet.errors import (
     UsageError,
     most_severe_exit,
 )
-from macfleet.inventory.model import ExoSettings, Fleet, Mesh, Node
+from macfleet.inventory.model import ExoSettings, Fleet, Mesh, Node, ProbeSettings
 
 # The parsers and judges are imported where they are used, not here: a doctor run dials every node first and
 # imports them while the nodes answer (`run_doctor`), which hides most of the CLI's start-up behind the pass.
@@ -85,11 +85,15 @@ def unread_probes(checks: list[str] | None) -> set[str]:
 
 
 def doctor_specs(meshes: list[Mesh]) -> tuple[CommandSpec, ...]:
-    port = meshes[0].settings.exo.port if meshes else 52415
-    models_dir = meshes[0].settings.exo.models_dir if meshes else "~/.exo/models"
+    exo = meshes[0].settings.exo if meshes else ExoSettings()
+    port, models_dir = exo.port, exo.models_dir
     llama = (spec_for("netstat-listen"),) if any(m.settings.llama.enabled for m in meshes) else ()
-    return (DOCTOR_SPECS + exo_specs(port, exo_install_root(meshes)) + probe_specs(models_dir)
-            + (exo_daemons_spec(),) + llama)
+    specs = (DOCTOR_SPECS + exo_specs(port, exo_install_root(meshes)) + probe_specs(models_dir)
+             + (exo_daemons_spec(),) + llama)
+    # probes.command_timeout_s bounds each command of a pass, doctor's as watch's (watch/probe.py); a cached probe
+    # (CACHED_PROBES: asked at most every few hours, never by watch) keeps its own, longer timeout
+    cap = min(m.settings.probes.command_timeout_s for m in meshes) if meshes else ProbeSettings().command_timeout_s
+    return tuple(s if s.key in CACHED_PROBES else replace(s, timeout_s=min(s.timeout_s, cap)) for s in specs)
 
 
 def exo_install_root(meshes: list[Mesh]) -> str:

@@ -41,6 +41,7 @@ from macfleet.judge.rollout import (
     model_dir_name,
     plan_chunks,
 )
+from macfleet.paths import model_cache_dir
 
 from .meshes import one_mesh
 from .rollout import Say, _quiet, link_addresses
@@ -498,4 +499,4 @@ def _targets(m: Mesh, nodes: list[str] | None) -> list[str]:
 
 
 def transfer_cache(fleet: Fleet) -> Path:
-    return lock_path(fleet.root).parent.parent / "models"
+    return model_cache_dir()

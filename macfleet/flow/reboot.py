@@ -10,7 +10,6 @@ mesh, start exo where it ran, verify /state) instead of rebooting the mesh a sec
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
 import time
@@ -22,7 +21,7 @@ from pathlib import Path
 
 from macfleet.act import reboot as act
 from macfleet.act import unlock as act_unlock
-from macfleet.act.lock import Acquired, ClusterLock, LockRecord, lock_path, stale_reason
+from macfleet.act.lock import Acquired, ClusterLock, LockRecord, append_history, lock_path, stale_reason
 from macfleet.collect.commands import CommandSpec
 from macfleet.collect.gather import Gathered
 from macfleet.collect.kept import NodeSessions
@@ -107,13 +106,6 @@ def _lock_holder(lock: ClusterLock, now: datetime) -> str | None:
     if record is None or stale_reason(record, now, this_host=socket.gethostname()) is not None:
         return None
     return record.describe(now)
-
-
-def _record(path: Path, entry: dict) -> None:
-    history = path.with_name(path.name.replace(".lock.json", ".history.jsonl"))
-    history.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with history.open("a") as fh:
-        fh.write(json.dumps(entry) + "\n")
 
 
 def plan_reboot(fleet: Fleet, mesh: Mesh, nodes: list[str], reason: str, sessions: NodeSessions, *,
@@ -263,7 +255,7 @@ def _reboot(fleet, mesh, nodes, reason, dry_run, respect_windows, progress, say,
     try:
         run.full(verdict, before)
     finally:
-        _finish(lock, held, result, mesh, reason, started)
+        _finish(fleet.root, lock, held, result, mesh, reason, started)
     return result
 
 
@@ -289,17 +281,18 @@ def _resume(fleet, mesh, nodes, reason, prior: LockRecord, lock, dry_run, progre
     try:
         run.after_issue(mesh.settings.reboot.timeout_s)
     finally:
-        _finish(lock, held, result, mesh, reason, started)
+        _finish(fleet.root, lock, held, result, mesh, reason, started)
     return result
 
 
-def _finish(lock: ClusterLock, held: Acquired, result: RebootResult, mesh: Mesh, reason: str, started: str) -> None:
+def _finish(root: Path, lock: ClusterLock, held: Acquired, result: RebootResult, mesh: Mesh, reason: str,
+            started: str) -> None:
     lock.release(held)
     note = f"released ({result.result}: {result.phases[-1].detail if result.phases else reason})"
     result.lock = f"{result.lock}; {note}" if result.lock else note
-    _record(held.path, {"time": datetime.now(UTC).isoformat(), "owner": "reboot", "mesh": mesh.name,
-                        "started": started, "reason": reason, "result": result.result, "resumed": result.resumed,
-                        "phases": [asdict(p) for p in result.phases], "nodes": result.nodes})
+    append_history(root, {"action": "reboot", "healthy": result.result == "ok", "owner": "reboot", "mesh": mesh.name,
+                          "started": started, "reason": reason, "result": result.result, "resumed": result.resumed,
+                          "phases": [asdict(p) for p in result.phases], "nodes": result.nodes})
 
 
 def _timed(result: RebootResult, name: str, say: Callable[[str], None], fn: Callable[[], tuple[bool, str]]) -> bool:

@@ -19,13 +19,13 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 from macfleet.act import build as act_build
 from macfleet.act import release as rel
 from macfleet.act import transfer
-from macfleet.act.lock import Acquired, ClusterLock, LockRecord, lock_path
+from macfleet.act.lock import Acquired, ClusterLock, LockRecord, append_history, lock_path
+from macfleet.act.lock import read_history as lock_history
 from macfleet.errors import RolloutFailed, UsageError
 from macfleet.flow.defaults import EXO_HEALTH_TIMEOUT_S, ROLLOUT_KEEP
 from macfleet.flow.meshes import one_mesh
@@ -283,28 +283,12 @@ def repair(fleet: Fleet, mesh: Mesh, lock: ClusterLock, held: Acquired, root: st
 # ------------------------------------------------------------------------------------------------------
 
 
-def _history_path(fleet: Fleet) -> Path:
-    return lock_path(fleet.root).with_name(lock_path(fleet.root).name.replace(".lock.json", ".history.jsonl"))
-
-
 def _history(fleet: Fleet, entry: dict) -> None:
-    path = _history_path(fleet)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as fh:
-        fh.write(json.dumps({"time": datetime.now(UTC).isoformat(), **entry}) + "\n")
+    append_history(fleet.root, entry)
 
 
 def read_history(fleet: Fleet) -> list[dict]:
-    path = _history_path(fleet)
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text().splitlines()[-1000:]:
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
+    return lock_history(fleet.root)
 
 
 # ------------------------------------------------------------------------------------------------------

@@ -12,6 +12,15 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from macfleet.constants import (
+    EXO_INSTALL_ROOT,
+    EXO_MODELS_DIR,
+    EXO_PORT,
+    IP_POOL,
+    LLAMA_RPC_PORT,
+    PMSET_DEFAULTS,
+    WIRED_RESERVE_MB,
+)
 from macfleet.inventory.limits import MAX_MESH_NODES as MAX_MESH_NODES  # one place, light enough for --help
 
 # ---------------------------------------------------------------------------------------------
@@ -158,9 +167,7 @@ class _Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-# 10.213.0.0/16: inside 10/8 but clear of the ranges home routers and offices usually hand out
-# (10.0.x, 10.1.x, 10.10.x, 192.168.x, 172.16-31.x used by Docker) and of 100.64/10 (CGNAT, Tailscale).
-DEFAULT_IP_POOL = "10.213.0.0/16"
+DEFAULT_IP_POOL = IP_POOL  # macfleet/constants.py
 # Subnets reserved per mesh: 32 covers the 28 links of an 8-node full mesh, so a mesh can grow
 # without moving another mesh's addresses.
 SUBNETS_PER_MESH = 32
@@ -230,9 +237,9 @@ def spotlight_skips(path: str) -> bool:
 class ExoSettings(_Settings):
     source: str | None = None  # a directory with an exo build, or a git URL
     version: str | None = None
-    install_root: str = "/opt/exo"
-    models_dir: str = "~/.exo/models"
-    port: int = Field(default=52415, ge=1, le=65535)
+    install_root: str = EXO_INSTALL_ROOT
+    models_dir: str = EXO_MODELS_DIR
+    port: int = Field(default=EXO_PORT, ge=1, le=65535)
     env: dict[str, str] = Field(default_factory=dict)
     build: ExoBuildSettings = Field(default_factory=ExoBuildSettings)
 
@@ -241,11 +248,12 @@ class ExoSettings(_Settings):
     def _models_dir(cls, value: str) -> str:
         if not (value == "~" or value.startswith(("/", "~/"))) or "/../" in f"{value}/" or any(
                 ord(c) < 32 for c in value):
-            raise ValueError("an absolute path or one under ~/ (e.g. ~/.exo/models), without .. or control characters")
+            raise ValueError(f"an absolute path or one under ~/ (e.g. {EXO_MODELS_DIR}), without .. or control "
+                             "characters")
         if not spotlight_skips(value):
             raise ValueError(f"a path Spotlight does not index: {value} is neither inside a hidden folder nor a "
                              f"*.noindex one (Spotlight indexes folders; mdutil switches it off per volume only). "
-                             f"Use e.g. {value.rstrip('/')}.noindex, or keep ~/.exo/models")
+                             f"Use e.g. {value.rstrip('/')}.noindex, or keep {EXO_MODELS_DIR}")
         return value
 
 
@@ -257,12 +265,10 @@ class ModelToStage(_Settings):
 
 class PowerSettings(_Settings):
     # pmset values for an always-on inference node (ops-anchors.md §4.2)
-    pmset: dict[str, int] = Field(
-        default_factory=lambda: {"sleep": 0, "disksleep": 0, "displaysleep": 10, "womp": 1, "autorestart": 1}
-    )
+    pmset: dict[str, int] = Field(default_factory=lambda: dict(PMSET_DEFAULTS))
     # iogpu.wired_limit_mb: "auto" = total memory less a reserve, an integer = that many MB, 0 = macOS default
     wired_limit_mb: Annotated[int, Field(ge=0, le=MAX_MEMORY_MB)] | Literal["auto"] = "auto"
-    wired_reserve_mb: int = Field(default=16384, ge=0, le=MAX_MEMORY_MB)
+    wired_reserve_mb: int = Field(default=WIRED_RESERVE_MB, ge=0, le=MAX_MEMORY_MB)
 
 
 class ProbeSettings(_Settings):
@@ -292,7 +298,7 @@ class LlamaSettings(_Settings):
     mesh runs rpc-server (`macfleet rollout llama-rpc` puts it there and doctor's llama-rpc check watches it);
     `install_root`: where its releases live, relative to the admin's home unless absolute (no sudo needed)."""
 
-    rpc_port: int = Field(default=50052, ge=1024, le=65535)
+    rpc_port: int = Field(default=LLAMA_RPC_PORT, ge=1024, le=65535)
     enabled: bool = False
     install_root: str = Field(default="llama.cpp", pattern=r"^[A-Za-z0-9_./-]{1,200}$")
 

@@ -19,6 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from macfleet.constants import EXO_MODELS_DIR
 from macfleet.errors import AT_UNLOCK_SCREEN
 from macfleet.facts.daemons import EXO_JOB_PLIST, NETWORKSETUP_LABEL, NETWORKSETUP_PLIST, ExoDaemonsFacts
 from macfleet.facts.disk import DfFacts
@@ -762,7 +763,7 @@ def check_exo_api_exposure(ctx: HealthContext, node: str) -> Verdict:
 # -------------------------------------------------------------------- exo's models dir, exo's network daemon
 
 EXO_MODELS_ENV = "EXO_DEFAULT_MODELS_DIR"  # exo src/exo/shared/constants.py since 15f1b61f4
-EXO_DEFAULT_MODELS = ".exo/models"  # its default, under HOME (same file)
+EXO_DEFAULT_MODELS = EXO_MODELS_DIR.removeprefix("~/")  # its default, under HOME (same file; macfleet/constants.py)
 
 
 def _clean(path: str) -> str:
@@ -770,8 +771,8 @@ def _clean(path: str) -> str:
 
 
 def check_exo_models_dir(ctx: HealthContext, node: str) -> Verdict:
-    """exo looks for models where its LaunchDaemon's environment says (EXO_DEFAULT_MODELS_DIR, else
-    ~/.exo/models): the directory rollout fills (exo.models_dir), or exo downloads every model again."""
+    """exo looks for models where its LaunchDaemon's environment says (EXO_DEFAULT_MODELS_DIR, else its
+    default, EXO_MODELS_DIR): the directory rollout fills (exo.models_dir), or exo downloads every model again."""
     f = ctx.facts[node]
     if f.exo_daemons is None:
         return Unknown(reason=f.why("exo-daemons"))

@@ -1,9 +1,9 @@
 """llama.cpp's RPC mode: the `--rpc host:port,…` list the head node passes to `llama-cli` / `llama-server`.
 
 One entry per worker: that worker's planned address on its direct cable to the head, so the tensors go over
-Thunderbolt and never over Ethernet; the port is the mesh's `macfleet_llama.rpc_port` (rpc-server's own default,
-50052). A worker without a live cable to the head, or whose address is not live on that port, is refused by
-name: a list with a hole would make llama.cpp fail, or silently run without that worker.
+Thunderbolt and never over Ethernet; the port is the mesh's `macfleet_llama.rpc_port` (by default rpc-server's own,
+LLAMA_RPC_PORT in macfleet/constants.py). A worker without a live cable to the head, or whose address is not live
+on that port, is refused by name: a list with a hole would make llama.cpp fail, or silently run without that worker.
 
 Pure: inventory, plan and facts in, the list or a refusal out.
 """
@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
 
+from macfleet.constants import LLAMA_RPC_LABEL_PREFIX
 from macfleet.inventory.model import Mesh
 from macfleet.judge.ipplan import IpPlan, NodeNetworkFacts, find_drift
 from macfleet.judge.model import Refusal
@@ -75,9 +76,9 @@ def rpc_list(mesh: Mesh, plan: IpPlan, network: Mapping[str, NodeNetworkFacts], 
 
 # ------------------------------------------------------------------------------------- where rpc-server binds
 
-# One LaunchDaemon per address (rpc-server's `-H` takes one host): org.macfleet.llama-rpc.<i>, i = 0..7 (a
+# One LaunchDaemon per address (rpc-server's `-H` takes one host): LLAMA_RPC_LABEL_PREFIX.<i>, i = 0..7 (a
 # node of an 8-node mesh has 7 Thunderbolt links). The sudoers drop-in names these labels with one digit.
-LABEL_PREFIX = "org.macfleet.llama-rpc"
+LABEL_PREFIX = LLAMA_RPC_LABEL_PREFIX
 MAX_JOBS = 8
 
 

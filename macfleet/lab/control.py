@@ -23,6 +23,7 @@ import time
 import uuid
 from pathlib import Path
 
+from macfleet.constants import EXO_MODELS_DIR, PMSET_DEFAULTS
 from macfleet.errors import LabError, UsageError
 from macfleet.inventory.model import ProbeSettings
 
@@ -219,7 +220,7 @@ def _persist_initial(lab: dict, node: str, fresh: bool) -> dict:
     addresses = {int(r): tuple(v) for r, v in lab["addresses"][node].items()}
     pmset = dict(system.PMSET_FRESH)
     if not fresh:
-        pmset.update(sleep="0", disksleep="0", displaysleep="10", womp="1", autorestart="1")
+        pmset.update({k: str(v) for k, v in PMSET_DEFAULTS.items()})  # what bootstrap sets
     return {
         "rdma": not fresh,
         "services": network.default_services(_Shim(), fresh=fresh, addresses=addresses),
@@ -294,7 +295,7 @@ def _write_standins(nd: Path, run_py: Path) -> None:
     os.chmod(nd / "standins-sbin", 0o755)
     for cmd in (*COMMANDS, "ping"):
         if cmd == "brew":
-            continue  # Homebrew's, in /opt/homebrew/bin
+            continue  # Homebrew's, in HOMEBREW_BIN
         w = nd / "standins" / cmd
         w.write_text(standin_wrapper(run_py.parent, nd, cmd))
         os.chmod(w, 0o755)
@@ -424,7 +425,7 @@ def _write_prepared(lab: dict, nd: Path, node: str, uid: int) -> None:
         target.write_text(content)
         os.chmod(target, mode)
     staff = grp.getgrnam("staff").gr_gid
-    for sub in (".exo", ".exo/exo_log", ".exo/models"):
+    for sub in (".exo", ".exo/exo_log", EXO_MODELS_DIR.removeprefix("~/")):
         p = nd / "fs/Users" / lab["user"] / sub
         p.mkdir(parents=True, exist_ok=True)
         os.chown(p, uid, staff)
@@ -723,7 +724,7 @@ def _install_exo(lab: dict, d: Path) -> None:
     """Install the exo stand-in (macfleet/lab/exo/) on every node and its LaunchAgent (RunAtLoad, KeepAlive).
 
     Per node: /opt/exo/releases/<version>/ (from `exo.build.write_build`), /opt/exo/current -> that release,
-    ~/Library/LaunchAgents/org.macfleet.exo.plist running /opt/exo/current/bin/exo. Skipped (silently) when
+    the LaunchDaemon bootstrap installs (EXO_LABEL) running /opt/exo/current/bin/exo. Skipped (silently) when
     the exo stand-in is not importable; `--no-exo` / `--fresh` skip it on purpose."""
     try:
         from .exo import build as exo_build
@@ -739,7 +740,8 @@ def _install_exo(lab: dict, d: Path) -> None:
         (root / "current").symlink_to(f"releases/{EXO_VERSION}")
         # the LaunchDaemon bootstrap installs (runs as the admin, starts with nobody logged in)
         plist = prepared.render("exo", "exo.plist.j2", exo_user=lab["user"], exo_home=str(home),
-                                exo_env=exo_env(lab), exo_models_dir=f"{home}/.exo/models")
+                                exo_env=exo_env(lab),
+                                exo_models_dir=EXO_MODELS_DIR.replace("~", str(home), 1))
         target = nd / "fs" / _fs_relative(f"/Library/LaunchDaemons/{prepared.EXO_LABEL}.plist")
         target.write_text(plist)
         os.chmod(target, 0o644)

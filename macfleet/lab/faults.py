@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from macfleet.constants import EXO_LABEL
 from macfleet.errors import LabError, UsageError
 
 from . import netns, state
@@ -45,7 +46,6 @@ OTHER_BUILD_2 = {"version": "26.2", "build": "25C56"}
 QP_EBUSY = "[jaccl] Creating the queue pair failed with errno 16"
 DOCK = {"name": "Thunderbolt 4 Docking Station (8-in-1)", "vendor": "Ugreen Group Limited", "device_id": "0x708",
         "speed": "40 Gb/s"}  # shape of shared/samples/macos__sp_thunderbolt_json_mbp_tb5_dock_1.json
-EXO_LABEL = "org.macfleet.exo"
 
 
 # ---------------------------------------------------------------------------------------------

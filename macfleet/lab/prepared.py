@@ -10,13 +10,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-EXO_LABEL = "org.macfleet.exo"
+from macfleet.constants import EXO_LABEL, EXO_MODELS_DIR, IP_POOL, WIRED_RESERVE_MB
+
 WIRED_LABEL = "org.macfleet.wired-limit"
 PF_LABEL = "org.macfleet.pf"
 PF_ANCHOR_FILE = "/etc/pf.anchors/macfleet"
 SUDOERS_FILE = "macfleet"  # in /etc/sudoers.d
-DEFAULT_POOL = "10.213.0.0/16"
-WIRED_RESERVE_MB = 16384
+DEFAULT_POOL = IP_POOL
 
 
 def _roles_dir() -> Path:
@@ -49,5 +49,5 @@ def files(*, user: str, home: str, memory_bytes: int, controller: str, interface
                                 pf_interfaces=interfaces), 0o644),
         f"/Library/LaunchDaemons/{EXO_LABEL}.plist": (
             render("exo", "exo.plist.j2", exo_user=user, exo_home=home, exo_env=exo_env,
-                   exo_models_dir=f"{home}/.exo/models"), 0o644),
+                   exo_models_dir=EXO_MODELS_DIR.replace("~", home, 1)), 0o644),
     }

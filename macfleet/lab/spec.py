@@ -14,6 +14,7 @@ import random
 import re
 import uuid
 
+from macfleet.constants import IP_POOL
 from macfleet.errors import UsageError
 from macfleet.inventory.model import MAC_MODELS, MacModelSpec
 
@@ -25,7 +26,7 @@ SHORT = {"mac-studio-m3-ultra": "studio", "mac-studio-m4-max": "studio", "mac-mi
 MODEL_NUMBERS = {"mac-studio-m3-ultra": "MU973LL/A", "mac-studio-m4-max": "MU963LL/A", "mac-mini-m4-pro": "MCX44LL/A",
                  "mac-mini-m4": "MU9D3LL/A"}
 ADMIN_USER = "macadmin"
-TB_POOL = ipaddress.IPv4Network("10.213.0.0/16")  # same pool and per-mesh stride as inventory IpPlanSettings
+TB_POOL = ipaddress.IPv4Network(IP_POOL)  # same pool and per-mesh stride as inventory IpPlanSettings
 SUBNETS_PER_MESH = 32
 DEFAULT_TB_RATE = "1gbit"  # Thunderbolt 5 is 80 Gb/s, 10 GbE management: keep that 8:1 ratio, scaled down
 DEFAULT_MGMT_RATE = "125mbit"

@@ -9,7 +9,6 @@ text, never markup)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -31,7 +30,7 @@ from macfleet.flow.reboot import RebootResult, interrupted_reboot, reboot_mesh, 
 from macfleet.inventory.model import Fleet, Mesh, RemediationSettings
 from macfleet.judge.health import CHECK_CODES, HealthReport, judge_health
 from macfleet.judge.remediation import Observation, Outcome, State, Step, after, damaged, describe_policy, step
-from macfleet.paths import state_dir
+from macfleet.paths import inventory_tag, state_dir
 from macfleet.render.watch import render_status_page
 from macfleet.watch.audit import AuditLog
 from macfleet.watch.metrics import RESULT_VALUE, Metrics, serve
@@ -42,8 +41,7 @@ from macfleet.watch.probe import Prober
 
 def watch_paths(fleet: Fleet) -> tuple[Path, Path]:
     """(state file, audit log) for this inventory, under macfleet's state directory."""
-    root = Path(fleet.root).resolve()
-    tag = f"{root.name}-{hashlib.blake2b(str(root).encode(), digest_size=6).hexdigest()}"
+    tag = inventory_tag(fleet.root)
     base = state_dir() / "watch"
     return base / f"{tag}.state.json", base / f"{tag}.audit.jsonl"
 

@@ -14,13 +14,13 @@ Build layout (`write_build(out_dir, version)`; usable as `macfleet rollout exo -
 Nothing in the build depends on where it is installed. `bin/exo` takes exo's `--api-port` and a few lab
 options (`--bind`, `--peer-port`, `--refresh`, `--version`); the state lives under `~/.exo` of the user it
 runs as (node id `~/.exo/node_zid`, log `~/.exo/exo_log/exo.log`, lock `~/.exo/exo.pid`, fault overlay
-`~/.exo/lab_faults.json`), models under `~/.exo/models` or `$EXO_DEFAULT_MODELS_DIR`.
+`~/.exo/lab_faults.json`), models under exo's default directory (EXO_MODELS_DIR) or `$EXO_DEFAULT_MODELS_DIR`.
 
 A `--broken` build starts, listens and answers `/node_id` and `/models`, but never becomes healthy: it never
 joins peers (its `/state` shows only itself, with no connections), peers do not see it, and its runner stays
 `RunnerConnecting` - what a health checker sees of a real exo whose runner never comes up.
 
-`render_launchd_plist(program, home=...)` renders the job that runs it (label `org.macfleet.exo`, RunAtLoad,
+`render_launchd_plist(program, home=...)` renders the job that runs it (label EXO_LABEL, RunAtLoad,
 KeepAlive, stdout/stderr in `~/.exo/exo_log/launchd.std{out,err}.log` - that directory must exist before the
 job starts, launchd does not create it); `launchd_plist(build_dir, user=, home=)` is the same for a build
 directory; `plist_path(home)` says where a LaunchAgent goes. Command line:
@@ -38,10 +38,12 @@ import shutil
 import sys
 from pathlib import Path
 
-LABEL = "org.macfleet.exo"
+from macfleet.constants import EXO_LABEL, HOMEBREW_BIN
+
+LABEL = EXO_LABEL
 ENTRY = "bin/exo"
 DEFAULT_VERSION = "1.0.71"  # what `lab up` installs; exo's last tag at the time of exo.md
-DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin:/opt/homebrew/bin"
+DEFAULT_PATH = f"/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin:{HOMEBREW_BIN}"
 _SOURCE = Path(__file__).with_name("standin.py")
 _VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._+-]{0,63}$")
 

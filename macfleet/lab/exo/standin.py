@@ -53,7 +53,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-API_PORT = 52415
+API_PORT = 52415  # exo's own --api-port default (exo src/exo/main.py, v1.0.60 and HEAD: research/exo.md)
 VERSION_HEADER = "X-Exo-Version"  # never sent (see LAB_ONLY): named only so the product cannot read it
 GOSSIP_PATH = "/_lab/gossip"
 
