@@ -135,8 +135,12 @@ def test_a_build_past_its_timeout_is_killed_with_its_children(tmp_path: Path) ->
 
 
 def test_a_build_whose_controller_goes_away_is_killed(tmp_path: Path) -> None:
-    p = _build(tmp_path, "sleep 30", 60)
-    time.sleep(0.5)
+    p = _build(tmp_path, "echo started; sleep 30", 60)
+    log = tmp_path / "build.log"
+    deadline = time.monotonic() + 20
+    while not (log.is_file() and "started" in log.read_text()):  # the build runs: now its controller goes
+        assert time.monotonic() < deadline, "the build did not start"
+        time.sleep(0.05)
     t0 = time.monotonic()
     p.stdin.close()  # what ssh does when the controller's end of its stdin closes
     out = p.stdout.read()

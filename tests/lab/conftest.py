@@ -4,8 +4,14 @@ Fixtures other engineers' lab tests can reuse:
 
   lab4   session-scoped 4-node Mac Studio M3 Ultra full mesh (default start state, exo included when the
          exo stand-in exists). Do not break it: restore anything you change; use `lab_small` to reboot.
-  lab_small  module-scoped 2-node lab (boot 1 s, Thunderbolt shaped to 80 mbit, no exo) for destructive tests.
+  lab_small  session-scoped 2-node lab (boot 1 s, Thunderbolt shaped to 80 mbit, no exo) for destructive tests.
   make_lab   factory: make_lab(name, *up_args) -> Lab, torn down (and checked clean) at the end of the test.
+
+Both shared labs are put back after every test that used them (`restore_default`: faults cleared, every node up
+with SSH, exo answering where the lab has it; checked in-process first, so a test that left the lab as it found
+it costs milliseconds), and `lab_small`'s inventory is put back as `lab up` wrote it when a module other than the
+last one takes it. Anything else a test changes on a node (a sysctl, a file, a setting) it puts back itself.
+Start a lab of your own (`make_lab`) only for a shape no shared lab has (a fresh Mac, pods, 3 or 4 nodes to break).
 
 A `Lab` gives:
   .name, .inventory (Path of inventories/NAME), .nodes (names), .workdir
@@ -79,6 +85,7 @@ class Lab:
     workdir: Path
     nodes: list[str] = field(default_factory=list)
     up_output: str = ""  # what `macfleet lab up` printed (its hints are tested by running them)
+    inventory_as_up: Path | None = None  # a copy of the inventory as `lab up` wrote it (shared labs)
 
     @property
     def inventory(self) -> Path:
@@ -208,12 +215,18 @@ def lab4(tmp_path_factory) -> Iterator[Lab]:
     _down(lab)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def lab_small(tmp_path_factory) -> Iterator[Lab]:
+    """One per session (it was one per module: five start-ups): `restore_default` after each test and the
+    inventory put back at each new module keep it as every module found it before."""
     if _lab_capable():
         pytest.skip(_lab_capable())
+    import shutil
+
     lab = _up("t2", tmp_path_factory.mktemp("lab2"), "--nodes", "2", "--boot-seconds", "1", "--tb-rate", "80mbit",
               "--no-exo")
+    lab.inventory_as_up = tmp_path_factory.mktemp("lab2-inventory") / lab.name
+    shutil.copytree(lab.inventory, lab.inventory_as_up, symlinks=True)
     yield lab
     _down(lab)
 
@@ -233,11 +246,86 @@ def restore(lab: Lab) -> None:
         lab.wait_ssh(node, 60)
 
 
+def _answers(address: str, port: int) -> bool:
+    import socket
+
+    try:
+        socket.create_connection((address, port), timeout=5).close()
+    except OSError:
+        return False
+    return True
+
+
+def _exo_port(lab: Lab) -> int | None:
+    """The port exo listens on in this lab, or None for a lab without exo (`--no-exo`, `--fresh`)."""
+    from macfleet.lab.exo import standin
+
+    return standin.API_PORT if lab.truth().get("exo") else None
+
+
+def _in_default_state(lab: Lab) -> bool:
+    """No fault active, every node up and answering on SSH's port (and exo's where the lab has exo): read
+    in-process from the lab's state and by TCP connects, so that the check costs milliseconds."""
+    from macfleet.lab import control
+
+    nodes = control.status(lab.name)
+    if any(n["faults"] or n["state"] != "up" for n in nodes):
+        return False
+    ports = [22, *([p] if (p := _exo_port(lab)) else [])]
+    return all(_answers(n["address"], port) for n in nodes for port in ports)
+
+
+def restore_default(lab: Lab) -> None:
+    """A shared lab as the next test expects it: checked cheaply, restored (`restore`, then exo's LaunchDaemon
+    loaded again where it does not answer) only when something is off."""
+    if _in_default_state(lab):
+        return
+    restore(lab)
+    port = _exo_port(lab)
+    if port is None:
+        return
+    from macfleet.lab import prepared
+
+    plist = f"/Library/LaunchDaemons/{prepared.EXO_LABEL}.plist"
+    for node in lab.nodes:
+        address = lab.status()[node]["address"]
+        if not _answers(address, port):
+            lab.ssh(node, f"launchctl print system/{prepared.EXO_LABEL} >/dev/null 2>&1 || "
+                          f"sudo -n launchctl bootstrap system {plist}", check=False)
+            lab.wait(lambda a=address: _answers(a, port), 60, f"exo on {node} after the restore", every=0.5)
+
+
+_last_module_of: dict[str, str] = {}
+
+
+def _inventory_as_up(lab: Lab) -> None:
+    """Put back the inventory `lab up` wrote (a module may leave a policy, a setting or a generated file)."""
+    import shutil
+
+    if lab.inventory_as_up is None:
+        return
+    shutil.rmtree(lab.inventory)
+    shutil.copytree(lab.inventory_as_up, lab.inventory, symlinks=True)
+
+
 @pytest.fixture(autouse=True)
 def _small_lab_left_healthy(request) -> Iterator[None]:
+    """After each test that used a shared lab (`lab4`, `lab_small`, directly or through another fixture), the
+    lab as the next one expects it; `lab_small`'s inventory as `lab up` wrote it at each module's first use."""
+    shared = [name for name in ("lab4", "lab_small") if name in request.fixturenames]
+    if "lab_small" in shared:
+        small = request.getfixturevalue("lab_small")
+        module = request.node.module.__name__
+        if _last_module_of.setdefault(small.name, module) != module:
+            _last_module_of[small.name] = module
+            _inventory_as_up(small)
     yield
-    if "lab_small" in request.fixturenames:
-        restore(request.getfixturevalue("lab_small"))
+    for name in shared:
+        try:
+            lab = request.getfixturevalue(name)
+        except (Exception, pytest.skip.Exception):
+            continue  # it never came up (skipped, or its own error is the test's): nothing to put back
+        restore_default(lab)
 
 
 @pytest.fixture

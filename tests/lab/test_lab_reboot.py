@@ -121,6 +121,7 @@ def test_power_cycle_and_ansible_become(lab_small):
     lab.wait_state("studio-1", {"up"}, timeout=30)
     lab.wait_ssh("studio-1")
     env = {**os.environ, "ANSIBLE_NOCOLOR": "1"}
+    before = {n: lab.ssh(n, "sysctl -n iogpu.wired_limit_mb").stdout.strip() for n in lab.nodes}
     p = subprocess.run(["ansible", "-i", str(lab.inventory), "macfleet", "-b", "-m", "ansible.builtin.command",
                         "-a", "sysctl -w iogpu.wired_limit_mb=4096"], capture_output=True, text=True, env=env,
                        timeout=120)
@@ -128,6 +129,8 @@ def test_power_cycle_and_ansible_become(lab_small):
     # Ansible's become works through bootstrap's scoped drop-in (no password); the value before is the
     # wired-limit daemon's, or what an earlier test left
     assert p.stdout.count(" -> 4096") == 2
+    for node, value in before.items():  # the shared lab as this test found it
+        lab.sudo(node, f"sysctl -w iogpu.wired_limit_mb={int(value)}")
 
 
 def test_rsync_over_thunderbolt_moves_bytes_at_shaped_rate(lab_small):
