@@ -684,7 +684,7 @@ def test_fault_overlay_runner_failed_and_log_lines(start_mesh):
 # only keys exo defines (issue 31 item 3): every object the stand-in serves is one of exo's models, with no key
 # exo's model lacks. The key lists are derived from exo's source at a pinned commit (tests/fixtures/exo_schema/).
 
-EXO_SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "fixtures" / "exo_schema" / "keys.json").read_text())
+EXO_SCHEMA = json.loads((Path(__file__).resolve().parent / "fixtures" / "exo_schema" / "keys.json").read_text())
 MODELS = EXO_SCHEMA["models"]
 
 
