@@ -66,9 +66,10 @@ def back_up(lab) -> None:
         lab.wait_ssh(n)
 
 
-LOCK_AS = ("import sys; from pathlib import Path; from macfleet.act.lock import ClusterLock, lock_path;"
+LOCK_AS = ("import sys; from pathlib import Path;"
+           "from macfleet.act.lock import ClusterLock, lock_path, process_started;"
            "l = ClusterLock(lock_path(Path(sys.argv[1]))); h = l.acquire('rollout exo', 'switching releases');"
-           "h.record.pid = int(sys.argv[2]); l._write(h.record)")
+           "h.record.pid = int(sys.argv[2]); h.record.started = process_started(h.record.pid); l._write(h.record)")
 
 
 def test_refusals_before_any_node_goes_down_then_authrestart_takeover_and_slow_boot(lab_small, env, tmp_path):
