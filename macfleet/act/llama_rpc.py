@@ -14,46 +14,16 @@ import json
 import shlex
 from dataclasses import dataclass
 
-from macfleet.act.release import NODE_RELEASES
 from macfleet.act.transfer import REMOTE_PYTHON, SshArgs, on_nodes, run_remote
 from macfleet.errors import RemoteCommandError
 from macfleet.inventory.model import Fleet
 from macfleet.judge.llama_rpc import LABEL_PREFIX, MAX_JOBS
+from macfleet.node import program
 
-# Runs on the node: home, what `current` points at, the releases present (oldest first), the jobs loaded.
-_READ_PROGRAM = r"""
-import json, os, plistlib, subprocess, sys
-root, prefix, jobs = sys.argv[1], sys.argv[2], int(sys.argv[3])
-""" + NODE_RELEASES + r"""loaded, plists = {}, {}
-for i in range(jobs):
-    path = "/Library/LaunchDaemons/%s.%d.plist" % (prefix, i)
-    if not os.path.exists(path):
-        continue
-    try:
-        with open(path, "rb") as fh:
-            job = plistlib.load(fh)
-        plists[i] = {"args": [str(a) for a in job.get("ProgramArguments", [])], "user": job.get("UserName")}
-    except Exception as exc:
-        plists[i] = {"args": [], "user": None, "error": str(exc)[:200]}
-    p = subprocess.run(["launchctl", "print", "system/%s.%d" % (prefix, i)], capture_output=True, text=True)
-    if p.returncode == 0:
-        loaded[i] = "\tstate = running" in p.stdout
-print(json.dumps({"home": os.path.expanduser("~"), "current": current, "releases": names, "loaded": loaded,
-                  "plists": plists}))
-"""
-
-# Runs on a peer: connect to each (address, port) given as JSON on argv; print which accepted, and why not.
-_KNOCK_PROGRAM = r"""
-import json, socket, sys
-out = {}
-for address, port in json.loads(sys.argv[1]):
-    try:
-        socket.create_connection((address, port), timeout=2).close()
-        out["%s:%d" % (address, port)] = None
-    except OSError as exc:
-        out["%s:%d" % (address, port)] = exc.strerror or str(exc)
-print(json.dumps(out))
-"""
+# Node programs (files in macfleet/node): home, `current`, the releases and the jobs loaded (argv: ROOT PREFIX
+# JOBS); from a peer, connect to each (address, port) given as JSON on argv.
+_READ_PROGRAM = program("llama_read")
+_KNOCK_PROGRAM = program("llama_knock")
 
 
 @dataclass

@@ -19,46 +19,15 @@ from macfleet.act.transfer import REMOTE_PYTHON, SshArgs, on_nodes, run_remote
 from macfleet.errors import RemoteCommandError
 from macfleet.inventory.model import Fleet
 from macfleet.judge.rollout import NodeAnswer, check_release_name
+from macfleet.node import program
 
 LABEL = "org.macfleet.exo"
 MAX_STATE_BYTES = 8 * 1024 * 1024
 
-# Node-side lines shared by the programs that read an install root (exo's, llama.cpp's): with `root` set, they
-# set `current` (the release `current` points at, or None) and `names` (the releases present, oldest first).
-NODE_RELEASES = r"""
-rel = os.path.join(root, "releases")
-try:
-    current = os.path.basename(os.readlink(os.path.join(root, "current")).rstrip("/"))
-except OSError:
-    current = None
-names = []
-if os.path.isdir(rel):
-    names = sorted((n for n in os.listdir(rel) if not n.startswith(".") and os.path.isdir(os.path.join(rel, n))),
-                   key=lambda n: (os.stat(os.path.join(rel, n)).st_mtime, n))
-"""
-
-# Runs on the node: what `current` points at, the releases present (oldest first), whether the job runs.
-_READ_PROGRAM = r"""
-import json, os, subprocess, sys
-root, label = sys.argv[1], sys.argv[2]
-""" + NODE_RELEASES + r"""
-p = subprocess.run(["launchctl", "print", "system/%s" % label], capture_output=True, text=True)
-running = p.returncode == 0 and "\tstate = running" in p.stdout
-print(json.dumps({"current": current, "releases": names, "running": running}))
-"""
-
-# Runs on the node: point `current` at releases/NAME by renaming a fresh symlink over it (atomic).
-_FLIP_PROGRAM = r"""
-import os, sys
-root, name = sys.argv[1], sys.argv[2]
-if not os.path.isdir(os.path.join(root, "releases", name)):
-    sys.exit("release %s is not on this node" % name)
-tmp = os.path.join(root, ".current.macfleet-tmp")
-if os.path.lexists(tmp):
-    os.unlink(tmp)
-os.symlink(os.path.join("releases", name), tmp)
-os.replace(tmp, os.path.join(root, "current"))
-"""
+# Node programs (files in macfleet/node): what `current` points at, the releases present and whether the job
+# runs (argv: ROOT LABEL); point `current` at releases/NAME (argv: ROOT NAME).
+_READ_PROGRAM = program("exo_read")
+_FLIP_PROGRAM = program("exo_flip")
 
 
 @dataclass
