@@ -1,6 +1,6 @@
-"""argv: RELEASE_DIR LOG TIMEOUT_S PATH; stdin: one JSON line {"command": …} (kept out of every argv), then nothing
+"""argv: RELEASE_DIR LOG TIMEOUT_S PATH; stdin: one JSON line {"command": ...} (kept out of every argv), then nothing
 until the controller is gone. Reads the checkout (checkout.py): where it builds MLX without the toolchain, prints
-{"refused": {check: {rc, out}}, "checkout": …} and builds nothing. Else runs the command with `sh -c` in
+{"refused": {check: {rc, out}}, "checkout": ...} and builds nothing. Else runs the command with `sh -c` in
 RELEASE_DIR (MACFLEET_UV_EXTRAS set to the `--extra` options the checkout calls for), its output in LOG, in a
 process group of its own, killed at the timeout or when stdin closes. Prints {"rc", "timed_out", "cancelled",
 "took_s", "tail", "checkout"}. Where the checkout names exo's peer ports, writes them to the release's

@@ -1,4 +1,4 @@
-"""land_files(MODE, STAGING, FINAL, manifest) on the node → (ok, bad {path: why}).
+"""land_files(MODE, STAGING, FINAL, manifest) on the node -> (ok, bad {path: why}).
 MODE "land": every staged file whose digest matches moves to FINAL/<path> (os.replace); a final file already
              matching stays; a staged file of full size whose digest differs is removed.
 MODE "check": only reports."""

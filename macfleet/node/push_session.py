@@ -2,11 +2,11 @@
 own thread, one JSON answer a line on stdout carrying the request's id. It only lands files and runs rsync to a
 peer with fixed flags (argv 1: RSYNC_ARGV as JSON); it ends when stdin closes (the push ended or the controller
 died). argv 2: the mesh known_hosts file (~ expanded here).
-  {"op": "land", "mode", "staging", "final", "manifest"} → {"ok": [...], "bad": {path: why}}
-  {"op": "rsync", "src_dir", "dest", "dst_dir", "files"} → {"rc": int, "stderr": str}
-  {"op": "preflight", "models", "name", "manifest"} → preflight()'s answer
-  {"op": "known_hosts", "text"} → {} (the mesh known_hosts, written whole and renamed into place)
-  {"op": "size", "dirs"} → {"bytes": int} (under those directories, for progress)"""
+  {"op": "land", "mode", "staging", "final", "manifest"} -> {"ok": [...], "bad": {path: why}}
+  {"op": "rsync", "src_dir", "dest", "dst_dir", "files"} -> {"rc": int, "stderr": str}
+  {"op": "preflight", "models", "name", "manifest"} -> preflight()'s answer
+  {"op": "known_hosts", "text"} -> {} (the mesh known_hosts, written whole and renamed into place)
+  {"op": "size", "dirs"} -> {"bytes": int} (under those directories, for progress)"""
 
 import contextlib
 import json

@@ -47,6 +47,12 @@ def test_each_program_is_python_3_9_and_the_standard_library_only(name: str) -> 
     assert imported <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
 
 
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_each_program_is_ascii(name: str) -> None:
+    """It travels in an ssh command line and argv: no byte a remote locale could read otherwise."""
+    assert program(name).isascii()
+
+
 def test_a_shared_module_is_put_in_place_once() -> None:
     text = program("push_session")  # imports land and preflight, which both import digest
     assert "from macfleet" not in text
