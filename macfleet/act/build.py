@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from macfleet.act.transfer import REMOTE_PYTHON, SshArgs, run_remote
+from macfleet.act.transfer import REMOTE_PYTHON, SshTarget, run_remote
 from macfleet.errors import RemoteCommandError, UnreachableError, UsageError
 from macfleet.judge.build import EXCLUDED_SOURCE_DIRS
 from macfleet.judge.rollout import Manifest, ManifestFile, ManifestLink, check_release_name, make_manifest
@@ -93,7 +93,7 @@ def _paths(root: str, name: str) -> tuple[str, str, str]:
     return f"{releases}/{name}", f"{releases}/{name}.manifest.json", f"{releases}/.build-{name}.log"
 
 
-def read_landed_manifest(args: SshArgs, root: str, name: str) -> Manifest | None:
+def read_landed_manifest(args: SshTarget, root: str, name: str) -> Manifest | None:
     """The manifest of releases/NAME on this node, or None when it has not landed there (no manifest file)."""
     _, manifest, _ = _paths(root, name)
     q = shlex.quote(manifest)
@@ -107,13 +107,13 @@ def read_landed_manifest(args: SshArgs, root: str, name: str) -> Manifest | None
         raise RemoteCommandError(args.node, f"read {manifest}", 0, f"not a manifest: {str(exc)[:200]}") from None
 
 
-def clear_unfinished(args: SshArgs, root: str, name: str) -> None:
+def clear_unfinished(args: SshTarget, root: str, name: str) -> None:
     """Remove releases/NAME unless it has landed (its manifest beside it): what a killed or failed build left."""
     final, manifest, _ = _paths(root, name)
     run_remote(args, f"[ -f {shlex.quote(manifest)} ] || rm -rf -- {shlex.quote(final)}", timeout_s=600)
 
 
-def remove_build(args: SshArgs, root: str, name: str) -> None:
+def remove_build(args: SshTarget, root: str, name: str) -> None:
     """A failed build: its directory goes (the log stays, for the operator)."""
     final, manifest, _ = _paths(root, name)
     run_remote(args, shlex.join(["rm", "-rf", "--", final, manifest]), timeout_s=600)
@@ -132,7 +132,7 @@ class BuildResult:
     extras: tuple[str, ...] = ()  # the extras the build installed (`uv sync --extra …`)
 
 
-def run_build(args: SshArgs, root: str, name: str, command: str, timeout_s: float) -> BuildResult:
+def run_build(args: SshTarget, root: str, name: str, command: str, timeout_s: float) -> BuildResult:
     """Run the build command in releases/NAME on the builder (the source is already there)."""
     final, _, log = _paths(root, name)
     remote = shlex.join([REMOTE_PYTHON, "-c", _BUILD_PROGRAM, final, log, f"{timeout_s:g}", BUILD_PATH])
@@ -175,7 +175,7 @@ def run_build(args: SshArgs, root: str, name: str, command: str, timeout_s: floa
                        tail=str(d.get("tail") or ""), log=log, extras=extras)
 
 
-def remote_manifest(args: SshArgs, root: str, name: str, *, max_files: int) -> tuple[Manifest, dict[str, str]]:
+def remote_manifest(args: SshTarget, root: str, name: str, *, max_files: int) -> tuple[Manifest, dict[str, str]]:
     """The manifest of releases/NAME computed on the node itself, and its venvs' `home`s."""
     final, _, _ = _paths(root, name)
     out = run_remote(args, shlex.join([REMOTE_PYTHON, "-c", _MANIFEST_PROGRAM, final, str(max_files)]),
@@ -193,7 +193,7 @@ def remote_manifest(args: SshArgs, root: str, name: str, *, max_files: int) -> t
         raise RemoteCommandError(args.node, f"manifest of {final}", 0, f"bad answer: {str(exc)[:200]}") from None
 
 
-def write_landed_manifest(args: SshArgs, root: str, name: str, manifest: Manifest) -> None:
+def write_landed_manifest(args: SshTarget, root: str, name: str, manifest: Manifest) -> None:
     """The release has landed on this node: its manifest goes beside it (atomically)."""
     _, path, _ = _paths(root, name)
     q = shlex.quote(path)
@@ -201,14 +201,14 @@ def write_landed_manifest(args: SshArgs, root: str, name: str, manifest: Manifes
                timeout_s=60)
 
 
-def missing_paths(args: SshArgs, paths: list[str]) -> list[str]:
+def missing_paths(args: SshTarget, paths: list[str]) -> list[str]:
     out = run_remote(args, shlex.join([REMOTE_PYTHON, "-c", _MISSING_PROGRAM]), stdin=json.dumps(paths),
                      timeout_s=60)
     d = _last_json(args.node, "check paths", out)
     return [str(p) for p in d] if isinstance(d, list) else []
 
 
-def bad_links(args: SshArgs, directory: str, manifest: Manifest) -> dict[str, str]:
+def bad_links(args: SshTarget, directory: str, manifest: Manifest) -> dict[str, str]:
     """Each of the manifest's links under `directory` that is absent or reads another target."""
     if not manifest.links:
         return {}
@@ -218,7 +218,7 @@ def bad_links(args: SshArgs, directory: str, manifest: Manifest) -> dict[str, st
     return {str(k): str(v) for k, v in d.items()} if isinstance(d, dict) else {}
 
 
-def release_ports(args: SshArgs, root: str, names: list[str]) -> dict[str, str | None]:
+def release_ports(args: SshTarget, root: str, names: list[str]) -> dict[str, str | None]:
     """The ports file (PORTS_FILE) of each release on this node, None for a release without one."""
     for n in names:
         check_release_name(n)

@@ -14,7 +14,7 @@ import json
 import shlex
 from dataclasses import dataclass
 
-from macfleet.act.transfer import REMOTE_PYTHON, SshArgs, on_nodes, run_remote
+from macfleet.act.transfer import REMOTE_PYTHON, SshTarget, on_nodes, run_remote
 from macfleet.errors import RemoteCommandError
 from macfleet.inventory.model import Fleet
 from macfleet.judge.llama_rpc import LABEL_PREFIX, MAX_JOBS
@@ -38,7 +38,7 @@ class LlamaNode:
 def read_nodes(fleet: Fleet, nodes: list[str], root: str) -> dict[str, LlamaNode]:
     cmd = shlex.join([REMOTE_PYTHON, "-c", _READ_PROGRAM, root, LABEL_PREFIX, str(MAX_JOBS)])
 
-    def one(a: SshArgs) -> LlamaNode:
+    def one(a: SshTarget) -> LlamaNode:
         out = run_remote(a, cmd, timeout_s=30)
         try:
             d = json.loads(out.strip().splitlines()[-1])
@@ -60,7 +60,7 @@ def make_dirs(fleet: Fleet, nodes: list[str], root: str) -> None:
 def stop_jobs(fleet: Fleet, jobs: dict[str, list[int]]) -> None:
     """Unload the given rpc-server jobs of each node (those loaded, or that may be): launchd ends the process
     and forgets the job; one still loaded afterwards is an error."""
-    def one(a: SshArgs) -> None:
+    def one(a: SshTarget) -> None:
         idx = sorted({int(i) for i in jobs[a.node] if 0 <= int(i) < MAX_JOBS})
         run_remote(a, "; ".join([*_stop_words(idx), "exit 0"]), timeout_s=60)
     on_nodes(fleet, [n for n in jobs if jobs[n]], one)
@@ -76,7 +76,7 @@ def _stop_words(idx: list[int]) -> list[str]:
 def switch_jobs(fleet: Fleet, stop: dict[str, list[int]], flip: str, start: dict[str, list[int]]) -> None:
     """On each node in one SSH round trip: unload `stop`'s jobs (and check they are gone), run `flip` (the
     command that points `current` at the release), load `start`'s jobs from their plists."""
-    def one(a: SshArgs) -> None:
+    def one(a: SshTarget) -> None:
         idx = sorted({int(i) for i in stop.get(a.node, []) if 0 <= int(i) < MAX_JOBS})
         loads = [f"sudo -n launchctl bootstrap system /Library/LaunchDaemons/{LABEL_PREFIX}.{int(i)}.plist"
                  for i in start.get(a.node, [])]
@@ -89,7 +89,7 @@ def knock(fleet: Fleet, targets: dict[str, list[tuple[str, int]]]) -> dict[str, 
     """From each prober node, connect to its targets; "address:port" -> None (accepted) or why not."""
     out: dict[str, str | None] = {}
 
-    def one(a: SshArgs) -> dict:
+    def one(a: SshTarget) -> dict:
         cmd = shlex.join([REMOTE_PYTHON, "-c", _KNOCK_PROGRAM, json.dumps(targets[a.node])])
         text = run_remote(a, cmd, timeout_s=30)
         try:

@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from macfleet.act.transfer import REMOTE_PYTHON, SshArgs, on_nodes, run_remote
+from macfleet.act.transfer import REMOTE_PYTHON, SshTarget, on_nodes, run_remote, ssh_target
 from macfleet.errors import RemoteCommandError
 from macfleet.inventory.model import Fleet
 from macfleet.judge.rollout import NodeAnswer, check_release_name
@@ -40,7 +40,7 @@ class NodeRelease:
 def read_nodes(fleet: Fleet, nodes: list[str], root: str) -> dict[str, NodeRelease]:
     cmd = shlex.join([REMOTE_PYTHON, "-c", _READ_PROGRAM, root, LABEL])
 
-    def one(a: SshArgs) -> NodeRelease:
+    def one(a: SshTarget) -> NodeRelease:
         out = run_remote(a, cmd, timeout_s=30)
         try:
             d = json.loads(out.strip().splitlines()[-1])
@@ -90,7 +90,7 @@ def remove_releases(fleet: Fleet, node: str, root: str, names: list[str]) -> Non
     for n in names:
         check_release_name(n)
         paths += [f"{root}/releases/{n}", f"{root}/releases/{n}.manifest.json"]
-    a = SshArgs.for_node(fleet, fleet.node(node))
+    a = ssh_target(fleet, node)
     run_remote(a, shlex.join(["rm", "-rf", "--", *paths]), timeout_s=120)
 
 

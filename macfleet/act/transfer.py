@@ -32,6 +32,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from macfleet.collect.ssh import OPENSSH_OPTS, SshTarget
 from macfleet.errors import RemoteCommandError, UnreachableError, UsageError
 from macfleet.inventory.model import Fleet, Node
 from macfleet.judge.rollout import Manifest, ManifestFile, make_manifest, safe_relpath
@@ -40,10 +41,9 @@ from macfleet.node import program
 REMOTE_PYTHON = "/usr/bin/python3"
 AGENT_KEEPER = Path(__file__).with_name("agent_keeper.py")  # run by this Python (private_agent)
 CHUNK = 4 * 1024 * 1024
-# AES-GCM first: hardware AES on Apple silicon (and x86 controllers) makes it the cheapest cipher per byte
-# (OpenSSH's default prefers ChaCha20-Poly1305); "^" puts it first without dropping the defaults.
-SSH_OPTS = ("-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=10",
-            "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", "-o", "Ciphers=^aes128-gcm@openssh.com")
+# A node's own ssh to a peer over their cable (rsync's -e there): the controller's options (collect/ssh), and a
+# connect timeout of its own (the peer is one cable away).
+SSH_OPTS = (*OPENSSH_OPTS, "-o", "ConnectTimeout=10")
 MESH_KNOWN_HOSTS = ".macfleet/known_hosts_mesh"  # relative to the admin user's home on each node
 
 
@@ -97,39 +97,15 @@ def local_manifest(root: Path, *, sha256: Mapping[str, str] | None = None, diges
 # ------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SshArgs:
-    """OpenSSH arguments for one node, strict host keys against the inventory's known_hosts."""
-
-    node: str
-    destination: str  # user@host
-    options: tuple[str, ...]
-
-    @classmethod
-    def for_node(cls, fleet: Fleet, node: Node) -> SshArgs:
-        ssh = next(m.settings.ssh for m in fleet.meshes if m.name == node.mesh)
-        known = fleet.path(ssh.known_hosts_file)
-        if known is None or not known.is_file():
-            raise UsageError(f"known_hosts file {known} does not exist",
-                             hint="host keys are checked strictly: add each Mac's key first")
-        opts = [*SSH_OPTS, "-o", "IdentitiesOnly=yes", "-o", f"UserKnownHostsFile={known}"]
-        if node.port is not None:  # None: what ssh would use (~/.ssh/config, else 22)
-            opts += ["-p", str(node.port)]
-        key = fleet.path(ssh.private_key_file)
-        if key is not None:
-            opts += ["-i", str(key)]
-        user = f"{node.user}@" if node.user else ""
-        return cls(node=node.name, destination=f"{user}{node.address}", options=tuple(opts))
-
-    def argv(self, command: str, *, forward_agent: bool = False) -> list[str]:
-        return ["ssh", *self.options, *(["-A"] if forward_agent else ["-a"]), self.destination, command]
-
-    @property
-    def rsync_shell(self) -> str:
-        return shlex.join(["ssh", *self.options])
+def ssh_target(fleet: Fleet, name: str) -> SshTarget:
+    """How to log in to a node: the one resolution every SSH use shares (collect/ssh.SshTarget: inventory,
+    ansible_ssh_*_args, ssh config, ProxyJump, per-host keys, strict known_hosts), its local files checked."""
+    target = SshTarget.for_node(fleet, fleet.node(name))
+    target.check_local_files()
+    return target
 
 
-def run_remote(args: SshArgs, command: str, *, stdin: str | None = None, timeout_s: float = 120,
+def run_remote(args: SshTarget, command: str, *, stdin: str | None = None, timeout_s: float = 120,
                env: Mapping[str, str] | None = None, forward_agent: bool = False) -> str:
     """Run one shell command line on a node; its stdout, or RemoteCommandError / UnreachableError."""
     try:
@@ -167,8 +143,8 @@ def each_node(nodes: list[str], fn: Callable[[str], object], *, parallel: int = 
 
 
 def on_nodes(fleet: Fleet, nodes: list[str], fn, *, parallel: int = 8) -> dict[str, object]:
-    """fn(SshArgs) on every node at once, as `each_node`."""
-    return each_node(nodes, lambda name: fn(SshArgs.for_node(fleet, fleet.node(name))), parallel=parallel)
+    """fn(SshTarget) on every node at once, as `each_node`."""
+    return each_node(nodes, lambda name: fn(ssh_target(fleet, name)), parallel=parallel)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -267,7 +243,7 @@ RSYNC_FLAGS = ("-rlt", "--partial", "--append-verify", "--chmod=u+rwX,go+rX", "-
                "--timeout=60", "--rsync-path=PATH=/opt/homebrew/bin:$PATH rsync")
 
 
-def rsync_from_controller(args: SshArgs, src: Path, dest: str, files: list[str] | None, *,
+def rsync_from_controller(args: SshTarget, src: Path, dest: str, files: list[str] | None, *,
                           timeout_s: float = 3600) -> None:
     """Controller → node over the management network: `src/` into `dest/` (created)."""
     argv = ["rsync", *RSYNC_FLAGS, "--mkpath", "-e", args.rsync_shell]
@@ -283,7 +259,7 @@ def rsync_from_controller(args: SshArgs, src: Path, dest: str, files: list[str] 
         raise RemoteCommandError(args.node, f"rsync {src} → {dest}", p.returncode, p.stderr)
 
 
-def rsync_node_to_node(src_args: SshArgs, src_dir: str, user: str | None, dst_address: str, dst_dir: str,
+def rsync_node_to_node(src_args: SshTarget, src_dir: str, user: str | None, dst_address: str, dst_dir: str,
                        files: list[str] | None, agent_env: Mapping[str, str], *, timeout_s: float = 3600) -> None:
     """Node → peer over their cable: runs rsync on the source node, which reaches the peer's Thunderbolt
     address with the forwarded agent and the mesh known_hosts (strict)."""
@@ -319,7 +295,7 @@ class LandResult:
     bad: dict[str, str]
 
 
-def land(args: SshArgs, manifest: Manifest, staging: str, final: str, *, check_only: bool = False,
+def land(args: SshTarget, manifest: Manifest, staging: str, final: str, *, check_only: bool = False,
          timeout_s: float = 3600) -> LandResult:
     cmd = shlex.join([REMOTE_PYTHON, "-c", _NODE_PROGRAM, "check" if check_only else "land", staging, final])
     out = run_remote(args, cmd, stdin=manifest.model_dump_json(), timeout_s=timeout_s)
@@ -355,7 +331,7 @@ class NodeSession:
     an SSH connection, a shell or a Python start-up of its own. The session forwards the push's private
     agent (for the node's own ssh to its peers, strict against the mesh known_hosts)."""
 
-    def __init__(self, args: SshArgs, agent_env: Mapping[str, str]) -> None:
+    def __init__(self, args: SshTarget, agent_env: Mapping[str, str]) -> None:
         self.node = args.node
         shell = shlex.join(["ssh", *SSH_OPTS, "-o", f"UserKnownHostsFile=~/{MESH_KNOWN_HOSTS}"])
         rsync = ["rsync", *RSYNC_FLAGS, "--mkpath", "-e", shell, "--files-from=-", "--from0"]
@@ -452,7 +428,7 @@ def node_sessions(fleet: Fleet, nodes: list[str], agent_env: Mapping[str, str]) 
     sessions: dict[str, NodeSession] = {}
     try:
         for n in nodes:
-            sessions[n] = NodeSession(SshArgs.for_node(fleet, fleet.node(n)), agent_env)
+            sessions[n] = NodeSession(ssh_target(fleet, n), agent_env)
         yield sessions
     finally:
         with ThreadPoolExecutor(max_workers=max(1, len(sessions))) as pool:
@@ -474,7 +450,7 @@ class Feed:
     `send` is called. A file whose digest does not match after continuing a staged part is sent again whole.
     """
 
-    def __init__(self, args: SshArgs) -> None:
+    def __init__(self, args: SshTarget) -> None:
         self.node = args.node
         cmd = shlex.join([REMOTE_PYTHON, "-c", _FEED_PROGRAM])
         self._proc = subprocess.Popen(args.argv(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE,

@@ -54,7 +54,7 @@ def _preflight(fleet: Fleet, nodes: list[str], models_dir: str, name: str, manif
     """One SSH command per node (for `--verify`, which opens no sessions)."""
     cmd = shlex.join([transfer.REMOTE_PYTHON, "-c", transfer.PREFLIGHT_PROGRAM, models_dir, name])
 
-    def one(a: transfer.SshArgs) -> dict:
+    def one(a: transfer.SshTarget) -> dict:
         out = transfer.run_remote(a, cmd, stdin=manifest.model_dump_json(), timeout_s=1800)
         try:
             return json.loads(out.strip().splitlines()[-1])
@@ -188,7 +188,7 @@ class _Links:
 def _links(fleet: Fleet, targets: list[str]) -> Iterator[_Links]:
     with (transfer.transfer_agent(fleet, fleet.node(targets[0])) if len(targets) > 1
           else contextlib.nullcontext({})) as agent, transfer.node_sessions(fleet, targets, agent) as sessions:
-        feed = transfer.Feed(transfer.SshArgs.for_node(fleet, fleet.node(targets[0])))
+        feed = transfer.Feed(transfer.ssh_target(fleet, targets[0]))
         try:
             yield _Links(sessions=sessions, feed=feed)
         finally:
@@ -282,7 +282,7 @@ def _transfer(fleet: Fleet, m: Mesh, manifest: Manifest, source: Path, seed: str
         why = next((w for (src, dst), w in sorted(fan.failed.items()) if dst == node), None) or \
             "; ".join(sorted(set(fan.failed.values()))) or "files missing after the fan-out"
         say(f"{node}: {why}; {len(files)} files come from the controller over the management network")
-        transfer.rsync_from_controller(transfer.SshArgs.for_node(fleet, fleet.node(node)), source,
+        transfer.rsync_from_controller(transfer.ssh_target(fleet, node), source,
                                        pre[node]["staging"], files)
         _raise_bad({n: r.bad for n, r in _land_all(links.sessions, manifest, pre, {node: set(files)}).items()})
         rerouted.append((node, why))
