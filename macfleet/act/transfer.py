@@ -32,6 +32,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from macfleet.act.fanout import each_node
 from macfleet.collect.ssh import OPENSSH_OPTS, SshTarget
 from macfleet.errors import RemoteCommandError, UnreachableError, UsageError
 from macfleet.inventory.model import Fleet, Node
@@ -118,28 +119,6 @@ def run_remote(args: SshTarget, command: str, *, stdin: str | None = None, timeo
     if p.returncode != 0:
         raise RemoteCommandError(args.node, command[:200], p.returncode, p.stderr)
     return p.stdout
-
-
-def each_node(nodes: list[str], fn: Callable[[str], object], *, parallel: int = 8) -> dict[str, object]:
-    """fn(node) for every node at once; the results by node. The first error is raised after all finish;
-    unreachable nodes are gathered into one UnreachableError."""
-    results: dict[str, object] = {}
-    errors: dict[str, BaseException] = {}
-
-    def one(name: str) -> None:
-        try:
-            results[name] = fn(name)
-        except Exception as exc:  # collected, re-raised below
-            errors[name] = exc
-
-    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(nodes)))) as pool:
-        list(pool.map(one, nodes))
-    unreachable = {n: str(e.nodes.get(n, e)) for n, e in errors.items() if isinstance(e, UnreachableError)}
-    if unreachable:
-        raise UnreachableError(unreachable)
-    if errors:
-        raise next(iter(errors.values()))
-    return results
 
 
 def on_nodes(fleet: Fleet, nodes: list[str], fn, *, parallel: int = 8) -> dict[str, object]:
