@@ -15,7 +15,10 @@ def preflight(models, name, manifest, digests=True):
     probe = models
     while not os.path.exists(probe):
         probe = os.path.dirname(probe)
-    df = subprocess.run(["df", "-k", probe], capture_output=True, text=True)
+    try:  # df failing to start is that read's failure (free space unknown), never the whole preflight's
+        df = subprocess.run(["df", "-k", probe], capture_output=True, text=True)
+    except Exception as exc:
+        df = subprocess.CompletedProcess(["df"], 126, "", f"{type(exc).__name__}: {exc}")
     have, staged = {}, {}
     for f in manifest["files"]:
         p = os.path.join(final, f["path"])

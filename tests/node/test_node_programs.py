@@ -181,3 +181,11 @@ def test_ports_files_of_each_release(tmp_path: Path) -> None:
     (tmp_path / "releases" / "a").mkdir(parents=True)
     (tmp_path / "releases" / "a" / PORTS_FILE).write_text('{"tcp": [52414]}\n')
     assert last_json(run("build_ports", str(tmp_path), "a", "b")) == {"a": '{"tcp": [52414]}\n', "b": None}
+
+
+def test_preflight_says_df_did_not_start_and_answers_the_rest(tmp_path: Path) -> None:
+    (tmp_path / "models" / "m").mkdir(parents=True)
+    (tmp_path / "models" / "m" / "a").write_bytes(b"a")
+    out = last_json(run("push_preflight", str(tmp_path / "models"), "m", stdin=json.dumps(_manifest({"a": b"a"})),
+                        env={"PATH": str(tmp_path / "empty")}))  # no df on the PATH
+    assert out["df_rc"] == 126 and out["df"] == "" and out["have"] == {"a": [1, blake(b"a")]}
