@@ -64,9 +64,6 @@ ALLOWED: list[tuple[str | tuple[str, ...], str, str | None, str]] = [
      "rpc-server's own default and help text (cited); the stand-in runs on a node without macfleet"),
     ("Homebrew's bin directory", "macfleet/lab/exo/standin.py", "EXTRA_PATH = ",
      "the stand-in is copied into builds and runs without macfleet: its PATH imitates a Mac's"),
-    ("Homebrew's bin directory", "macfleet/act/transfer.py", 'env = dict(os.environ, PATH="/opt/homebrew/bin:"',
-     "the node-side session program, a string until issue 26 item 3 makes it a file: it runs on the Mac, "
-     "without macfleet (item 3 should pass it in)"),
     ("Homebrew's bin directory", "macfleet/lab/macos/*.py", None,
      "the macOS stand-ins run on a lab node with only macfleet/lab/ on their path (lab/control.py standin_wrapper)"),
     ("the per-inventory state tag", "macfleet/paths.py", None, "the one function naming an inventory's state files"),

@@ -23,8 +23,10 @@ ALLOWED: dict[str, set[str]] = {
     "macfleet.judge": {"macfleet.facts", "macfleet.inventory.model", "macfleet.errors"},
     "macfleet.lab": {"macfleet.inventory.model", "macfleet.errors"},
     "macfleet.collect": {"macfleet.errors", "macfleet.facts", "macfleet.inventory"},
+    # The node's programs (run on the Macs, standard library only): nothing of the controller.
+    "macfleet.node": set(),
     "macfleet.act": {"macfleet.errors", "macfleet.facts", "macfleet.inventory", "macfleet.judge", "macfleet.collect",
-                     "macfleet.paths"},
+                     "macfleet.paths", "macfleet.node"},
     "macfleet.flow": {
         "macfleet.errors",
         "macfleet.facts",
@@ -224,3 +226,46 @@ def test_lint_clean() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# ------------------------------------------------------------------------------------------------------
+# Code that runs on a node is a file in macfleet/node, never a string (issue 26 item 3)
+# ------------------------------------------------------------------------------------------------------
+
+NODE_DIR = PACKAGE / "node"
+_PROGRAM_NODES = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.For, ast.While, ast.Try, ast.With)
+
+
+def programs_in_strings(source: str) -> list[str]:
+    """The string literals in `source` that are Python programs or pieces of one: several lines that parse as
+    Python and hold an import, a def or a block (prose, shell lines and templates do not parse, or hold none)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+            continue
+        text = node.value
+        if sum(1 for line in text.splitlines() if line.strip()) < 3:
+            continue
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError):
+            continue
+        if any(isinstance(n, _PROGRAM_NODES) for n in ast.walk(tree)):
+            found.append(f"line {node.lineno}: {text.strip().splitlines()[0][:60]!r}")
+    return found
+
+
+@pytest.mark.parametrize("path", [p for p in _modules() if not _within(_name(p), "macfleet.node")
+                                  and not _within(_name(p), "macfleet.lab")], ids=_name)
+def test_no_node_program_is_a_string(path: Path) -> None:
+    """A program run on a node (or by the controller's own Python) lives in a file, linted and tested: see
+    macfleet/node. (The lab's stand-ins are the lab's own business.)"""
+    assert programs_in_strings(path.read_text()) == [], "move it to a file under macfleet/node"
+
+
+def test_the_program_check_sees_a_fragment_and_passes_prose_and_shell() -> None:
+    fragment = 'X = r"""\ndef digest(p):\n    h = 1\n    return h\n"""\n'
+    assert programs_in_strings(fragment) == ["line 1: 'def digest(p):'"]
+    prose = '"""One line of prose.\n\nAnd another: with a colon, and (brackets).\nThird."""\n'
+    shell = 'S = """\nfor f in /a/*; do\n  echo $f\ndone\n"""\n'
+    assert programs_in_strings(prose) == [] and programs_in_strings(shell) == []

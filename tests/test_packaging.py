@@ -123,6 +123,9 @@ def test_the_wheel_installs_and_runs_in_a_fresh_venv_without_extras(tmp_path: Pa
     assert where.splitlines()[0].startswith(str(venv)), where  # the wheel's copy, not the checkout's
     assert "Usage: macfleet" in _run([exe, "--help"], env, tmp_path)
     assert _run([exe, "--version"], env, tmp_path).split()[-1] == macfleet.__version__
+    # the node programs travelled with it, as files read at run time
+    sent = _run([py, "-c", "from macfleet.act import transfer; print(len(transfer._SESSION_PROGRAM))"], env, tmp_path)
+    assert int(sent) > 1000
 
     inventory = tmp_path / "inv"
     shutil.copytree(ROOT / "inventories" / "example", inventory)

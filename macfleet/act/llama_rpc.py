@@ -14,46 +14,16 @@ import json
 import shlex
 from dataclasses import dataclass
 
-from macfleet.act.release import NODE_RELEASES
-from macfleet.act.transfer import REMOTE_PYTHON, SshArgs, on_nodes, run_remote
+from macfleet.act.transfer import REMOTE_PYTHON, SshTarget, on_nodes, run_remote
 from macfleet.errors import RemoteCommandError
 from macfleet.inventory.model import Fleet
 from macfleet.judge.llama_rpc import LABEL_PREFIX, MAX_JOBS
+from macfleet.node import program
 
-# Runs on the node: home, what `current` points at, the releases present (oldest first), the jobs loaded.
-_READ_PROGRAM = r"""
-import json, os, plistlib, subprocess, sys
-root, prefix, jobs = sys.argv[1], sys.argv[2], int(sys.argv[3])
-""" + NODE_RELEASES + r"""loaded, plists = {}, {}
-for i in range(jobs):
-    path = "/Library/LaunchDaemons/%s.%d.plist" % (prefix, i)
-    if not os.path.exists(path):
-        continue
-    try:
-        with open(path, "rb") as fh:
-            job = plistlib.load(fh)
-        plists[i] = {"args": [str(a) for a in job.get("ProgramArguments", [])], "user": job.get("UserName")}
-    except Exception as exc:
-        plists[i] = {"args": [], "user": None, "error": str(exc)[:200]}
-    p = subprocess.run(["launchctl", "print", "system/%s.%d" % (prefix, i)], capture_output=True, text=True)
-    if p.returncode == 0:
-        loaded[i] = "\tstate = running" in p.stdout
-print(json.dumps({"home": os.path.expanduser("~"), "current": current, "releases": names, "loaded": loaded,
-                  "plists": plists}))
-"""
-
-# Runs on a peer: connect to each (address, port) given as JSON on argv; print which accepted, and why not.
-_KNOCK_PROGRAM = r"""
-import json, socket, sys
-out = {}
-for address, port in json.loads(sys.argv[1]):
-    try:
-        socket.create_connection((address, port), timeout=2).close()
-        out["%s:%d" % (address, port)] = None
-    except OSError as exc:
-        out["%s:%d" % (address, port)] = exc.strerror or str(exc)
-print(json.dumps(out))
-"""
+# Node programs (files in macfleet/node): home, `current`, the releases and the jobs loaded (argv: ROOT PREFIX
+# JOBS); from a peer, connect to each (address, port) given as JSON on argv.
+_READ_PROGRAM = program("llama_read")
+_KNOCK_PROGRAM = program("llama_knock")
 
 
 @dataclass
@@ -68,7 +38,7 @@ class LlamaNode:
 def read_nodes(fleet: Fleet, nodes: list[str], root: str) -> dict[str, LlamaNode]:
     cmd = shlex.join([REMOTE_PYTHON, "-c", _READ_PROGRAM, root, LABEL_PREFIX, str(MAX_JOBS)])
 
-    def one(a: SshArgs) -> LlamaNode:
+    def one(a: SshTarget) -> LlamaNode:
         out = run_remote(a, cmd, timeout_s=30)
         try:
             d = json.loads(out.strip().splitlines()[-1])
@@ -90,7 +60,7 @@ def make_dirs(fleet: Fleet, nodes: list[str], root: str) -> None:
 def stop_jobs(fleet: Fleet, jobs: dict[str, list[int]]) -> None:
     """Unload the given rpc-server jobs of each node (those loaded, or that may be): launchd ends the process
     and forgets the job; one still loaded afterwards is an error."""
-    def one(a: SshArgs) -> None:
+    def one(a: SshTarget) -> None:
         idx = sorted({int(i) for i in jobs[a.node] if 0 <= int(i) < MAX_JOBS})
         run_remote(a, "; ".join([*_stop_words(idx), "exit 0"]), timeout_s=60)
     on_nodes(fleet, [n for n in jobs if jobs[n]], one)
@@ -106,7 +76,7 @@ def _stop_words(idx: list[int]) -> list[str]:
 def switch_jobs(fleet: Fleet, stop: dict[str, list[int]], flip: str, start: dict[str, list[int]]) -> None:
     """On each node in one SSH round trip: unload `stop`'s jobs (and check they are gone), run `flip` (the
     command that points `current` at the release), load `start`'s jobs from their plists."""
-    def one(a: SshArgs) -> None:
+    def one(a: SshTarget) -> None:
         idx = sorted({int(i) for i in stop.get(a.node, []) if 0 <= int(i) < MAX_JOBS})
         loads = [f"sudo -n launchctl bootstrap system /Library/LaunchDaemons/{LABEL_PREFIX}.{int(i)}.plist"
                  for i in start.get(a.node, [])]
@@ -119,7 +89,7 @@ def knock(fleet: Fleet, targets: dict[str, list[tuple[str, int]]]) -> dict[str, 
     """From each prober node, connect to its targets; "address:port" -> None (accepted) or why not."""
     out: dict[str, str | None] = {}
 
-    def one(a: SshArgs) -> dict:
+    def one(a: SshTarget) -> dict:
         cmd = shlex.join([REMOTE_PYTHON, "-c", _KNOCK_PROGRAM, json.dumps(targets[a.node])])
         text = run_remote(a, cmd, timeout_s=30)
         try:

@@ -23,12 +23,13 @@ from xml.sax.saxutils import escape
 
 import paramiko
 
+from macfleet.act.fanout import each_node
 from macfleet.act.release import LABEL, START_EXO_LINE, STOP_EXO_LINE
 from macfleet.collect.commands import CommandSpec, spec_for
 from macfleet.collect.gather import Gathered
 from macfleet.collect.kept import KeptSession, NodeSessions
 from macfleet.collect.ssh import AtUnlockScreen, CommandTimeout, Raw, Unreachable
-from macfleet.errors import FactsParseError, RemoteCommandError, UnreachableError
+from macfleet.errors import FactsParseError, RemoteCommandError
 from macfleet.facts.registry import parse
 from macfleet.facts.system import FdesetupFacts
 
@@ -115,21 +116,14 @@ def on_sessions(sessions: NodeSessions, nodes: list[str], line: str, timeout_s: 
     """One command line on every node at once over its kept session; RemoteCommandError for a non-zero exit,
     the unreachable nodes gathered into one UnreachableError (raised after every node answered)."""
     spec = CommandSpec("reboot-step", ("sh", "-c", line), timeout_s=timeout_s)
-    results: dict[str, Raw] = {}
-    lost: dict[str, str] = {}
 
-    def one(node: str) -> None:
+    def one(node: str) -> Raw:
         try:
-            results[node] = sessions.get(node).run_line(line, timeout_s=timeout_s, spec=spec)
-        except Unreachable as exc:
-            lost[node] = str(exc)
+            return sessions.get(node).run_line(line, timeout_s=timeout_s, spec=spec)
         except CommandTimeout:
-            results[node] = Raw(stdout="", stderr=f"no answer within {timeout_s:g} s", rc=-1, took_s=timeout_s)
+            return Raw(stdout="", stderr=f"no answer within {timeout_s:g} s", rc=-1, took_s=timeout_s)
 
-    with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
-        list(pool.map(one, nodes))
-    if lost:
-        raise UnreachableError(lost)
+    results: dict[str, Raw] = each_node(nodes, one, parallel=max(1, len(nodes)))  # type: ignore[assignment]
     bad = next(((n, r) for n, r in results.items() if r.rc != 0), None)
     if bad is not None:
         raise RemoteCommandError(bad[0], line[:200], bad[1].rc, bad[1].stderr)

@@ -16,51 +16,20 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from macfleet.act.transfer import REMOTE_PYTHON, SshArgs, on_nodes, run_remote
+from macfleet.act.transfer import REMOTE_PYTHON, SshTarget, on_nodes, run_remote, ssh_target
 from macfleet.constants import EXO_LABEL
 from macfleet.errors import RemoteCommandError
 from macfleet.inventory.model import Fleet
 from macfleet.judge.rollout import NodeAnswer, check_release_name
+from macfleet.node import program
 
 LABEL = EXO_LABEL
 MAX_STATE_BYTES = 8 * 1024 * 1024
 
-# Node-side lines shared by the programs that read an install root (exo's, llama.cpp's): with `root` set, they
-# set `current` (the release `current` points at, or None) and `names` (the releases present, oldest first).
-NODE_RELEASES = r"""
-rel = os.path.join(root, "releases")
-try:
-    current = os.path.basename(os.readlink(os.path.join(root, "current")).rstrip("/"))
-except OSError:
-    current = None
-names = []
-if os.path.isdir(rel):
-    names = sorted((n for n in os.listdir(rel) if not n.startswith(".") and os.path.isdir(os.path.join(rel, n))),
-                   key=lambda n: (os.stat(os.path.join(rel, n)).st_mtime, n))
-"""
-
-# Runs on the node: what `current` points at, the releases present (oldest first), whether the job runs.
-_READ_PROGRAM = r"""
-import json, os, subprocess, sys
-root, label = sys.argv[1], sys.argv[2]
-""" + NODE_RELEASES + r"""
-p = subprocess.run(["launchctl", "print", "system/%s" % label], capture_output=True, text=True)
-running = p.returncode == 0 and "\tstate = running" in p.stdout
-print(json.dumps({"current": current, "releases": names, "running": running}))
-"""
-
-# Runs on the node: point `current` at releases/NAME by renaming a fresh symlink over it (atomic).
-_FLIP_PROGRAM = r"""
-import os, sys
-root, name = sys.argv[1], sys.argv[2]
-if not os.path.isdir(os.path.join(root, "releases", name)):
-    sys.exit("release %s is not on this node" % name)
-tmp = os.path.join(root, ".current.macfleet-tmp")
-if os.path.lexists(tmp):
-    os.unlink(tmp)
-os.symlink(os.path.join("releases", name), tmp)
-os.replace(tmp, os.path.join(root, "current"))
-"""
+# Node programs (files in macfleet/node): what `current` points at, the releases present and whether the job
+# runs (argv: ROOT LABEL); point `current` at releases/NAME (argv: ROOT NAME).
+_READ_PROGRAM = program("exo_read")
+_FLIP_PROGRAM = program("exo_flip")
 
 
 @dataclass
@@ -73,7 +42,7 @@ class NodeRelease:
 def read_nodes(fleet: Fleet, nodes: list[str], root: str) -> dict[str, NodeRelease]:
     cmd = shlex.join([REMOTE_PYTHON, "-c", _READ_PROGRAM, root, LABEL])
 
-    def one(a: SshArgs) -> NodeRelease:
+    def one(a: SshTarget) -> NodeRelease:
         out = run_remote(a, cmd, timeout_s=30)
         try:
             d = json.loads(out.strip().splitlines()[-1])
@@ -123,7 +92,7 @@ def remove_releases(fleet: Fleet, node: str, root: str, names: list[str]) -> Non
     for n in names:
         check_release_name(n)
         paths += [f"{root}/releases/{n}", f"{root}/releases/{n}.manifest.json"]
-    a = SshArgs.for_node(fleet, fleet.node(node))
+    a = ssh_target(fleet, node)
     run_remote(a, shlex.join(["rm", "-rf", "--", *paths]), timeout_s=120)
 
 

@@ -32,17 +32,20 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from macfleet.act.fanout import each_node
+from macfleet.collect.ssh import OPENSSH_OPTS, SshTarget
 from macfleet.constants import HOMEBREW_BIN
 from macfleet.errors import RemoteCommandError, UnreachableError, UsageError
 from macfleet.inventory.model import Fleet, Node
 from macfleet.judge.rollout import Manifest, ManifestFile, make_manifest, safe_relpath
+from macfleet.node import program
 
 REMOTE_PYTHON = "/usr/bin/python3"
+AGENT_KEEPER = Path(__file__).with_name("agent_keeper.py")  # run by this Python (private_agent)
 CHUNK = 4 * 1024 * 1024
-# AES-GCM first: hardware AES on Apple silicon (and x86 controllers) makes it the cheapest cipher per byte
-# (OpenSSH's default prefers ChaCha20-Poly1305); "^" puts it first without dropping the defaults.
-SSH_OPTS = ("-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=10",
-            "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", "-o", "Ciphers=^aes128-gcm@openssh.com")
+# A node's own ssh to a peer over their cable (rsync's -e there): the controller's options (collect/ssh), and a
+# connect timeout of its own (the peer is one cable away).
+SSH_OPTS = (*OPENSSH_OPTS, "-o", "ConnectTimeout=10")
 MESH_KNOWN_HOSTS = ".macfleet/known_hosts_mesh"  # relative to the admin user's home on each node
 
 
@@ -96,39 +99,15 @@ def local_manifest(root: Path, *, sha256: Mapping[str, str] | None = None, diges
 # ------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SshArgs:
-    """OpenSSH arguments for one node, strict host keys against the inventory's known_hosts."""
-
-    node: str
-    destination: str  # user@host
-    options: tuple[str, ...]
-
-    @classmethod
-    def for_node(cls, fleet: Fleet, node: Node) -> SshArgs:
-        ssh = next(m.settings.ssh for m in fleet.meshes if m.name == node.mesh)
-        known = fleet.path(ssh.known_hosts_file)
-        if known is None or not known.is_file():
-            raise UsageError(f"known_hosts file {known} does not exist",
-                             hint="host keys are checked strictly: add each Mac's key first")
-        opts = [*SSH_OPTS, "-o", "IdentitiesOnly=yes", "-o", f"UserKnownHostsFile={known}"]
-        if node.port is not None:  # None: what ssh would use (~/.ssh/config, else 22)
-            opts += ["-p", str(node.port)]
-        key = fleet.path(ssh.private_key_file)
-        if key is not None:
-            opts += ["-i", str(key)]
-        user = f"{node.user}@" if node.user else ""
-        return cls(node=node.name, destination=f"{user}{node.address}", options=tuple(opts))
-
-    def argv(self, command: str, *, forward_agent: bool = False) -> list[str]:
-        return ["ssh", *self.options, *(["-A"] if forward_agent else ["-a"]), self.destination, command]
-
-    @property
-    def rsync_shell(self) -> str:
-        return shlex.join(["ssh", *self.options])
+def ssh_target(fleet: Fleet, name: str) -> SshTarget:
+    """How to log in to a node: the one resolution every SSH use shares (collect/ssh.SshTarget: inventory,
+    ansible_ssh_*_args, ssh config, ProxyJump, per-host keys, strict known_hosts), its local files checked."""
+    target = SshTarget.for_node(fleet, fleet.node(name))
+    target.check_local_files()
+    return target
 
 
-def run_remote(args: SshArgs, command: str, *, stdin: str | None = None, timeout_s: float = 120,
+def run_remote(args: SshTarget, command: str, *, stdin: str | None = None, timeout_s: float = 120,
                env: Mapping[str, str] | None = None, forward_agent: bool = False) -> str:
     """Run one shell command line on a node; its stdout, or RemoteCommandError / UnreachableError."""
     try:
@@ -143,31 +122,9 @@ def run_remote(args: SshArgs, command: str, *, stdin: str | None = None, timeout
     return p.stdout
 
 
-def each_node(nodes: list[str], fn: Callable[[str], object], *, parallel: int = 8) -> dict[str, object]:
-    """fn(node) for every node at once; the results by node. The first error is raised after all finish;
-    unreachable nodes are gathered into one UnreachableError."""
-    results: dict[str, object] = {}
-    errors: dict[str, BaseException] = {}
-
-    def one(name: str) -> None:
-        try:
-            results[name] = fn(name)
-        except Exception as exc:  # collected, re-raised below
-            errors[name] = exc
-
-    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(nodes)))) as pool:
-        list(pool.map(one, nodes))
-    unreachable = {n: str(e.nodes.get(n, e)) for n, e in errors.items() if isinstance(e, UnreachableError)}
-    if unreachable:
-        raise UnreachableError(unreachable)
-    if errors:
-        raise next(iter(errors.values()))
-    return results
-
-
 def on_nodes(fleet: Fleet, nodes: list[str], fn, *, parallel: int = 8) -> dict[str, object]:
-    """fn(SshArgs) on every node at once, as `each_node`."""
-    return each_node(nodes, lambda name: fn(SshArgs.for_node(fleet, fleet.node(name))), parallel=parallel)
+    """fn(SshTarget) on every node at once, as `each_node`."""
+    return each_node(nodes, lambda name: fn(ssh_target(fleet, name)), parallel=parallel)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -175,29 +132,6 @@ def on_nodes(fleet: Fleet, nodes: list[str], fn, *, parallel: int = 8) -> dict[s
 # ------------------------------------------------------------------------------------------------------
 
 
-# The private agent's keeper, run by this Python (`sys.executable -I -c`): it starts `ssh-agent -D` as its child and
-# ends it, and removes the agent's directory, as soon as its stdin reaches EOF. Its stdin is a pipe whose only
-# writer is the push's process, so EOF comes when the push ends and also when it is killed in any way (kill -9
-# included: the kernel closes the dead process's descriptors). PR_SET_PDEATHSIG would do on Linux only (and fires
-# when the forking *thread* ends); `ssh-agent -t` alone leaves the agent running. The keeper runs in a session of its
-# own, so a Ctrl-C at the terminal reaches the push, which then ends it in order.
-_AGENT_KEEPER = r"""
-import os, shutil, subprocess, sys
-sock, lifetime = sys.argv[1], sys.argv[2]
-agent = subprocess.Popen(["ssh-agent", "-D", "-t", lifetime, "-a", sock], stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-try:
-    print(agent.pid, flush=True)
-    sys.stdin.buffer.read()
-finally:
-    agent.terminate()
-    try:
-        agent.wait(5)
-    except subprocess.TimeoutExpired:
-        agent.kill()
-        agent.wait()
-    shutil.rmtree(os.path.dirname(sock), ignore_errors=True)
-"""
 
 
 @contextlib.contextmanager
@@ -206,7 +140,7 @@ def private_agent(key: Path, *, lifetime_s: int = 7200) -> Iterator[dict[str, st
     yields the environment that points ssh at it."""
     tmp = Path(tempfile.mkdtemp(prefix="macfleet-agent-"))
     sock = tmp / "agent.sock"
-    keeper = subprocess.Popen([sys.executable, "-I", "-c", _AGENT_KEEPER, str(sock), str(int(lifetime_s))],
+    keeper = subprocess.Popen([sys.executable, "-I", str(AGENT_KEEPER), str(sock), str(int(lifetime_s))],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                               start_new_session=True)
     try:
@@ -289,7 +223,7 @@ RSYNC_FLAGS = ("-rlt", "--partial", "--append-verify", "--chmod=u+rwX,go+rX", "-
                "--timeout=60", f"--rsync-path=PATH={HOMEBREW_BIN}:$PATH rsync")
 
 
-def rsync_from_controller(args: SshArgs, src: Path, dest: str, files: list[str] | None, *,
+def rsync_from_controller(args: SshTarget, src: Path, dest: str, files: list[str] | None, *,
                           timeout_s: float = 3600) -> None:
     """Controller → node over the management network: `src/` into `dest/` (created)."""
     argv = ["rsync", *RSYNC_FLAGS, "--mkpath", "-e", args.rsync_shell]
@@ -305,7 +239,7 @@ def rsync_from_controller(args: SshArgs, src: Path, dest: str, files: list[str] 
         raise RemoteCommandError(args.node, f"rsync {src} → {dest}", p.returncode, p.stderr)
 
 
-def rsync_node_to_node(src_args: SshArgs, src_dir: str, user: str | None, dst_address: str, dst_dir: str,
+def rsync_node_to_node(src_args: SshTarget, src_dir: str, user: str | None, dst_address: str, dst_dir: str,
                        files: list[str] | None, agent_env: Mapping[str, str], *, timeout_s: float = 3600) -> None:
     """Node → peer over their cable: runs rsync on the source node, which reaches the peer's Thunderbolt
     address with the forwarded agent and the mesh known_hosts (strict)."""
@@ -330,101 +264,9 @@ def rsync_node_to_node(src_args: SshArgs, src_dir: str, user: str | None, dst_ad
 # Verify and land, on the node
 # ------------------------------------------------------------------------------------------------------
 
-# The digest every node program computes: the manifest's (blake2b-256), read in 4 MiB chunks.
-NODE_DIGEST = r"""
-def digest(p):
-    h = hashlib.blake2b(digest_size=32)
-    with open(p, "rb") as f:
-        for c in iter(lambda: f.read(4 << 20), b""):
-            h.update(c)
-    return h.hexdigest()
-"""
-
-
-# preflight(MODELS, NAME, manifest) on the node: where the models dir is, free space (df -k on the nearest
-# existing directory), which files are final (size, digest when the size matches and `digests`) and what is staged
-# (size). Without `digests` it only stats: the sizes a push compares before it hashes anything or takes the lock.
-NODE_PREFLIGHT = r"""
-def preflight(models, name, manifest, digests=True):
-    models = os.path.expanduser(models)
-    final = os.path.join(models, name)
-    staging = os.path.join(models, ".macfleet-staging", name)
-    probe = models
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    try:  # df failing to start is that read's failure (free space unknown), never the whole preflight's
-        df = subprocess.run(["df", "-k", probe], capture_output=True, text=True)
-    except Exception as exc:
-        df = subprocess.CompletedProcess(["df"], 126, "", "%s: %s" % (type(exc).__name__, exc))
-    have, staged = {}, {}
-    for f in manifest["files"]:
-        p = os.path.join(final, f["path"])
-        if os.path.isfile(p) and not os.path.islink(p):
-            size = os.path.getsize(p)
-            have[f["path"]] = [size, digest(p) if digests and size == f["size"] else None]
-        s = os.path.join(staging, f["path"])
-        if os.path.isfile(s):
-            staged[f["path"]] = os.path.getsize(s)
-    return {"final": final, "staging": staging, "df": df.stdout, "df_rc": df.returncode,
-            "have": have, "staged": staged}
-"""
-
-# Runs on the node with the manifest on stdin. argv: MODELS NAME. Prints preflight()'s answer as JSON.
-PREFLIGHT_PROGRAM = r"""
-import hashlib, json, os, subprocess, sys
-""" + NODE_DIGEST + NODE_PREFLIGHT + r"""
-print(json.dumps(preflight(sys.argv[1], sys.argv[2], json.load(sys.stdin))))
-"""
-
-
-# land_files(MODE, STAGING, FINAL, manifest) on the node → (ok, bad {path: why}).
-# MODE "land": every staged file whose digest matches moves to FINAL/<path> (os.replace); a final file
-#              already matching stays; a staged file of full size whose digest differs is removed.
-# MODE "check": only reports.
-NODE_LAND = r"""
-def matches(p, f):
-    try:
-        st = os.lstat(p)
-    except FileNotFoundError:
-        return "absent"
-    if not os.path.isfile(p) or os.path.islink(p):
-        return "not a regular file"
-    if st.st_size != f["size"]:
-        return "size %d, expected %d" % (st.st_size, f["size"])
-    return None if digest(p) == f["digest"] else "digest differs"
-def land_files(mode, staging, final, manifest):
-    ok, bad = [], {}
-    for f in manifest["files"]:
-        rel = f["path"]
-        dst = os.path.join(final, rel)
-        if matches(dst, f) is None:
-            ok.append(rel)
-            continue
-        if mode == "check":
-            bad[rel] = matches(dst, f)
-            continue
-        src = os.path.join(staging, rel)
-        why = matches(src, f)
-        if why is not None:
-            if why == "digest differs":
-                os.remove(src)  # complete but wrong: rsync would take it as done; sent afresh next time
-            bad[rel] = why
-            continue
-        os.chmod(src, 0o755 if f.get("executable") else 0o644)
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        os.replace(src, dst)
-        ok.append(rel)
-    return ok, bad
-"""
-
-# Runs on the node under /usr/bin/python3 with the manifest on stdin. argv: MODE STAGING FINAL.
-# Prints {"ok": [...], "bad": {path: why}}.
-_NODE_PROGRAM = r"""
-import hashlib, json, os, sys
-""" + NODE_DIGEST + NODE_LAND + r"""
-ok, bad = land_files(sys.argv[1], sys.argv[2], sys.argv[3], json.load(sys.stdin))
-print(json.dumps({"ok": ok, "bad": bad}))
-"""
+# Each node program is a file in macfleet/node, sent as it is (`program`).
+PREFLIGHT_PROGRAM = program("push_preflight")  # the manifest on stdin; argv: MODELS NAME
+_NODE_PROGRAM = program("push_land")  # the manifest on stdin; argv: MODE STAGING FINAL
 
 
 @dataclass
@@ -433,7 +275,7 @@ class LandResult:
     bad: dict[str, str]
 
 
-def land(args: SshArgs, manifest: Manifest, staging: str, final: str, *, check_only: bool = False,
+def land(args: SshTarget, manifest: Manifest, staging: str, final: str, *, check_only: bool = False,
          timeout_s: float = 3600) -> LandResult:
     cmd = shlex.join([REMOTE_PYTHON, "-c", _NODE_PROGRAM, "check" if check_only else "land", staging, final])
     out = run_remote(args, cmd, stdin=manifest.model_dump_json(), timeout_s=timeout_s)
@@ -448,67 +290,7 @@ def land(args: SshArgs, manifest: Manifest, staging: str, final: str, *, check_o
 # One session per node for a whole push
 # ------------------------------------------------------------------------------------------------------
 
-# Runs on the node (/usr/bin/python3) for the whole push: one JSON request a line on stdin, each handled in its
-# own thread, one JSON answer a line on stdout carrying the request's id. It only lands files and runs rsync to
-# a peer with fixed flags (RSYNC_ARGV, filled in below); it ends when stdin closes (the push ended or the
-# controller died).
-#   {"op": "land", "mode", "staging", "final", "manifest"} → {"ok": [...], "bad": {path: why}}
-#   {"op": "rsync", "src_dir", "dest", "dst_dir", "files"} → {"rc": int, "stderr": str}
-#   {"op": "preflight", "models", "name", "manifest"} → preflight()'s answer
-#   {"op": "known_hosts", "text"} → {} (the mesh known_hosts, written whole and renamed into place)
-#   {"op": "size", "dirs"} → {"bytes": int} (under those directories, for progress)
-_SESSION_PROGRAM = r"""
-import hashlib, json, os, subprocess, sys, threading
-RSYNC_ARGV = json.loads(sys.argv[1])
-KNOWN_HOSTS = os.path.expanduser(sys.argv[2])
-""" + NODE_DIGEST + NODE_LAND + NODE_PREFLIGHT + r"""
-def put_known_hosts(text):
-    os.makedirs(os.path.dirname(KNOWN_HOSTS), mode=0o700, exist_ok=True)
-    os.chmod(os.path.dirname(KNOWN_HOSTS), 0o700)
-    tmp = KNOWN_HOSTS + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, KNOWN_HOSTS)
-def size_under(dirs):
-    total = 0
-    for top in dirs:
-        for d, _, files in os.walk(top):
-            for f in files:
-                try:
-                    total += os.lstat(os.path.join(d, f)).st_size
-                except OSError:
-                    pass
-    return total
-out = threading.Lock()
-env = dict(os.environ, PATH="/opt/homebrew/bin:" + os.environ.get("PATH", ""))
-def handle(req):
-    try:
-        if req["op"] == "land":
-            ok, bad = land_files(req["mode"], req["staging"], req["final"], req["manifest"])
-            ans = {"ok": ok, "bad": bad}
-        elif req["op"] == "rsync":
-            argv = RSYNC_ARGV + [req["src_dir"] + "/", req["dest"] + ":" + req["dst_dir"] + "/"]
-            p = subprocess.run(argv, input="\0".join(req["files"]).encode(), capture_output=True, env=env)
-            ans = {"rc": p.returncode, "stderr": p.stderr.decode(errors="replace")[-2000:]}
-        elif req["op"] == "preflight":
-            ans = preflight(req["models"], req["name"], req["manifest"], bool(req.get("digests", True)))
-        elif req["op"] == "known_hosts":
-            put_known_hosts(req["text"])
-            ans = {}
-        elif req["op"] == "size":
-            ans = {"bytes": size_under(req["dirs"])}
-        else:
-            ans = {"error": "unknown op"}
-    except Exception as exc:
-        ans = {"error": repr(exc)[-500:]}
-    ans["id"] = req["id"]
-    with out:
-        sys.stdout.write(json.dumps(ans) + "\n")
-        sys.stdout.flush()
-for line in sys.stdin:
-    threading.Thread(target=handle, args=(json.loads(line),), daemon=True).start()
-"""
+_SESSION_PROGRAM = program("push_session")  # argv: RSYNC_ARGV (JSON) KNOWN_HOSTS PATH_PREFIX; requests on stdin
 
 
 def _end(proc: subprocess.Popen) -> None:
@@ -529,11 +311,12 @@ class NodeSession:
     an SSH connection, a shell or a Python start-up of its own. The session forwards the push's private
     agent (for the node's own ssh to its peers, strict against the mesh known_hosts)."""
 
-    def __init__(self, args: SshArgs, agent_env: Mapping[str, str]) -> None:
+    def __init__(self, args: SshTarget, agent_env: Mapping[str, str]) -> None:
         self.node = args.node
         shell = shlex.join(["ssh", *SSH_OPTS, "-o", f"UserKnownHostsFile=~/{MESH_KNOWN_HOSTS}"])
         rsync = ["rsync", *RSYNC_FLAGS, "--mkpath", "-e", shell, "--files-from=-", "--from0"]
-        cmd = shlex.join([REMOTE_PYTHON, "-c", _SESSION_PROGRAM, json.dumps(rsync), f"~/{MESH_KNOWN_HOSTS}"])
+        cmd = shlex.join([REMOTE_PYTHON, "-c", _SESSION_PROGRAM, json.dumps(rsync), f"~/{MESH_KNOWN_HOSTS}",
+                           HOMEBREW_BIN])
         # the agent only when given one (never the controller user's own)
         self._proc = subprocess.Popen(args.argv(cmd, forward_agent=bool(agent_env)), stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -601,7 +384,7 @@ class NodeSession:
 
     def preflight(self, models_dir: str, name: str, manifest: Manifest, *, digests: bool = True,
                   timeout_s: float = 1800) -> dict:
-        """What the node has of the model, what is staged, and free space (see NODE_PREFLIGHT). It reads only
+        """What the node has of the model, what is staged, and free space (node/preflight.py). It reads only
         the manifest's paths and sizes (the digests of what is there are compared by the caller); `digests=False`:
         it hashes nothing (the sizes alone)."""
         files = [{"path": f.path, "size": f.size} for f in manifest.files]
@@ -626,7 +409,7 @@ def node_sessions(fleet: Fleet, nodes: list[str], agent_env: Mapping[str, str]) 
     sessions: dict[str, NodeSession] = {}
     try:
         for n in nodes:
-            sessions[n] = NodeSession(SshArgs.for_node(fleet, fleet.node(n)), agent_env)
+            sessions[n] = NodeSession(ssh_target(fleet, n), agent_env)
         yield sessions
     finally:
         with ThreadPoolExecutor(max_workers=max(1, len(sessions))) as pool:
@@ -637,42 +420,7 @@ def node_sessions(fleet: Fleet, nodes: list[str], agent_env: Mapping[str, str]) 
 # The controller's copy to the seed: one stream for the whole push
 # ------------------------------------------------------------------------------------------------------
 
-# Runs on the seed (/usr/bin/python3) for the whole push, reading binary frames on stdin: a JSON header line
-# {"dir", "path", "offset", "size"}, then the file's bytes from `offset` to `size`. The bytes go into
-# DIR/PATH from `offset` (what is staged there is kept: a partial file continues); then it answers one JSON
-# line {"path", "digest"}: the blake2b of the whole file as it now is on disk (the bytes kept, then those
-# received), so the controller knows at once whether it arrived intact. A stream cut mid-file leaves a
-# partial file in staging, never anything under a final name.
-_FEED_PROGRAM = r"""
-import hashlib, json, os, sys
-inp = sys.stdin.buffer
-while True:
-    line = inp.readline()
-    if not line:
-        break
-    h = json.loads(line)
-    rel, off, size = h["path"], int(h["offset"]), int(h["size"])
-    if os.path.isabs(rel) or ".." in rel.split("/") or not 0 <= off <= size:
-        sys.exit("bad frame " + repr(line[:200]))
-    p = os.path.join(h["dir"], rel)
-    os.makedirs(os.path.dirname(p), exist_ok=True)
-    d = hashlib.blake2b(digest_size=32)
-    with os.fdopen(os.open(p, os.O_RDWR | os.O_CREAT, 0o644), "r+b") as f:
-        f.truncate(off)
-        for c in iter(lambda: f.read(min(4 << 20, off - f.tell())), b""):
-            d.update(c)
-        f.seek(off)
-        left = size - off
-        while left:
-            c = inp.read(min(left, 1 << 20))
-            if not c:
-                sys.exit(0)
-            f.write(c)
-            d.update(c)
-            left -= len(c)
-    sys.stdout.write(json.dumps({"path": rel, "digest": d.hexdigest()}) + "\n")
-    sys.stdout.flush()
-"""
+_FEED_PROGRAM = program("push_feed")  # frames on stdin, one answer a file on stdout
 FEED_BLOCK = 1 << 20
 
 
@@ -683,7 +431,7 @@ class Feed:
     `send` is called. A file whose digest does not match after continuing a staged part is sent again whole.
     """
 
-    def __init__(self, args: SshArgs) -> None:
+    def __init__(self, args: SshTarget) -> None:
         self.node = args.node
         cmd = shlex.join([REMOTE_PYTHON, "-c", _FEED_PROGRAM])
         self._proc = subprocess.Popen(args.argv(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE,

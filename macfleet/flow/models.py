@@ -26,13 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from macfleet.act import transfer
+from macfleet.act.fanout import each_node
 from macfleet.act.lock import ClusterLock, lock_path
 from macfleet.errors import FactsParseError, Refused, RemoteCommandError, RolloutFailed, UnreachableError, UsageError
 from macfleet.facts.disk import parse_df
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.rollout import (
     TAIL_CHUNKS,
-    Hop,
+    CableCopy,
     Manifest,
     ModelNodeReport,
     ModelPushReport,
@@ -55,7 +56,7 @@ def _preflight(fleet: Fleet, nodes: list[str], models_dir: str, name: str, manif
     """One SSH command per node (for `--verify`, which opens no sessions)."""
     cmd = shlex.join([transfer.REMOTE_PYTHON, "-c", transfer.PREFLIGHT_PROGRAM, models_dir, name])
 
-    def one(a: transfer.SshArgs) -> dict:
+    def one(a: transfer.SshTarget) -> dict:
         out = transfer.run_remote(a, cmd, stdin=manifest.model_dump_json(), timeout_s=1800)
         try:
             return json.loads(out.strip().splitlines()[-1])
@@ -66,8 +67,8 @@ def _preflight(fleet: Fleet, nodes: list[str], models_dir: str, name: str, manif
 
 
 def _on_sessions(sessions: dict[str, transfer.NodeSession], nodes: list[str], fn: Callable) -> dict[str, Any]:
-    """fn(session) on every node's session at once, as `transfer.each_node`."""
-    return transfer.each_node(nodes, lambda n: fn(sessions[n]), parallel=max(1, len(nodes)))
+    """fn(session) on every node's session at once (act/fanout)."""
+    return each_node(nodes, lambda n: fn(sessions[n]), parallel=max(1, len(nodes)))
 
 
 def _free_space_refusals(pre: dict[str, dict], need: dict[str, int]) -> dict[str, str]:
@@ -110,14 +111,14 @@ def fetch_hf(model: str, into: Path) -> Path:
     return Path(snapshot_download(repo_id=model, local_dir=into))
 
 
-def _run_hops(fleet: Fleet, hops: list[Hop], where: Callable[[str, str], str], dst_dirs: dict[str, str],
+def _run_hops(fleet: Fleet, hops: list[CableCopy], where: Callable[[str, str], str], dst_dirs: dict[str, str],
               sessions: dict[str, transfer.NodeSession]) -> dict[tuple[str, str], str]:
     """Every hop at once (each on its own cable), each file from the directory `where(src, path)` names;
     failures by (src, dst), each naming its cable."""
     failed: dict[tuple[str, str], str] = {}
     lock = threading.Lock()
 
-    def one(h: Hop) -> None:
+    def one(h: CableCopy) -> None:
         by_dir: dict[str, list[str]] = {}
         for f in h.files:
             by_dir.setdefault(where(h.src, f), []).append(f)
@@ -189,7 +190,7 @@ class _Links:
 def _links(fleet: Fleet, targets: list[str]) -> Iterator[_Links]:
     with (transfer.transfer_agent(fleet, fleet.node(targets[0])) if len(targets) > 1
           else contextlib.nullcontext({})) as agent, transfer.node_sessions(fleet, targets, agent) as sessions:
-        feed = transfer.Feed(transfer.SshArgs.for_node(fleet, fleet.node(targets[0])))
+        feed = transfer.Feed(transfer.ssh_target(fleet, targets[0]))
         try:
             yield _Links(sessions=sessions, feed=feed)
         finally:
@@ -283,7 +284,7 @@ def _transfer(fleet: Fleet, m: Mesh, manifest: Manifest, source: Path, seed: str
         why = next((w for (src, dst), w in sorted(fan.failed.items()) if dst == node), None) or \
             "; ".join(sorted(set(fan.failed.values()))) or "files missing after the fan-out"
         say(f"{node}: {why}; {len(files)} files come from the controller over the management network")
-        transfer.rsync_from_controller(transfer.SshArgs.for_node(fleet, fleet.node(node)), source,
+        transfer.rsync_from_controller(transfer.ssh_target(fleet, node), source,
                                        pre[node]["staging"], files)
         _raise_bad({n: r.bad for n, r in _land_all(links.sessions, manifest, pre, {node: set(files)}).items()})
         rerouted.append((node, why))
@@ -315,7 +316,7 @@ class _Fanout:
 
     def send(self, src: str, files: dict[str, tuple[str, ...]]) -> dict[str, set[str]]:
         """`src` sends each destination its files, every cable at once; what arrived, by destination."""
-        hops = [Hop(src=src, dst=d, dst_address=self.addresses[(src, d)], files=fs) for d, fs in files.items()]
+        hops = [CableCopy(src=src, dst=d, dst_address=self.addresses[(src, d)], files=fs) for d, fs in files.items()]
         bad = _run_hops(self.fleet, hops, self.where, {n: self.pre[n]["staging"] for n in files}, self.sessions)
         with self.lock:
             self.failed.update(bad)

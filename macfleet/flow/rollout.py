@@ -154,7 +154,7 @@ def stage_release(fleet: Fleet, mesh: Mesh, root: str, build: Path, name: str, m
     final = f"{releases}/{name}"
     seed = need[0]
     t0 = time.monotonic()
-    seed_args = transfer.SshArgs.for_node(fleet, fleet.node(seed))
+    seed_args = transfer.ssh_target(fleet, seed)
     transfer.rsync_from_controller(seed_args, build, staging, None)
     _land(fleet, [seed], manifest, staging, final, root, name)
     say(f"staged {name} on {seed} over the management network in {time.monotonic() - t0:.1f} s")
@@ -177,7 +177,7 @@ def stage_release(fleet: Fleet, mesh: Mesh, root: str, build: Path, name: str, m
 def _land(fleet: Fleet, nodes: list[str], manifest: Manifest, staging: str, final: str, root: str,
           name: str) -> None:
     """Verify every digest in staging, then move the whole release into place by one rename."""
-    def one(a: transfer.SshArgs) -> None:
+    def one(a: transfer.SshTarget) -> None:
         res = transfer.land(a, manifest, staging, staging, check_only=True)
         if res.bad:
             path, why = next(iter(sorted(res.bad.items())))
@@ -253,7 +253,7 @@ def follow_ports(fleet: Fleet, mesh: Mesh, root: str, frm: str | None, to: str, 
 
     names = [n for n in (frm, to) if n]
     first = mesh.node_names[0]
-    ports = act_build.release_ports(transfer.SshArgs.for_node(fleet, fleet.node(first)), root, names)
+    ports = act_build.release_ports(transfer.ssh_target(fleet, first), root, names)
     if (ports.get(frm) if frm else None) == ports.get(to):
         return
     say(f"exo's peer ports differ in {to}: loading the packet-filter anchor for them on every node")
@@ -470,7 +470,7 @@ def _clear_interrupted_build(fleet: Fleet, m: Mesh, held: Acquired, root: str, s
         return
     if node in m.node_names:
         say(f"removing the unfinished build of {name} on {node}")
-        act_build.clear_unfinished(transfer.SshArgs.for_node(fleet, fleet.node(str(node))), root, name)
+        act_build.clear_unfinished(transfer.ssh_target(fleet, str(node)), root, name)
 
 
 def _tail_lines(text: str, lines: int = 15) -> str:
@@ -482,7 +482,7 @@ def build_release(fleet: Fleet, m: Mesh, lock: ClusterLock, held: Acquired, root
     """Send the source into releases/NAME on the builder, build it there, compute its manifest there, check it
     needs nothing missing on another node, and mark it landed. A failed build is removed (its log stays)."""
     settings = m.settings.exo.build
-    args = transfer.SshArgs.for_node(fleet, fleet.node(builder))
+    args = transfer.ssh_target(fleet, builder)
     final = f"{root}/releases/{name}"
     lock.set_phase(held, {"action": "build", "to": name, "node": builder, "mesh": m.name})
     act_build.clear_unfinished(args, root, name)
@@ -534,7 +534,7 @@ def fan_out_release(fleet: Fleet, m: Mesh, root: str, seed: str, need: list[str]
     addresses = link_addresses(fleet, m)
     transfer.install_mesh_known_hosts(fleet, [seed], transfer.mesh_known_hosts(
         fleet, {k: v for k, v in addresses.items() if k[0] == seed}))
-    seed_args = transfer.SshArgs.for_node(fleet, fleet.node(seed))
+    seed_args = transfer.ssh_target(fleet, seed)
     user = fleet.node(seed).user
     hops = {h.dst: h for h in fanout_direct(seed, need, addresses)}
     with transfer.transfer_agent(fleet, fleet.node(seed)) as agent:
@@ -556,7 +556,7 @@ def _verified_seeds(fleet: Fleet, root: str, name: str, landed: dict[str, Manife
     final = f"{root}/releases/{name}"
     out = dict(landed)
     for node, manifest in landed.items():
-        a = transfer.SshArgs.for_node(fleet, fleet.node(node))
+        a = transfer.ssh_target(fleet, node)
         bad = transfer.land(a, manifest, final, final, check_only=True).bad or act_build.bad_links(a, final, manifest)
         if not bad:
             return out

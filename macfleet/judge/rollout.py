@@ -164,7 +164,7 @@ def plan_chunks(manifest: Manifest, peers: list[str], *, chunk_bytes: int = CHUN
     return [(peers[k % len(peers)], tuple(sorted(chunks[i]))) for k, i in enumerate(order)]
 
 
-class Hop(_Model):
+class CableCopy(_Model):
     """One transfer: `src` sends `files` to `dst` over the cable between them, at `dst_address`."""
 
     src: str
@@ -173,9 +173,9 @@ class Hop(_Model):
     files: tuple[str, ...]
 
 
-def fanout_direct(seed: str, peers: list[str], addresses: Mapping[tuple[str, str], str]) -> list[Hop]:
+def fanout_direct(seed: str, peers: list[str], addresses: Mapping[tuple[str, str], str]) -> list[CableCopy]:
     """The seed sends the whole thing to every peer at once, each over its own cable (small payloads: builds)."""
-    return [Hop(src=seed, dst=p, dst_address=addresses[(seed, p)], files=()) for p in peers]
+    return [CableCopy(src=seed, dst=p, dst_address=addresses[(seed, p)], files=()) for p in peers]
 
 
 # ------------------------------------------------------------------------------------------------------

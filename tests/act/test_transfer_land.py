@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,7 +29,7 @@ def test_land_moves_matching_files_drops_complete_wrong_ones_and_keeps_partial_o
     (staging / "wrong").write_bytes(b"x" * (src / "wrong").stat().st_size)  # full size, other bytes
     (staging / "partial").write_bytes((src / "partial").read_bytes()[:100])
     fleet = load_inventory(server.inventory)
-    args = transfer.SshArgs.for_node(fleet, fleet.node("node-1"))
+    args = transfer.ssh_target(fleet, "node-1")
 
     res = transfer.land(args, manifest, str(staging), str(final))
 
@@ -51,7 +52,7 @@ def test_one_session_lands_several_requests_at_once_and_an_ended_one_says_so(ser
     for i in range(4):
         (staging / f"w{i}").write_bytes((src / f"w{i}").read_bytes())
     fleet = load_inventory(server.inventory)
-    args = transfer.SshArgs.for_node(fleet, fleet.node("node-1"))
+    args = transfer.ssh_target(fleet, "node-1")
     session = transfer.NodeSession(args, {})
     try:
         parts = [transfer.Manifest(files=(f,)) for f in manifest.files]
@@ -64,8 +65,7 @@ def test_one_session_lands_several_requests_at_once_and_an_ended_one_says_so(ser
     with pytest.raises(RemoteCommandError, match="push session"):
         session.land(manifest, str(staging), str(final))
 
-    gone = transfer.SshArgs(node="node-1", destination="root@127.0.0.1",
-                            options=(*args.options[:-4], "-p", "1", *args.options[-2:]))
+    gone = dataclasses.replace(args, port=1)
     with pytest.raises(UnreachableError):
         transfer.NodeSession(gone, {}).land(manifest, str(staging), str(final), timeout_s=60)
 
@@ -83,7 +83,7 @@ def test_the_feed_continues_staged_parts_resends_a_wrong_one_whole_and_says_when
     (staging / "wrong").write_bytes(b"x" * 500_000)  # a prefix that is not this file's: sent again whole
     staged = {"partial": 1_000_000, "wrong": 500_000}
     fleet = load_inventory(server.inventory)
-    feed = transfer.Feed(transfer.SshArgs.for_node(fleet, fleet.node("node-1")))
+    feed = transfer.Feed(transfer.ssh_target(fleet, "node-1"))
     arrived: list[str] = []
     try:
         feed.send(src, str(staging), [(f, staged.get(f.path, 0)) for f in manifest.files], arrived.append)
@@ -102,7 +102,7 @@ def test_the_feed_refuses_a_path_outside_its_directory_and_an_unreachable_node(s
     bad = transfer.ManifestFile.model_construct(path="../escape", size=10, digest="0" * 64, executable=False,
                                                 sha256=None)
     fleet = load_inventory(server.inventory)
-    args = transfer.SshArgs.for_node(fleet, fleet.node("node-1"))
+    args = transfer.ssh_target(fleet, "node-1")
     feed = transfer.Feed(args)
     try:
         with pytest.raises(RemoteCommandError, match="bad frame"):
@@ -110,8 +110,7 @@ def test_the_feed_refuses_a_path_outside_its_directory_and_an_unreachable_node(s
     finally:
         feed.close()
     assert not (tmp_path / "in").exists()
-    gone = transfer.SshArgs(node="node-1", destination="root@127.0.0.1",
-                            options=(*args.options[:-4], "-p", "1", *args.options[-2:]))
+    gone = dataclasses.replace(args, port=1)
     with pytest.raises(UnreachableError):
         transfer.Feed(gone).send(src, str(tmp_path / "staging"),
                                  [(f, 0) for f in transfer.local_manifest(src).files], lambda p: None)
@@ -126,7 +125,7 @@ def test_a_session_answers_the_preflight_and_writes_the_mesh_known_hosts(server,
     (models / "org--m").mkdir(parents=True)
     (models / "org--m" / "w").write_bytes(b"w" * 5000)
     fleet = load_inventory(server.inventory)
-    session = transfer.NodeSession(transfer.SshArgs.for_node(fleet, fleet.node("node-1")), {})
+    session = transfer.NodeSession(transfer.ssh_target(fleet, "node-1"), {})
     try:
         pre = session.preflight(str(models), "org--m", manifest)
         assert pre["have"] == {"w": [5000, manifest.files[0].digest]} and pre["staged"] == {}
@@ -134,3 +133,40 @@ def test_a_session_answers_the_preflight_and_writes_the_mesh_known_hosts(server,
         assert session.size_under([str(models)]) == 5000
     finally:
         session.close()
+
+
+def test_a_transfer_logs_in_as_doctor_does_through_a_jump_host_from_the_ssh_config(
+        server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node's address is a name only the ssh config (read through collect/ssh) knows, behind a jump host with
+    its own key and known_hosts: the OpenSSH transfer reaches it as paramiko does (issue 26 item 2; before, the
+    transfer's ssh followed none of it). The same nothing-listening jump host fails, naming nothing else."""
+    from macfleet.collect import ssh as ssh_module
+
+    inv = server.inventory
+    hosts = inv / "hosts.yml"
+    original = hosts.read_text()
+
+    def config(jump_port: int) -> Path:
+        path = tmp_path / f"ssh_config_{jump_port}"
+        path.write_text(f"Host behind-the-jump\n  HostName 127.0.0.1\n  Port {server.port}\n  ProxyJump jumper\n"
+                        f"Host jumper\n  HostName 127.0.0.1\n  Port {jump_port}\n  User root\n"
+                        f"  IdentityFile {inv / 'id_ed25519'}\n  UserKnownHostsFile {inv / 'known_hosts'}\n")
+        return path
+
+    hosts.write_text(original.replace(f"ansible_host: 127.0.0.1\n          ansible_port: {server.port}\n",
+                                      "ansible_host: behind-the-jump\n", 1))
+    try:
+        fleet = load_inventory(inv)
+        monkeypatch.setattr(ssh_module, "USER_SSH_CONFIG", config(server.port))
+        target = transfer.ssh_target(fleet, "node-1")
+        assert transfer.run_remote(target, "echo through") == "through\n"
+        src = tmp_path / "src"
+        src.mkdir()
+        (src / "f").write_bytes(b"jumped" * 100)
+        transfer.rsync_from_controller(target, src, str(tmp_path / "dst"), None)
+        assert (tmp_path / "dst" / "f").read_bytes() == b"jumped" * 100
+        monkeypatch.setattr(ssh_module, "USER_SSH_CONFIG", config(1))
+        with pytest.raises(UnreachableError):
+            transfer.run_remote(transfer.ssh_target(fleet, "node-1"), "true", timeout_s=60)
+    finally:
+        hosts.write_text(original)
