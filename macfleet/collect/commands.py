@@ -12,6 +12,7 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from macfleet.facts.defaults import AUTO_UPDATE_DOMAINS
 from macfleet.facts.kinds import EXO_JOB_PLIST, KIND_COMMANDS, NETWORKSETUP_LABEL, NETWORKSETUP_PLIST
 
 
@@ -99,6 +100,8 @@ def probe_specs(models_dir: str = "~/.exo/models") -> tuple[CommandSpec, ...]:
         CommandSpec("df", ("df", "-k", home_relative(models_dir)), timeout_s=10),
         # asks Apple's catalogue over the network: slow on a real Mac, bounded like the rest
         CommandSpec("softwareupdate", ("softwareupdate", "--list"), timeout_s=45),
+        # the Software Update preferences bootstrap switches off (judge/autoupdate.py), world-readable files
+        *(CommandSpec("auto-updates", ("defaults", "read", d), timeout_s=10, variant=d) for d in AUTO_UPDATE_DOMAINS),
         # the two pfctl reads bootstrap's sudoers drop-in allows, word for word
         CommandSpec("pf-info", ("pfctl", "-s", "info"), timeout_s=5, needs_sudo=True),
         CommandSpec("pf-rules", ("pfctl", "-a", PF_ANCHOR, "-s", "rules"), timeout_s=5, needs_sudo=True),

@@ -5,6 +5,7 @@ The inventory is what the operator says the fleet is; nothing here is collected 
 
 from __future__ import annotations
 
+import datetime as dt
 import ipaddress
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -359,6 +360,20 @@ class SshSettings(_Settings):
     connect_timeout_s: float = Field(default=10.0, gt=0, le=600, allow_inf_nan=False)
 
 
+# A macOS build number as sw_vers -buildVersion prints it: two digits (the major), the minor's letter, a number, and
+# a letter for a beta or a Rapid Security Response (25C56, 25F80, 20C5061b; shared/samples macos__sw_vers_*).
+MACOS_BUILD = r"^\d{2}[A-Z]\d{1,5}[a-z]?$"
+
+
+class MacosSettings(_Settings):
+    """The macOS build the mesh runs (`macfleet_macos`): doctor says, per node, whether it is on it or whether
+    Apple offers it there; `macfleet upgrade` brings every node to it. exo and JACCL need one build on every node
+    (exo's README: "even beta version numbers"). `deadline`: after this day a node not on the build is an error."""
+
+    build: str | None = Field(default=None, pattern=MACOS_BUILD)
+    deadline: dt.date | None = None
+
+
 class Settings(_Settings):
     """Everything under `macfleet_*` in group_vars, after all → mesh overriding (Ansible's replace rule)."""
 
@@ -372,6 +387,7 @@ class Settings(_Settings):
     ssh: SshSettings = Field(default_factory=SshSettings)
     bench: BenchSettings = Field(default_factory=BenchSettings)
     llama: LlamaSettings = Field(default_factory=LlamaSettings)
+    macos: MacosSettings = Field(default_factory=MacosSettings)
 
 
 SETTINGS_KEYS = {f"macfleet_{name}": name for name in Settings.model_fields}
