@@ -75,3 +75,13 @@ def test_plan_one_at_a_time_refuses_when_a_node_is_not_offered_the_target() -> N
     assert len(blocked.refusals) == 1 and "not offered" in blocked.refusals[0]
     assert plan_upgrade("m", None, nodes, together=False).refusals[0].startswith("no target build")
     assert plan_upgrade("m", "25C56", [nodes[0]], together=True).nothing_to_do
+
+
+def test_a_target_is_a_build_not_a_version() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    for bad in (26.2, "26.2", "25c56", "25C56; rm"):
+        with pytest.raises(ValidationError, match="sw_vers -buildVersion"):
+            MacosSettings(build=bad)
+    assert MacosSettings(build="25C5061b").build == "25C5061b"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -370,8 +371,16 @@ class MacosSettings(_Settings):
     Apple offers it there; `macfleet upgrade` brings every node to it. exo and JACCL need one build on every node
     (exo's README: "even beta version numbers"). `deadline`: after this day a node not on the build is an error."""
 
-    build: str | None = Field(default=None, pattern=MACOS_BUILD)
+    build: str | None = None
     deadline: dt.date | None = None
+
+    @field_validator("build", mode="before")
+    @classmethod
+    def _a_build(cls, value: object) -> object:
+        if value is not None and not (isinstance(value, str) and re.fullmatch(MACOS_BUILD, value)):
+            raise ValueError(f"{value!r} is not a macOS build: give it as `sw_vers -buildVersion` prints it, e.g. "
+                             "25C56 (not the version, 26.2)")
+        return value
 
 
 class Settings(_Settings):
