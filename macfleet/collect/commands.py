@@ -12,8 +12,13 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from macfleet.facts.defaults import AUTO_UPDATE_DOMAINS
-from macfleet.facts.kinds import EXO_JOB_PLIST, KIND_COMMANDS, NETWORKSETUP_LABEL, NETWORKSETUP_PLIST
+from macfleet.facts.kinds import (
+    AUTO_UPDATE_DOMAINS,
+    EXO_JOB_PLIST,
+    KIND_COMMANDS,
+    NETWORKSETUP_LABEL,
+    NETWORKSETUP_PLIST,
+)
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,7 @@ import re
 
 from macfleet.errors import FactsParseError
 from macfleet.facts._common import Facts
-
-# The Software Update preferences bootstrap sets (playbooks/roles/autoupdate) and doctor reads back.
-SOFTWARE_UPDATE = "/Library/Preferences/com.apple.SoftwareUpdate"
-COMMERCE = "/Library/Preferences/com.apple.commerce"
-AUTO_UPDATE_DOMAINS = (SOFTWARE_UPDATE, COMMERCE)
+from macfleet.facts.kinds import AUTO_UPDATE_DOMAINS, COMMERCE, SOFTWARE_UPDATE  # noqa: F401  (importable here)
 
 MISSING_DOMAIN = re.compile(r"Domain \S.* does not exist")
 _LINE = re.compile(r'^ {4}"?(?P<key>[^"=\s]+)"?\s*=\s*(?P<value>.*?);?\s*$')

@@ -28,7 +28,7 @@ from macfleet.errors import (
     UsageError,
     most_severe_exit,
 )
-from macfleet.facts.defaults import AUTO_UPDATE_DOMAINS
+from macfleet.facts.kinds import AUTO_UPDATE_DOMAINS
 from macfleet.inventory.model import Fleet, Mesh, Node
 
 # The parsers and judges are imported where they are used, not here: a doctor run dials every node first and
