@@ -1,6 +1,7 @@
 """`macfleet upgrade` against a 2-node lab with exo, over real SSH (issue 29 item 4): --check changes nothing; an
 update offered to every node is installed one node at a time with exo kept stopped until both run the target; a
-killed upgrade is resumed by the next run; an update that switches RDMA off stops there and names the walkthrough.
+killed upgrade is resumed by the next run; an install that fails half-way stops the upgrade with the node on its
+build; an update that switches RDMA off stops there and names the walkthrough.
 
 The lab's softwareupdate (lab/macos/devtools.py) installs with the admin's credentials only (--user, --stdinpass)
 and restarts into the new build; the offers take 6 s each (`update-offered ... 6`: a test's choice, not a Mac's)."""
@@ -95,14 +96,21 @@ def test_upgrade_one_node_at_a_time_check_resume_and_rdma_off(make_lab, tmp_path
                            capture_output=True, text=True)
     assert leaks.stdout == "", f"the password is in {leaks.stdout}"
 
-    # an update that switches RDMA off: that node stops the upgrade, named with the walkthrough; exo stays stopped
-    lab.fault("update-rdma-off", n1)
+    # an install that fails half-way: the node keeps its build, nothing else is installed, exo stays stopped
+    lab.fault("update-fails", n1)
     for n in lab.nodes:
         lab.fault("update-offered", n, clear=True)
         lab.fault("update-offered", n, "25C62", "26.2.2", "6")
     _target(lab, "25C62")
     rc, out = _done(_upgrade(lab, env, *pw))
-    assert rc == 1 and out["result"] == "failed", out
+    assert rc == 1 and out["result"] == "failed" and "the install of macOS Tahoe 26.2.2-25C62 failed" in out["failure"]
+    assert {_build(lab, n) for n in lab.nodes} == {"25C60"} and not any(_exo_runs(lab, n) for n in lab.nodes)
+    lab.fault("update-fails", n1, clear=True)
+
+    # then an update that switches RDMA off: the resumed run stops at that node, named with the walkthrough
+    lab.fault("update-rdma-off", n1)
+    rc, out = _done(_upgrade(lab, env, *pw))
+    assert rc == 1 and out["result"] == "failed" and out["resumed"], out
     assert f"macfleet rdma enable {n1}" in out["failure"]
     assert _build(lab, n1) == "25C62" and _build(lab, n2) == "25C60"
     assert not any(_exo_runs(lab, n) for n in lab.nodes)
