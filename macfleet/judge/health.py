@@ -694,8 +694,8 @@ def check_updates(ctx: HealthContext, node: str) -> Verdict:
         node=node, check="updates", severity="warning",
         message=f"{node} has {what} pending: installed on one node only, the mesh would run two builds and "
                 "exo and JACCL need one",
-        fix="install updates on every node of the mesh together, in a maintenance window, with the macOS-upgrade "
-            "runbook (docs/runbooks/macos-upgrade.md): they need the Mac's screen or Screen Sharing",
+        fix="name the build in the inventory (macfleet_macos.build) and install it on every node of the mesh with "
+            "`macfleet upgrade` (docs/runbooks/macos-upgrade.md; Screen Sharing for what it cannot install)",
         evidence=f"softwareupdate --list{cached_note(f.ages.get('softwareupdate'))}: " + "; ".join(labels))]
 
 
