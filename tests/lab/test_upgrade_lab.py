@@ -74,7 +74,10 @@ def test_upgrade_one_node_at_a_time_check_resume_and_rdma_off(make_lab, tmp_path
     # killed once the first node runs the target: exo stays stopped on both (the second is not on it yet)
     p = _upgrade(lab, env, *pw)
     lab.wait(lambda: _build(lab, n1) == "25C60" or p.poll() is not None, 300, f"{n1} on 25C60")
-    assert p.poll() is None, p.communicate()
+    if p.poll() is not None:
+        out, err = p.communicate()
+        raise AssertionError(f"upgrade ended early ({p.returncode}): {json.loads(out).get('refusals')} "
+                             f"{json.loads(out).get('failure')}\n{err[-2000:]}")
     lab.wait_ssh(n1, timeout=120)
     assert not _exo_runs(lab, n1) and not _exo_runs(lab, n2)
     os.kill(p.pid, signal.SIGKILL)
