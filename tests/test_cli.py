@@ -120,7 +120,7 @@ def test_lab_faults_lists_every_fault_and_takes_name(cli) -> None:
     for fault in ("unplug", "slow-cable", "wrong-port", "double-cable", "via-hub", "unknown-mac", "bridge-on",
                   "ip-drift", "apipa", "rdma-off", "rdma-wedge", "qp-exhausted", "hang", "slow-boot", "os-mismatch",
                   "filevault-on", "disk-full", "sleep-on", "wired-limit-lost", "clock-skew", "exo-down",
-                  "exo-version", "exo-runner-failed"):
+                  "exo-version", "exo-runner-failed", "update-offered", "update-fails", "update-rdma-off"):
         assert fault in usages
 
 

@@ -143,9 +143,10 @@ def start_exo_on(sessions: NodeSessions, nodes: list[str]) -> None:
 # ----------------------------------------------------------------------------------------------- reboot
 
 
-def _send_reboot(kept: KeptSession, command: str, stdin: str | None) -> str | None:
+def _send_reboot(kept: KeptSession, command: str, stdin: str | None, timeout_s: float = 60) -> str | None:
     """Run the reboot command over the node's session; None once issued (its exit 0, or the connection
-    dropping under it: the node is going down), else why not. The secret only ever goes to the channel."""
+    dropping under it: the node is going down), else why not. The secret only ever goes to the channel.
+    `timeout_s`: how long the command may run before it says (an update's install runs for minutes)."""
     try:
         transport = kept.get().client.get_transport()
         if transport is None:
@@ -158,8 +159,8 @@ def _send_reboot(kept: KeptSession, command: str, stdin: str | None) -> str | No
         if stdin is not None:
             channel.sendall(stdin.encode())
         channel.shutdown_write()
-        if not channel.status_event.wait(60):
-            return f"`{command}` gave no answer within 60 s"
+        if not channel.status_event.wait(timeout_s):
+            return f"`{command}` gave no answer within {timeout_s:g} s"
         rc = channel.recv_exit_status()
         err = channel.recv_stderr(4096).decode("utf-8", errors="replace") if channel.recv_stderr_ready() else ""
     except (paramiko.SSHException, OSError, EOFError):
@@ -183,6 +184,13 @@ def issue_reboots(sessions: NodeSessions, methods: dict[str, str], credential_fi
 
     with ThreadPoolExecutor(max_workers=max(1, len(methods))) as pool:
         return dict(zip(methods, pool.map(one, methods), strict=True))
+
+
+def run_with_secret(sessions: NodeSessions, node: str, command: str, stdin: str, timeout_s: float) -> str | None:
+    """A command with its secret on stdin, which may end with the node going down (an update installed with
+    --restart): None once it exited 0 or the node went down under it, else why not (its exit and the end of its
+    stderr, never the secret)."""
+    return _send_reboot(sessions.sessions[node], command, stdin, timeout_s)
 
 
 @dataclass

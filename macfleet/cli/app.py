@@ -47,6 +47,7 @@ GROUPS: list[tuple[str, str, str]] = [
     ("rollout", "macfleet.cli.rollout", "Push exo builds and model weights once, fanned out over the mesh."),
     ("rdma", "macfleet.cli.rdma", "RDMA status, and the guided Recovery-mode steps that switch it on."),
     ("reboot", "macfleet.cli.reboot", "The coordinated whole-mesh reboot."),
+    ("upgrade", "macfleet.cli.upgrade", "Bring the mesh to the inventory's macOS build, one node at a time."),
     ("unlock", "macfleet.cli.unlock", "Unlock FileVault Macs waiting at their unlock screen, over SSH."),
     ("watch", "macfleet.cli.watch", "The watcher that heals a wedged mesh."),
     ("export", "macfleet.cli.export", "Hand the mesh to other engines: MLX's hostfile, llama.cpp's --rpc list."),

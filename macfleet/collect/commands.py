@@ -13,7 +13,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from macfleet.constants import EXO_INSTALL_ROOT, EXO_MODELS_DIR, EXO_PORT
-from macfleet.facts.kinds import DEFAULT_TIMEOUT_S, EXO_JOB_PLIST, KIND_COMMANDS, NETWORKSETUP_LABEL, NETWORKSETUP_PLIST
+from macfleet.facts.kinds import (
+    AUTO_UPDATE_DOMAINS,
+    DEFAULT_TIMEOUT_S,
+    EXO_JOB_PLIST,
+    KIND_COMMANDS,
+    NETWORKSETUP_LABEL,
+    NETWORKSETUP_PLIST,
+)
 
 
 @dataclass(frozen=True)
@@ -114,6 +121,8 @@ def probe_specs(models_dir: str = EXO_MODELS_DIR) -> tuple[CommandSpec, ...]:
         CommandSpec("df", ("df", "-k", home_relative(models_dir)), timeout_s=10),
         # asks Apple's catalogue over the network: slow on a real Mac, bounded like the rest
         CommandSpec("softwareupdate", ("softwareupdate", "--list"), timeout_s=45),
+        # the Software Update preferences bootstrap switches off (judge/autoupdate.py), world-readable files
+        *(CommandSpec("auto-updates", ("defaults", "read", d), timeout_s=10, variant=d) for d in AUTO_UPDATE_DOMAINS),
         # the two pfctl reads bootstrap's sudoers drop-in allows, word for word
         CommandSpec("pf-info", ("pfctl", "-s", "info"), timeout_s=5, needs_sudo=True),
         CommandSpec("pf-rules", ("pfctl", "-a", PF_ANCHOR, "-s", "rules"), timeout_s=5, needs_sudo=True),

@@ -63,6 +63,11 @@ KIND_COMMANDS: dict[str, KindCommand] = {c.kind: c for c in _COMMANDS}
 # facts/daemons.py): macfleet's exo job (bootstrap's playbooks/roles/exo) and exo's app's network daemon (exo
 # app/EXO/EXO/Services/NetworkSetupHelper.swift at b5375f8: label io.exo.networksetup, plist in
 # /Library/LaunchDaemons). Here, not in facts/daemons.py, so the collector imports no parser.
+# The Software Update preferences bootstrap sets (playbooks/roles/autoupdate) and doctor reads back with
+# `defaults read` (facts/defaults.py, judge/autoupdate.py).
+SOFTWARE_UPDATE = "/Library/Preferences/com.apple.SoftwareUpdate"
+COMMERCE = "/Library/Preferences/com.apple.commerce"
+AUTO_UPDATE_DOMAINS = (SOFTWARE_UPDATE, COMMERCE)
 EXO_JOB_PLIST = EXO_PLIST
 NETWORKSETUP_LABEL = "io.exo.networksetup"
 NETWORKSETUP_PLIST = f"/Library/LaunchDaemons/{NETWORKSETUP_LABEL}.plist"

@@ -50,11 +50,19 @@ class PendingUpdate(Facts):
     def is_macos(self) -> bool:
         return self.label.startswith("macOS") or (self.title or "").startswith("macOS")
 
+    @property
+    def build(self) -> str | None:
+        """The build a macOS update installs: the label's last `-` part (`macOS Tahoe 26.2-25C56` -> 25C56;
+        `macOS Big Sur 11.1 Beta 2-20C5061b` -> 20C5061b, tests/fixtures/probes/public), else None."""
+        m = _LABEL_BUILD.search(self.label)
+        return m.group(1) if m and self.is_macos else None
+
 
 class UpdatesFacts(Facts):
     pending: list[PendingUpdate]
 
 
+_LABEL_BUILD = re.compile(r"-(\d{2}[A-Z]\d{1,5}[a-z]?)$")
 _LABEL = re.compile(r"^\s*\*\s*Label:\s*(?P<label>.+?)\s*$")
 _TITLE = re.compile(r"^\s*Title:\s*(?P<rest>.+?)\s*$")
 

@@ -28,6 +28,7 @@ from macfleet.errors import (
     UsageError,
     most_severe_exit,
 )
+from macfleet.facts.kinds import AUTO_UPDATE_DOMAINS
 from macfleet.inventory.model import ExoSettings, Fleet, Mesh, Node, ProbeSettings
 
 # The parsers and judges are imported where they are used, not here: a doctor run dials every node first and
@@ -70,6 +71,8 @@ def _probe_parsers() -> dict[str, tuple[str, Callable]]:
 # check -> the probes only it (or another check of this table) reads ("tb-ping": each node's pings to its peers)
 PROBE_OF_CHECK: dict[str, tuple[str, ...]] = {
     "clock-skew": ("date",), "disk": ("df",), "updates": ("softwareupdate",),
+    "macos-target": ("softwareupdate",),
+    "auto-updates": tuple(f"auto-updates:{d}" for d in AUTO_UPDATE_DOMAINS),
     "exo-api-exposure": ("pf-info", "pf-rules"), "tb-ping": ("tb-ping",),
     "llama-rpc": ("netstat-listen", "pf-info", "pf-rules"),
     "exo-version": ("exo-release",),
@@ -228,6 +231,7 @@ def _probe_facts(gathered: Gathered, node: str, problems: dict[str, str], timed_
         updates = _parsed(f"{raw.stdout}\n{raw.stderr}", parse_softwareupdate_list, "softwareupdate", problems)
         if updates is not None:
             out["updates"] = updates
+    out["update_prefs"] = _update_prefs(gathered, node, problems, timed_out)
     pings = {}
     for key in [k for k in (*gathered.outputs.get(node, {}), *gathered.failed.get(node, {})) if
                 k.startswith("tb-ping:")]:
@@ -235,6 +239,27 @@ def _probe_facts(gathered: Gathered, node: str, problems: dict[str, str], timed_
         if ping is not None:
             pings[key.split(":", 1)[1]] = ping
     out["pings"] = pings
+    return out
+
+
+def _update_prefs(gathered: Gathered, node: str, problems: dict[str, str], timed_out: list[str]) -> dict | None:
+    """Each Software Update preferences domain's `defaults read` (a domain that does not exist is exit 1 and a
+    fact: no key set), or None with the reason under "auto-updates" when one could not be read."""
+    from macfleet.facts.defaults import AUTO_UPDATE_DOMAINS, parse_defaults_read
+
+    out = {}
+    for domain in AUTO_UPDATE_DOMAINS:
+        key = f"auto-updates:{domain}"
+        raw = gathered.outputs.get(node, {}).get(key)
+        if key in gathered.failed.get(node, {}) or raw is None:
+            _read(gathered, node, key, problems, timed_out)
+            problems["auto-updates"] = problems.get(key, "no answer")
+            return None
+        try:
+            out[domain] = parse_defaults_read(raw.stdout, raw.stderr, raw.rc)
+        except FactsParseError as e:
+            problems["auto-updates"] = e.message
+            return None
     return out
 
 

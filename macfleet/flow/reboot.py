@@ -157,7 +157,9 @@ class Verifier:
     def __init__(self, fleet: Fleet, mesh: Mesh, sessions: NodeSessions, checks: list[str],
                  kinds: frozenset[str] | None = None):
         self.fleet, self.mesh, self.sessions, self.checks = fleet, mesh, sessions, checks
-        skip = {k for check, keys in PROBE_OF_CHECK.items() if check not in checks for k in keys}
+        # a probe several checks read (softwareupdate: updates, macos-target) is skipped only when none is asked
+        skip = ({k for keys in PROBE_OF_CHECK.values() for k in keys}
+                - {k for c in checks for k in PROBE_OF_CHECK.get(c, ())})
         base = tuple(spec for spec in doctor_specs([mesh]) if spec.key not in skip
                      and (kinds is None or spec.kind in kinds))
         pings = ping_specs(fleet, [mesh]) if "tb-ping" in checks else {}

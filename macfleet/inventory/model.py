@@ -5,7 +5,9 @@ The inventory is what the operator says the fleet is; nothing here is collected 
 
 from __future__ import annotations
 
+import datetime as dt
 import ipaddress
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -374,6 +376,28 @@ class SshSettings(_Settings):
     connect_timeout_s: float = Field(default=10.0, gt=0, le=600, allow_inf_nan=False)
 
 
+# A macOS build number as sw_vers -buildVersion prints it: two digits (the major), the minor's letter, a number, and
+# a letter for a beta or a Rapid Security Response (25C56, 25F80, 20C5061b; shared/samples macos__sw_vers_*).
+MACOS_BUILD = r"^\d{2}[A-Z]\d{1,5}[a-z]?$"
+
+
+class MacosSettings(_Settings):
+    """The macOS build the mesh runs (`macfleet_macos`): doctor says, per node, whether it is on it or whether
+    Apple offers it there; `macfleet upgrade` brings every node to it. exo and JACCL need one build on every node
+    (exo's README: "even beta version numbers"). `deadline`: after this day a node not on the build is an error."""
+
+    build: str | None = None
+    deadline: dt.date | None = None
+
+    @field_validator("build", mode="before")
+    @classmethod
+    def _a_build(cls, value: object) -> object:
+        if value is not None and not (isinstance(value, str) and re.fullmatch(MACOS_BUILD, value)):
+            raise ValueError(f"{value!r} is not a macOS build: give it as `sw_vers -buildVersion` prints it, e.g. "
+                             "25C56 (not the version, 26.2)")
+        return value
+
+
 class Settings(_Settings):
     """Everything under `macfleet_*` in group_vars, after all → mesh overriding (Ansible's replace rule)."""
 
@@ -387,6 +411,7 @@ class Settings(_Settings):
     ssh: SshSettings = Field(default_factory=SshSettings)
     bench: BenchSettings = Field(default_factory=BenchSettings)
     llama: LlamaSettings = Field(default_factory=LlamaSettings)
+    macos: MacosSettings = Field(default_factory=MacosSettings)
 
 
 SETTINGS_KEYS = {f"macfleet_{name}": name for name in Settings.model_fields}

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from macfleet.constants import EXO_MODELS_DIR
 from macfleet.errors import AT_UNLOCK_SCREEN
 from macfleet.facts.daemons import EXO_JOB_PLIST, NETWORKSETUP_LABEL, NETWORKSETUP_PLIST, ExoDaemonsFacts
+from macfleet.facts.defaults import DefaultsFacts
 from macfleet.facts.disk import DfFacts
 from macfleet.facts.exo import ExoStateFacts
 from macfleet.facts.network import HardwarePortsFacts, IfconfigFacts, RoutesFacts, ServiceOrderFacts
@@ -31,6 +32,7 @@ from macfleet.facts.sockets import TcpSocketsFacts
 from macfleet.facts.system import FdesetupFacts, PmsetFacts, SwVersFacts, SysctlFacts
 from macfleet.facts.thunderbolt import ThunderboltFacts
 from macfleet.inventory.model import Fleet, Mesh
+from macfleet.judge.autoupdate import AUTO_UPDATE_PREFS, wrong_prefs
 from macfleet.judge.exolog import UNRECOGNISED, Signature, match_signature, shown
 from macfleet.judge.ipplan import IpPlan, NodeNetworkFacts, bind_ports, diff_ip, plan_ip
 from macfleet.judge.links_bench import LinksBenchInput, links_bench_findings
@@ -113,6 +115,7 @@ class NodeFacts(_Model):
     clock: ClockReading | None = None
     df: DfFacts | None = None  # `df -k` of the models directory
     updates: UpdatesFacts | None = None
+    update_prefs: dict[str, DefaultsFacts] | None = None  # Software Update preferences domain -> `defaults read`
     pf_info: PfInfoFacts | None = None
     pf_rules: PfRulesFacts | None = None  # the macfleet anchor's rules
     pings: dict[str, PingFacts] = Field(default_factory=dict)  # peer's planned address -> one ping to it
@@ -695,9 +698,60 @@ def check_updates(ctx: HealthContext, node: str) -> Verdict:
         node=node, check="updates", severity="warning",
         message=f"{node} has {what} pending: installed on one node only, the mesh would run two builds and "
                 "exo and JACCL need one",
-        fix="install updates on every node of the mesh together, in a maintenance window, with the macOS-upgrade "
-            "runbook (docs/runbooks/macos-upgrade.md): they need the Mac's screen or Screen Sharing",
+        fix="name the build in the inventory (macfleet_macos.build) and install it on every node of the mesh with "
+            "`macfleet upgrade` (docs/runbooks/macos-upgrade.md; Screen Sharing for what it cannot install)",
         evidence=f"softwareupdate --list{cached_note(f.ages.get('softwareupdate'))}: " + "; ".join(labels))]
+
+
+def check_macos_target(ctx: HealthContext, node: str) -> Verdict:
+    """Where the node stands against the inventory's target build (macfleet_macos.build): on it, offered it, or
+    not offered it (judge/upgrade.py)."""
+    from macfleet.judge.upgrade import standing
+
+    settings = ctx.mesh_of(node).settings.macos
+    if not settings.build:
+        return []
+    f = ctx.facts[node]
+    build = f.sw_vers.build_version if f.sw_vers is not None else None
+    s = standing(node, build, f.updates, settings.build, why=f.why("softwareupdate"))
+    if s.standing == "on-target":
+        return []
+    if s.standing == "unknown":
+        return Unknown(reason=s.why)
+    late = settings.deadline is not None and ctx.now.date() > settings.deadline
+    due = f" (deadline {settings.deadline} {'passed' if late else 'ahead'})" if settings.deadline else ""
+    if s.standing == "offered":
+        return [HealthFinding(
+            node=node, check="macos-target", severity="error" if late else "warning",
+            message=f"{node} runs build {build}, not the mesh's target {settings.build}{due}; Apple offers it there",
+            fix="`macfleet upgrade --check` shows the plan, then `macfleet upgrade --password-file FILE` installs it "
+                "one node at a time (docs/runbooks/macos-upgrade.md)",
+            evidence=f"sw_vers: {build}; softwareupdate --list{cached_note(f.ages.get('softwareupdate'))}: "
+                     f"{s.label}")]
+    return [HealthFinding(
+        node=node, check="macos-target", severity="error",
+        message=f"{node} runs build {build}, not the mesh's target {settings.build}{due}, and Apple does not offer "
+                f"{settings.build} there ({', '.join(s.offered) or 'no macOS update'} offered)",
+        fix="if Apple offers only a newer build, choose it as the target for the whole mesh (macfleet_macos.build) "
+            "or keep the current one; see docs/runbooks/macos-upgrade.md",
+        evidence=f"sw_vers: {build}; softwareupdate --list{cached_note(f.ages.get('softwareupdate'))}: "
+                 f"{', '.join(s.offered) or 'no macOS update'}")]
+
+
+def check_auto_updates(ctx: HealthContext, node: str) -> Verdict:
+    f = ctx.facts[node]
+    wrong = wrong_prefs(f.update_prefs or {})
+    if wrong is None:
+        return Unknown(reason=f.why("auto-updates"))
+    if not wrong:
+        return []
+    return [HealthFinding(
+        node=node, check="auto-updates", severity="error",
+        message=f"{node} may install a macOS update or restart by itself: {'; '.join(wrong)}. One node updated "
+                "overnight leaves the mesh on two builds (exo and JACCL need one), and may come back with RDMA off",
+        fix="`macfleet bootstrap` switches them off again (playbooks/roles/autoupdate); if they come back after "
+            "that, an MDM profile or a person in System Settings > General > Software Update sets them",
+        evidence="defaults read " + ", ".join(AUTO_UPDATE_PREFS) + ": " + "; ".join(wrong))]
 
 
 def age_words(seconds: float) -> str:
@@ -981,6 +1035,10 @@ CHECKS: tuple[CheckSpec, ...] = (
               depends=_R),
     CheckSpec(code="disk", title="at least probes.min_free_disk_gb free on the models volume", depends=_R),
     CheckSpec(code="updates", title="no pending software update (softwareupdate --list)", depends=_R),
+    CheckSpec(code="macos-target", title="the node runs the inventory's target build (macfleet_macos.build), or "
+              "Apple offers it there", depends=_R),
+    CheckSpec(code="auto-updates", title="automatic macOS install, download and restart switched off (the "
+              "Software Update preferences bootstrap sets)", depends=_R),
     CheckSpec(code="tb-ping", title="each end of every good Thunderbolt link answers a ping at its planned address",
               depends=(*_R, "cabling", "bridge", "ip-plan")),
     CheckSpec(code="exo-models-dir", title="exo looks for models in the directory rollout fills (exo.models_dir)",
@@ -1011,6 +1069,8 @@ CHECK_FUNCTIONS: dict[str, Callable[[HealthContext, str], Verdict]] = {
     "clock-skew": check_clock_skew,
     "disk": check_disk,
     "updates": check_updates,
+    "macos-target": check_macos_target,
+    "auto-updates": check_auto_updates,
     "tb-ping": check_tb_ping,
     "exo-running": check_exo_running,
     "exo-version": check_exo_version,

@@ -211,7 +211,8 @@ Subsystem sftp internal-sftp
 
 
 def _persist_initial(lab: dict, node: str, fresh: bool) -> dict:
-    from .macos import network, system
+    from . import prepared
+    from .macos import network, prefs, system
 
     class _Shim:  # just enough of macos.common.Node for default_services()
         def __init__(self):
@@ -231,6 +232,8 @@ def _persist_initial(lab: dict, node: str, fresh: bool) -> dict:
         "mtu": {},
         "spotlight_off": [],  # bootstrap switches no volume's indexing off (playbooks/roles/spotlight)
         "auto_login_user": None,
+        # Software Update: every automatic action on (lab/macos/prefs.py); a prepared node as bootstrap leaves it
+        "prefs": prefs.UPDATE_PREFS_FRESH if fresh else prepared.update_prefs(),
     }
 
 

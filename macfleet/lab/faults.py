@@ -546,6 +546,25 @@ def _other_build(target: LoadedLab, args: list[str]) -> dict:
     return dict(OTHER_BUILD_2 if cur.get("build") == OTHER_BUILD["build"] else OTHER_BUILD)
 
 
+# A macOS update's install, download to restart into the new build: 20 min, a guess (docs/lab.md; Apple gives no
+# figure, and it depends on the download), scaled by the lab's latency setting; an offer may name its own.
+UPDATE_SECONDS = 1200.0
+
+
+def _offer(target: LoadedLab, args: list[str]) -> dict:
+    import re
+
+    from .macos import latency
+
+    _node, build, version, *secs = args
+    if not re.fullmatch(r"\d{2}[A-Z]\d{1,5}[a-z]?", build):
+        raise UsageError(f"bad build {build!r}", hint="a macOS build as sw_vers -buildVersion prints it, e.g. 25C56")
+    if not re.fullmatch(r"\d{2}(\.\d{1,2}){1,2}", version):
+        raise UsageError(f"bad version {version!r}", hint="a macOS version, e.g. 26.2 or 26.5.1")
+    seconds = _secs(secs[0], hi=7200) if secs else UPDATE_SECONDS * latency.scale_of(target.lab)
+    return {"build": build, "version": version, "seconds": seconds}
+
+
 def _secs(text: str, *, signed: bool = False, hi: float = 3600) -> float:
     try:
         v = float(text)
@@ -562,6 +581,9 @@ os_apply, os_clear = _persist_set("os", _other_build)
 fv_apply_base, fv_clear_base = _persist_set("filevault", lambda target, a: True)
 disk_apply, disk_clear = _persist_set("disk_full", lambda target, a: True)
 skew_apply, skew_clear = _persist_set("clock_skew", lambda target, a: _secs(a[1], signed=True))
+offer_apply, offer_clear = _persist_set("offered_update", _offer)
+update_fails_apply, update_fails_clear = _persist_set("lab_update_fails", lambda target, a: True)
+update_rdma_apply, update_rdma_clear = _persist_set("lab_update_rdma_off", lambda target, a: True)
 
 
 def rdma_off_check(target: LoadedLab, node: str) -> None:
@@ -950,6 +972,13 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
           slow_boot_apply, slow_boot_clear),
     Fault("os-mismatch", ("NODE",), "host", "NODE runs another macOS build (sw_vers, sysctl, exo identity)",
           os_apply, os_clear),
+    Fault("update-offered", ("NODE", "BUILD", "VERSION", "[SECS]"), "host", "Apple offers NODE the macOS update "
+          "to BUILD (softwareupdate --list); installing it takes SECS (default 1200 x the lab's latency), half "
+          "before the restart, half restarting", offer_apply, offer_clear),
+    Fault("update-fails", ("NODE",), "host", "NODE's next macOS update install fails half-way (exit 1, nothing "
+          "installed)", update_fails_apply, update_fails_clear),
+    Fault("update-rdma-off", ("NODE",), "host", "NODE's next macOS update comes back with RDMA disabled",
+          update_rdma_apply, update_rdma_clear),
     Fault("filevault-on", ("NODE",), "host", "FileVault on: after a reboot the node waits at the unlock screen "
           "(SSH with a password only, macOS 26) unless restarted with `fdesetup authrestart`; --clear unlocks it "
           "and turns it off",
@@ -1005,7 +1034,7 @@ def _matches(fault: Fault, rec: dict, args: list[str]) -> bool:
     if fault.pair:
         return sorted(rec["args"][:2]) == sorted(args[:2])
     nodes = fault.nodes_of(args)
-    return rec["nodes"] == nodes if fault.params[-1] in ("SECS", "VERSION", "[live|saved]", "[TEXT]") \
+    return rec["nodes"] == nodes if fault.params[-1] in ("SECS", "VERSION", "[live|saved]", "[TEXT]", "[SECS]") \
         else rec["args"] == args
 
 
@@ -1058,13 +1087,33 @@ def fault(name: str, kind: str, args: list[str], *, clear: bool = False) -> dict
 
 
 def boot_seconds(lab: dict, node: str, default: float) -> float:
-    v = userland.read_json(state.node_dir(lab["name"], node) / "persist.json", {}).get("lab_boot_seconds")
-    return default if v is None else float(v)
+    persist = userland.read_json(state.node_dir(lab["name"], node) / "persist.json", {})
+    v = persist.get("lab_boot_seconds")
+    staged = persist.get("staged_update") or {}  # a macOS update installs its second half while restarting
+    return (default if v is None else float(v)) + float(staged.get("seconds", 0))
+
+
+def _apply_staged_update(lab: dict, node: str) -> None:
+    """The restart after `softwareupdate --install` (lab/macos/devtools.py) comes up on the new build; with the
+    update-rdma-off fault, with RDMA disabled."""
+    node_obj = userland.Node(userland.Lab(state.lab_dir(lab["name"])), node)
+
+    def mutate(p: dict) -> None:
+        staged = p.pop("staged_update", None)
+        if staged:
+            p["os"] = {"version": staged["version"], "build": staged["build"]}
+            if staged.get("rdma_off"):
+                p["rdma"] = False
+
+    if node_obj.persist.get("staged_update"):
+        node_obj.update("persist", mutate)
 
 
 def on_boot(lab: dict, node: str) -> None:
     """A node has just booted (boot.json is fresh): drop the faults a reboot clears, re-apply the ones that
-    survive it in boot.json (rdma-wedge), and clear rdma-wedge once its whole mesh rebooted in one window."""
+    survive it in boot.json (rdma-wedge), and clear rdma-wedge once its whole mesh rebooted in one window; a
+    staged macOS update is applied."""
+    _apply_staged_update(lab, node)
     d = state.lab_dir(lab["name"])
     if not os.path.exists(os.path.join(d, "faults.json")):
         return

@@ -36,6 +36,21 @@ def render(role: str, template: str, **values: object) -> str:
     return env.from_string((roles / role / "templates" / template).read_text()).render(**{**defaults, **values})
 
 
+def update_prefs() -> dict[str, dict[str, str]]:
+    """The Software Update preferences as bootstrap's autoupdate role leaves them (its defaults: domain -> key ->
+    bool), as the lab's `defaults` keeps them (key -> "1"/"0"), on a Mac that started with every automatic action
+    on (lab/macos/prefs.py)."""
+    import yaml
+
+    from .macos.prefs import UPDATE_PREFS_FRESH
+
+    wanted = yaml.safe_load((_roles_dir() / "autoupdate" / "defaults" / "main.yml").read_text())["autoupdate_prefs"]
+    out = {d: dict(keys) for d, keys in UPDATE_PREFS_FRESH.items()}
+    for domain, keys in wanted.items():
+        out.setdefault(domain, {}).update({k: str(int(bool(v))) for k, v in keys.items()})
+    return out
+
+
 def files(*, user: str, home: str, memory_bytes: int, controller: str, interfaces: list[str],
           exo_env: dict[str, str]) -> dict[str, tuple[str, int]]:
     """{path on the node: (content, mode)} for everything bootstrap writes."""

@@ -23,6 +23,14 @@ from tests.lab.conftest import STATE_ROOT, Lab
 pytestmark = pytest.mark.lab
 
 CHECK_TIMEOUT = 900
+SU = "/Library/Preferences/com.apple.SoftwareUpdate"
+
+
+def _auto_updates_found(lab: Lab) -> set[str]:
+    """The nodes doctor's auto-updates check finds able to update or restart by themselves."""
+    p = lab.macfleet("doctor", "-i", str(lab.inventory), "--only", "auto-updates", "--json", check=False,
+                     timeout=120)
+    return {f["node"] for f in json.loads(p.stdout)["findings"] if f["check"] == "auto-updates"}
 
 
 def _persist(lab: Lab, node: str, **values: object) -> None:
@@ -83,6 +91,7 @@ def test_fresh_lab_is_a_mac_out_of_the_box(fresh: Lab) -> None:
     assert fresh.ssh(n1, "test -e /opt/homebrew/bin/rsync", check=False).returncode != 0
     assert fresh.ssh(n1, "command -v iperf3", check=False).returncode != 0  # macOS has none: Homebrew's comes later
     assert "Enabled" in fresh.ssh(n1, "networksetup -getnetworkserviceenabled 'Thunderbolt Bridge'").stdout
+    assert fresh.ssh(n1, f"defaults read {SU} AutomaticallyInstallMacOSUpdates").stdout.strip() == "1"
 
 
 def test_without_a_password_nothing_is_done_and_the_fix_is_named(fresh: Lab) -> None:
@@ -143,8 +152,11 @@ def test_fresh_to_ready_then_nothing_to_change(fresh: Lab, tmp_path: Path) -> No
     n2 = fresh.nodes[1]
     _persist(fresh, n2, sc_create_refused=True)
     state = tmp_path / "state"
+    assert _auto_updates_found(fresh) == set(fresh.nodes)  # out of the box, a Mac may update by itself
     rc, data = _bootstrap(fresh, env={"MACFLEET_STATE_DIR": str(state)})
     assert rc == 0, data
+    assert _auto_updates_found(fresh) == set()  # bootstrap switched automatic install, download, restart off
+    assert fresh.ssh(fresh.nodes[1], f"defaults read {SU} AutomaticallyInstallMacOSUpdates").stdout.strip() == "0"
     assert all(n["changed"] > 0 and not n["failed"] and not n["needs_human"] for n in data["nodes"].values())
     rc, again = _bootstrap(fresh, env={"MACFLEET_STATE_DIR": str(state)})
     assert rc == 0 and again["changed"] == 0, again
@@ -257,6 +269,7 @@ def _drift(lab: Lab) -> None:
                  "sed -i 's/^#.*$/# edited/' /etc/sudoers.d/macfleet")
     lab.fault("ip-drift", n2, "saved")
     lab.fault("exo-networksetup", n1)  # exo's app's network daemon, loaded: bootstrap boots it out, disables it
+    lab.sudo(n2, f"defaults write {SU} AutomaticallyInstallMacOSUpdates -bool true")  # System Settings, by hand
 
 
 def _drift_is_gone(lab: Lab) -> None:
@@ -271,6 +284,7 @@ def _drift_is_gone(lab: Lab) -> None:
     assert lab.ssh(n2, "test -f /etc/pf.anchors/macfleet", check=False).returncode == 0
     assert lab.sudo(n2, "grep -c '^# edited' /etc/sudoers.d/macfleet", check=False).stdout.strip() == "0"
     assert lab.macfleet("topology", "check", "-i", str(lab.inventory), check=False).returncode == 0
+    assert lab.ssh(n2, f"defaults read {SU} AutomaticallyInstallMacOSUpdates").stdout.strip() == "0"
 
 
 def _old_drop_in_asks_for_the_password_once(lab: Lab, state: dict[str, str]) -> None:

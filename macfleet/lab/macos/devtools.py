@@ -180,16 +180,121 @@ def _offers_clt(node: Node, *, listed: bool = False) -> bool:
     return os.path.exists(PLACEHOLDER) or (listed and bool(node.boot.get("clt_listed")))
 
 
+# ------------------------------------------------------------------------------------ macOS updates
+# An update the lab offers a node (the `update-offered` fault: persist["offered_update"]) is listed and installed
+# as softwareupdate(8) does on Apple silicon. Shapes: the `* Label: NAME-BUILD` and tab-indented `Title: …,
+# Version: …, Size: …KiB, Recommended: YES, Action: restart,` lines of a real `softwareupdate --list` with a macOS
+# update pending (tests/fixtures/probes/public/softwareupdate_bigsur_pending.txt, from
+# https://github.com/WaveBirdDash/install-or-defer/issues/47; "KiB" as macOS 26 prints the size:
+# tests/fixtures/probes/README.md). Installing it needs an owner's credentials on Apple silicon: softwareupdate(8)
+# on macOS 11 and later, `--user <username>` ("Local username to authenticate as an owner. Apple Silicon only")
+# and `--stdinpass` ("Password to authenticate as an owner. Apple Silicon only"); `-R`/`--restart` restarts when
+# the update needs it. The progress lines, the refusal without credentials and the failure's words are guesses
+# (docs/lab.md). The install takes the offer's seconds (half before the restart, half while the Mac restarts
+# into the new build: lab/faults.py on_boot and boot_seconds), and can fail half-way (`update-fails`) or bring
+# RDMA back disabled (`update-rdma-off`).
+OFFER_SIZE_KIB = 3693075
+
+
+def macos_offer(node: Node) -> dict | None:
+    """The macOS update offered to the node, unless it already runs that build (or has it staged)."""
+    offer = node.persist.get("offered_update")
+    build = (node.persist.get("os") or {}).get("build")
+    if not offer or offer.get("build") == build or node.persist.get("staged_update"):
+        return None
+    return offer
+
+
+def offer_label(offer: dict) -> str:
+    return f"macOS Tahoe {offer['version']}-{offer['build']}"
+
+
+def _check_owner(node: Node, user: str | None, password: str) -> bool:
+    """The admin's password, checked against the node's own record (control.py's admin-password.hash)."""
+    import hashlib
+    import hmac
+
+    if user != node.lab.spec.get("user"):
+        return False
+    try:
+        with open(node.dir / "admin-password.hash") as f:
+            _algo, rounds, salt, digest = f.read().split("$")
+    except (OSError, ValueError):
+        return False
+    mine = hashlib.pbkdf2_hmac("sha256", password.encode(), bytes.fromhex(salt), int(rounds)).hex()
+    return hmac.compare_digest(mine, digest.strip())
+
+
+def _install_macos(node: Node, offer: dict, options: dict) -> int:
+    import time
+
+    label = offer_label(offer)
+    if options.get("user") is None or not options.get("stdinpass"):
+        err(f"{label}: installing a macOS update on Apple silicon needs an owner's credentials: "
+            "--user USER --stdinpass (a guess of the words; softwareupdate(8))")
+        return 1
+    password = sys.stdin.readline().rstrip("\n")
+    if not _check_owner(node, options["user"], password):
+        err(f"Failed to authenticate user {options['user']}")  # a guess
+        return 1
+    half = float(offer.get("seconds", 0)) / 2
+    sys.stdout.write(f"Downloading {label}\n")
+    sys.stdout.flush()
+    time.sleep(half / 2)
+    if node.persist.get("lab_update_fails"):
+        err(f"Failed to prepare {label}: an error occurred while installing the update")  # a guess
+        return 1
+    sys.stdout.write(f"Downloaded {label}\nPreparing {label}\n")
+    sys.stdout.flush()
+    time.sleep(half / 2)
+    staged = {"version": offer["version"], "build": offer["build"], "seconds": half,
+              "rdma_off": bool(node.persist.get("lab_update_rdma_off"))}
+    node.update("persist", lambda p: p.__setitem__("staged_update", staged))
+    if not options.get("restart"):
+        sys.stdout.write(f"Done with {label}\nYou have installed one or more updates that requires that you restart "
+                         "your computer. Please restart immediately.\n")  # applied at the next boot
+        return 0
+    sys.stdout.write(f"Done with {label}\nRestarting...\n")
+    sys.stdout.flush()
+    from .system import request
+
+    return request(node, "reboot")
+
+
+def _install_options(args: list[str]) -> tuple[list[str], dict]:
+    labels: list[str] = []
+    options: dict = {}
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--user" and i + 1 < len(args):
+            options["user"] = args[i + 1]
+            i += 1
+        elif a == "--stdinpass":
+            options["stdinpass"] = True
+        elif a in ("-R", "--restart"):
+            options["restart"] = True
+        elif not a.startswith("-"):
+            labels.append(a)
+        i += 1
+    return labels, options
+
+
 # - `--list` / `--install LABEL`: softwareupdate(8); progress lines, the label `Command Line Tools for
 #   Xcode-26.0` and its title line: GUESS (docs/lab.md); the `* Label:` / tab `Title:` shape:
 #   tests/fixtures/probes/public/softwareupdate_bigsur_pending.txt
 def softwareupdate(node: Node, args: list[str]) -> int:
     if any(a in ("-l", "--list") for a in args):
         err("Software Update Tool\n\nFinding available software")
+        listed = []
         if _offers_clt(node):
             node.update("boot", lambda b: b.__setitem__("clt_listed", True))
-            sys.stdout.write(f"Software Update found the following new or updated software:\n* Label: {CLT_LABEL}\n"
-                             f"\tTitle: {CLT_TITLE}\n")
+            listed.append(f"* Label: {CLT_LABEL}\n\tTitle: {CLT_TITLE}\n")
+        if (offer := macos_offer(node)) is not None:
+            listed.append(f"* Label: {offer_label(offer)}\n\tTitle: macOS Tahoe {offer['version']}, Version: "
+                          f"{offer['version']}, Size: {OFFER_SIZE_KIB}KiB, Recommended: YES, Action: restart,\n")
+        if listed:
+            sys.stdout.write("Software Update found the following new or updated software:\n" + "".join(listed))
         else:
             sys.stdout.write("No new software available.\n")
         return 0
@@ -197,8 +302,11 @@ def softwareupdate(node: Node, args: list[str]) -> int:
         if not is_root():
             err("softwareupdate: This operation requires root privileges.")  # a guess
             return 1
-        labels = [a for a in args[1:] if not a.startswith("-")]
+        labels, options = _install_options(args[1:])
         err("Software Update Tool\n\nFinding available software")
+        offer = macos_offer(node)
+        if offer is not None and labels == [offer_label(offer)]:
+            return _install_macos(node, offer, options)
         if labels != [CLT_LABEL] or not _offers_clt(node, listed=True):
             err(f"No updates are available.{' (' + ', '.join(labels) + ')' if labels else ''}")
             return 1
