@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from macfleet.lab.lab_only import LAB_ONLY
+from macfleet.lab.lab_only import GUESSED_EXIT_CODES, LAB_ONLY
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB = ROOT / "macfleet" / "lab"
@@ -38,3 +38,24 @@ def test_the_product_never_reads_a_lab_only_name(name: str) -> None:
             if name.lower() in line.lower():
                 hits.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()[:120]}")
     assert not hits, f"the product uses {name!r}, which only the lab provides:\n" + "\n".join(hits)
+
+
+@pytest.mark.parametrize(("command", "code"), sorted(GUESSED_EXIT_CODES.items()))
+def test_the_product_never_branches_on_an_exit_code_only_the_lab_gives(command: str, code: int) -> None:
+    """A guessed exit status (xcrun's 72, networksetup's 14, ibv_devinfo's 255 with no device) may reach the
+    product as a failure, but no file that runs the command compares a status with that number."""
+    import re
+
+    compare = re.compile(rf"(returncode|\brc\b|exit|status)\W.{{0,12}}\b{code}\b", re.IGNORECASE)
+    hits = []
+    for path in _product_files():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        if command not in text:
+            continue
+        hits += [f"{path.relative_to(ROOT)}:{i}: {line.strip()[:120]}" for i, line in enumerate(text.splitlines(), 1)
+                 if compare.search(line.split("#")[0])]  # code, not a comment's example
+    assert not hits, f"the product compares an exit status with {code}, which only the lab's {command} gives:\n" + \
+        "\n".join(hits)

@@ -18,3 +18,7 @@ MACOS_LAB_ONLY = frozenset({
 })
 
 LAB_ONLY = EXO_LAB_ONLY | MACOS_LAB_ONLY
+
+GUESSED_EXIT_CODES = {"xcrun": 72, "networksetup": 14, "ibv_devinfo": 255}
+"""Exit statuses the stand-ins give where no source says what a Mac gives (docs/lab.md, "Guesses"): the product
+may see such a command fail, never branch on the number (tests/test_lab_only.py)."""

@@ -224,8 +224,9 @@ def _bootout(node: Node, sub: str, rest: list[str]) -> int:
     return rc
 
 
-# - `kickstart [-k] DOMAIN/LABEL`: launchctl(1); `Could not find service "…" in domain for …`, exit 113: GUESS
-#   (widely quoted, no capture here)
+# - `kickstart [-k] DOMAIN/LABEL`: launchctl(1); `Could not find service "…" in domain for system`, exit 113:
+#   reported from Macs for kickstart (DeterminateSystems/nix-installer#960) and for print, after "Bad request."
+#   (TOSS-Soft/toss-agent-runtime#40)
 def _kickstart(node: Node, sub: str, rest: list[str]) -> int:
     jobs: dict = node.jobs
     kill = "-k" in rest
