@@ -10,11 +10,12 @@ One command reads both (collect/commands.py `exo_daemons_spec`); its output is s
     --- disabled             `launchctl print-disabled system`, then "exit N"
 
 What is read from launchctl: its exit status (0: the job is loaded; 113: "Could not find service", what
-launchctl answers for a job that is not loaded: DeterminateSystems/nix-installer#960, TOSS-Soft/toss-agent-runtime#40), and the `state = `, `runs = ` and `last exit code = ` lines of
-`print` (release.py reads the same `state = running`); from `print-disabled` the line `"LABEL" => disabled`
-(macOS 13 and later) or `=> true` (earlier). launchctl(1): a disabled service "cannot be loaded in the specified
-domain until it is once again enabled. This state persists across boots". No capture of either output from a
-Mac is in the repository yet: docs/lab.md lists the lab's stand-in shapes as guesses.
+launchctl answers for a job that is not loaded: DeterminateSystems/nix-installer#960,
+TOSS-Soft/toss-agent-runtime#40), and the `state = `, `runs = ` and `last exit code = ` lines of `print`
+(release.py reads the same `state = running`); from `print-disabled` the line `"LABEL" => disabled` (macOS 13
+and later) or `=> true` (earlier). launchctl(1): a disabled service "cannot be loaded in the specified domain
+until it is once again enabled. This state persists across boots". No capture of either output from a Mac is in
+the repository yet: docs/lab.md lists the lab's stand-in shapes as guesses.
 """
 
 from __future__ import annotations
