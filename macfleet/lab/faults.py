@@ -583,6 +583,7 @@ disk_apply, disk_clear = _persist_set("disk_full", lambda target, a: True)
 skew_apply, skew_clear = _persist_set("clock_skew", lambda target, a: _secs(a[1], signed=True))
 offer_apply, offer_clear = _persist_set("offered_update", _offer)
 update_fails_apply, update_fails_clear = _persist_set("lab_update_fails", lambda target, a: True)
+authrestart_off_apply, authrestart_off_clear = _persist_set("lab_no_authrestart", lambda target, a: True)
 update_rdma_apply, update_rdma_clear = _persist_set("lab_update_rdma_off", lambda target, a: True)
 
 
@@ -979,6 +980,9 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
           "installed)", update_fails_apply, update_fails_clear),
     Fault("update-rdma-off", ("NODE",), "host", "NODE's next macOS update comes back with RDMA disabled",
           update_rdma_apply, update_rdma_clear),
+    Fault("authrestart-unsupported", ("NODE",), "host", "NODE's `fdesetup supportsauthrestart` says false and "
+          "`fdesetup authrestart` exits 1: a reboot of a FileVault node stops at its unlock screen",
+          authrestart_off_apply, authrestart_off_clear),
     Fault("filevault-on", ("NODE",), "host", "FileVault on: after a reboot the node waits at the unlock screen "
           "(SSH with a password only, macOS 26) unless restarted with `fdesetup authrestart`; --clear unlocks it "
           "and turns it off",

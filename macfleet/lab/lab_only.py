@@ -15,6 +15,7 @@ MACOS_LAB_ONLY = frozenset({
     "__netapply__",  # the lab's own call that re-applies persisted services (configd's job on a Mac)
     "afplay.log",  # afplay's record of what it was asked to play
     "clt_unavailable",  # a lab switch: softwareupdate offers no Command Line Tools
+    "lab_no_authrestart",  # a lab switch: fdesetup refuses authrestart (the authrestart-unsupported fault)
 })
 
 LAB_ONLY = EXO_LAB_ONLY | MACOS_LAB_ONLY

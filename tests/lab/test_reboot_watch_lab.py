@@ -123,6 +123,47 @@ def test_refusals_before_any_node_goes_down_then_authrestart_takeover_and_slow_b
         set_policy(lab)
 
 
+def test_authrestart_refused_restarts_plainly_and_unlocks_at_the_screen(lab_small, env, tmp_path):
+    """A FileVault node whose `fdesetup authrestart` fails (fdesetup(8): not every Mac supports it) and whose
+    unlock-screen key is recorded: the reboot restarts it plainly, finds it at its unlock screen (macOS 26:
+    password-only SSH, apple_ssh_and_filevault(7)), unlocks it with the stored credential, and the mesh verifies."""
+    from macfleet.lab.state import STATE_ROOT
+
+    lab = lab_small
+    inv = str(lab.inventory)
+    secret = tmp_path / "fv-password"
+    secret.write_text((STATE_ROOT / lab.name / "admin-password").read_text())
+    secret.chmod(0o600)
+    set_policy(lab, cred=str(secret))
+    lab.fault("filevault-on", "studio-2")
+    try:
+        # the operator's first time at that screen: its key recorded once (trust --unlock), the node unlocked
+        lab.ssh("studio-2", "sudo -n shutdown -r now", check=False)
+        lab.wait_state("studio-2", {"locked"}, 60)
+        lab.wait(lambda: mf(lab, env, "trust", "-i", inv, "--unlock", "studio-2", "--yes", "--json").returncode == 0,
+                 30, "the unlock screen's key recorded")
+        p = mf(lab, env, "unlock", "-i", inv, "studio-2", "--password-file", str(secret), "--json")
+        assert p.returncode == 0, p.stdout + p.stderr
+        lab.wait_ssh("studio-2", 60)
+        lab.fault("authrestart-unsupported", "studio-2")
+        before = boottimes(lab)
+        p = mf(lab, env, "reboot", "-i", inv, "--json", "--reason", "test")
+        assert p.returncode == 0, p.stdout + p.stderr
+        out = json.loads(p.stdout)
+        assert "studio-2: authrestart was not possible" in p.stderr and "restarting it plainly" in p.stderr
+        assert all(boottimes(lab)[n] != before[n] for n in lab.nodes)
+        assert lab.ssh("studio-2", "fdesetup status").stdout == "FileVault is On.\n"  # unlocked, not switched off
+        assert secret.read_text().strip() not in p.stdout + p.stderr
+        assert out["result"] == "ok", out
+    finally:
+        lab.fault("authrestart-unsupported", "studio-2", clear=True)
+        lab.fault("filevault-on", "studio-2", clear=True)
+        for recorded in lab.inventory.rglob("*.unlock"):  # the unlock-screen key this test recorded
+            recorded.unlink()
+        set_policy(lab)
+        back_up(lab)
+
+
 def test_node_not_back_is_named_with_what_it_looked_like_and_hang_refused(lab_small, env):
     lab = lab_small
     set_policy(lab, timeout=4)
