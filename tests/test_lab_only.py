@@ -21,6 +21,19 @@ def _product_files() -> list[Path]:
     return sorted(files)
 
 
+def _product_lines(*, mentioning: str = "") -> list[tuple[str, str]]:
+    """("path:line", text) of every text line of the product, in the files that mention `mentioning`."""
+    out = []
+    for path in _product_files():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        if mentioning in text:
+            out += [(f"{path.relative_to(ROOT)}:{i}", line) for i, line in enumerate(text.splitlines(), 1)]
+    return out
+
+
 def test_the_lab_declares_its_additions() -> None:
     assert "X-Exo-Version" in LAB_ONLY and "/_lab/gossip" in LAB_ONLY
     assert all(name.strip() == name and len(name) >= 6 for name in LAB_ONLY)  # distinctive enough to scan for
@@ -28,15 +41,7 @@ def test_the_lab_declares_its_additions() -> None:
 
 @pytest.mark.parametrize("name", sorted(LAB_ONLY))
 def test_the_product_never_reads_a_lab_only_name(name: str) -> None:
-    hits = []
-    for path in _product_files():
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue
-        for i, line in enumerate(text.splitlines(), 1):
-            if name.lower() in line.lower():
-                hits.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()[:120]}")
+    hits = [f"{where}: {line.strip()[:120]}" for where, line in _product_lines() if name.lower() in line.lower()]
     assert not hits, f"the product uses {name!r}, which only the lab provides:\n" + "\n".join(hits)
 
 
@@ -47,15 +52,7 @@ def test_the_product_never_branches_on_an_exit_code_only_the_lab_gives(command: 
     import re
 
     compare = re.compile(rf"(returncode|\brc\b|exit|status)\W.{{0,12}}\b{code}\b", re.IGNORECASE)
-    hits = []
-    for path in _product_files():
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue
-        if command not in text:
-            continue
-        hits += [f"{path.relative_to(ROOT)}:{i}: {line.strip()[:120]}" for i, line in enumerate(text.splitlines(), 1)
-                 if compare.search(line.split("#")[0])]  # code, not a comment's example
+    hits = [f"{where}: {line.strip()[:120]}" for where, line in _product_lines(mentioning=command)
+            if compare.search(line.split("#")[0])]  # code, not a comment's example
     assert not hits, f"the product compares an exit status with {code}, which only the lab's {command} gives:\n" + \
         "\n".join(hits)
