@@ -17,6 +17,10 @@ every node's exo release) is taken over only by one of those commands, or with a
 is lost; every other command refuses, naming the repair. A stale lock with no repair pending is explained and
 taken over. A live lock refuses, naming its holder. Reading, judging and replacing the file happen under an
 flock on a guard file beside it, so two takers never both win.
+
+The file lives in the inventory's shared directory (paths.cluster_dir, act/statedir.py), so every user who
+drives the cluster and the healer's own user take the same lock; a holder of another user is judged alive as
+one of ours is (its pid answers kill(pid, 0) with EPERM, and its start time is public).
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from macfleet.errors import LockHeld
+from macfleet.act.statedir import ensure, open_shared
+from macfleet.errors import LockHeld, MacfleetError
 from macfleet.paths import history_file, lock_file
 
 DEFAULT_TTL_S = 3600.0
@@ -186,8 +191,8 @@ def append_history(inventory_root: Path, entry: dict) -> None:
     if "action" not in entry or "healthy" not in entry:
         raise ValueError("a history entry names its action and whether it left the mesh healthy")
     path = history_file(inventory_root)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with path.open("a") as fh:
+    ensure(path.parent)
+    with os.fdopen(open_shared(path, os.O_WRONLY | os.O_APPEND), "a") as fh:
         fh.write(json.dumps({"time": datetime.now(UTC).isoformat(), **entry}) + "\n")
 
 
@@ -244,7 +249,7 @@ class _Heartbeat:
                 if not self.lock.refresh(self.held):
                     self.lost = True
                     return
-            except (OSError, LockHeld):  # a full disk, a garbled file: try again at the next beat
+            except (OSError, MacfleetError):  # a full disk, a garbled file: try again at the next beat
                 continue
 
     def end(self) -> None:
@@ -266,9 +271,9 @@ class ClusterLock:
 
     @contextlib.contextmanager
     def _guarded(self) -> Iterator[None]:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        ensure(self.path.parent)
         with self._mutex:
-            fd = os.open(self.guard, os.O_RDWR | os.O_CREAT, 0o600)
+            fd = open_shared(self.guard, os.O_RDWR)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 yield
@@ -276,6 +281,8 @@ class ClusterLock:
                 os.close(fd)
 
     def read(self) -> LockRecord | None:
+        """The record, from a directory found safe first (a world-writable one could hold anyone's lock)."""
+        ensure(self.path.parent)
         try:
             with self.path.open("rb") as fh:
                 raw = fh.read(MAX_LOCK_BYTES + 1)
@@ -292,7 +299,7 @@ class ClusterLock:
 
     def _write(self, record: LockRecord) -> None:
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = open_shared(tmp, os.O_WRONLY | os.O_TRUNC)
         with os.fdopen(fd, "w") as fh:
             fh.write(json.dumps(asdict(record), indent=2) + "\n")
             fh.flush()

@@ -242,6 +242,8 @@ def _reboot(fleet, mesh, nodes, reason, dry_run, respect_windows, progress, say,
     prior = interrupted_reboot(lock, mesh, datetime.now(UTC))
     if prior is not None:
         return _resume(fleet, mesh, nodes, reason, prior, lock, dry_run, progress, say, sessions, started)
+    if not dry_run:
+        lock.check("reboot")  # a rollout, the healer or another user's reboot holds it: refused before any dial
     verdict, before = plan_reboot(fleet, mesh, nodes, reason, sessions, respect_windows=respect_windows,
                                   before=before)
     if isinstance(verdict, Refusal):

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from macfleet.act import reboot as act_reboot
 from macfleet.act.lock import ClusterLock, lock_path, stale_reason
+from macfleet.act.statedir import ensure, open_shared
 from macfleet.collect.commands import DOCTOR_SPECS, exo_specs
 from macfleet.collect.gather import Gathered
 from macfleet.errors import AT_UNLOCK_SCREEN, LockHeld, MacfleetError, UsageError
@@ -30,7 +31,7 @@ from macfleet.flow.reboot import RebootResult, interrupted_reboot, reboot_mesh, 
 from macfleet.inventory.model import Fleet, Mesh, RemediationSettings
 from macfleet.judge.health import CHECK_CODES, HealthReport, judge_health
 from macfleet.judge.remediation import Observation, Outcome, State, Step, after, damaged, describe_policy, step
-from macfleet.paths import inventory_tag, state_dir
+from macfleet.paths import audit_file, watch_state_file
 from macfleet.render.watch import render_status_page
 from macfleet.watch.audit import AuditLog
 from macfleet.watch.metrics import RESULT_VALUE, Metrics, serve
@@ -40,10 +41,8 @@ from macfleet.watch.probe import Prober
 
 
 def watch_paths(fleet: Fleet) -> tuple[Path, Path]:
-    """(state file, audit log) for this inventory, under macfleet's state directory."""
-    tag = inventory_tag(fleet.root)
-    base = state_dir() / "watch"
-    return base / f"{tag}.state.json", base / f"{tag}.audit.jsonl"
+    """(state file, audit log) for this inventory, in its shared state directory (every user's, the healer's)."""
+    return watch_state_file(fleet.root), audit_file(fleet.root)
 
 
 def validate_policy(mesh: Mesh) -> None:
@@ -98,10 +97,10 @@ def load_states(path: Path) -> dict[str, State]:
 
 
 def save_states(path: Path, states: dict[str, State]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    """Written whole (a temporary file renamed over it), group-writable: `watch --reset` may be anyone's."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = open_shared(tmp, os.O_WRONLY | os.O_TRUNC)
         with os.fdopen(fd, "wb") as fh:
             fh.write(dump_states(states))
             fh.flush()
@@ -224,6 +223,7 @@ class Watcher:
         for m in self.meshes:
             validate_policy(m)
         self.state_path, audit_path = watch_paths(self.fleet)
+        ensure(self.state_path.parent)
         self.metrics = Metrics()
         self.troubles = Troubles(self.say, self.metrics)
         self.store = StateStore(self.state_path, self.troubles)
@@ -531,6 +531,7 @@ def _covering(r: RebootResult, checks: list[str]) -> HealthReport | None:
 def reset(fleet: Fleet, meshes: list[Mesh], say: Callable[[str], None]) -> None:
     """Close the breaker and forget every streak and rung (the next probe starts a new episode)."""
     state_path, audit_path = watch_paths(fleet)
+    ensure(state_path.parent)
     note = ""
     try:
         states = load_states(state_path)

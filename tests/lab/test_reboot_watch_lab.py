@@ -56,7 +56,7 @@ def boottimes(lab) -> dict[str, str]:
 
 
 def audit(env) -> list[dict]:
-    files = list(Path(env["MACFLEET_STATE_DIR"]).glob("macfleet/watch/*.audit.jsonl"))
+    files = list(Path(env["MACFLEET_CLUSTER_STATE_DIR"]).glob("*/audit.jsonl"))
     return [json.loads(line) for f in files for line in f.read_text().splitlines()]
 
 
@@ -330,7 +330,7 @@ def test_a_reboot_killed_after_issuing_its_reboots_is_resumed_and_the_mesh_verif
                              stderr=subprocess.PIPE, text=True)
     try:
         def phase() -> str | None:
-            for f in Path(env["MACFLEET_STATE_DIR"]).glob("**/locks/*.lock.json"):
+            for f in Path(env["MACFLEET_CLUSTER_STATE_DIR"]).glob("*/lock.json"):
                 try:
                     return json.loads(f.read_text())["phase"].get("phase")
                 except (OSError, ValueError, KeyError):
@@ -352,7 +352,7 @@ def test_a_reboot_killed_after_issuing_its_reboots_is_resumed_and_the_mesh_verif
         after = boottimes(lab)
         for n in lab.nodes:  # rebooted once, by the killed run: the same boot the resumed run saw come back
             assert after[n] != before[n] and out["nodes"][n]["last_seen"] == f"back (booted {after[n].strip()})"
-        assert not list(Path(env["MACFLEET_STATE_DIR"]).glob("**/locks/*.lock.json"))  # released
+        assert not list(Path(env["MACFLEET_CLUSTER_STATE_DIR"]).glob("*/lock.json"))  # released
     finally:
         if first.poll() is None:
             first.kill()

@@ -27,8 +27,9 @@ macfleet_probes:
 EVIL = "boom [/bold] x \x1b[31mred \u202eevil"
 
 
-def audit(state: Path) -> list[dict]:
-    return [json.loads(line) for f in state.glob("macfleet/watch/*.audit.jsonl") for line in f.read_text().splitlines()]
+def audit(_state: Path) -> list[dict]:
+    state = Path(os.environ["MACFLEET_CLUSTER_STATE_DIR"])  # the test's own (tests/conftest.py)
+    return [json.loads(line) for f in state.glob("*/audit.jsonl") for line in f.read_text().splitlines()]
 
 
 def test_node_text_is_data_and_a_hung_exo_is_restarted(lab4, tmp_path):
