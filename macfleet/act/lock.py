@@ -146,10 +146,19 @@ def process_started(pid: int) -> str:
     return f"ps:{' '.join(p.stdout.split())}" if p.returncode == 0 and p.stdout.strip() else ""
 
 
+def process_alive(pid: int, started: str) -> bool:
+    """Whether process `pid` of this controller, which started at `started` (process_started; "" unknown),
+    still runs: a pid now given to a later process is not it."""
+    if not _pid_alive(pid):
+        return False
+    now_started = process_started(pid) if started else ""
+    return not now_started or now_started == started
+
+
 _MY_START = ""
 
 
-def _my_start() -> str:
+def my_start() -> str:
     global _MY_START
     if not _MY_START:
         _MY_START = process_started(os.getpid())
@@ -368,7 +377,7 @@ class ClusterLock:
             # error) leaves the same record for the next repairer, never a lock with the repair forgotten
             inherit = current is not None and bool(current.repair_by) and not forced
             record = LockRecord(owner=owner, pid=os.getpid(), host=host, created=now.isoformat(), ttl_s=ttl_s,
-                                reason=reason, started=_my_start(), refreshed=now.isoformat(),
+                                reason=reason, started=my_start(), refreshed=now.isoformat(),
                                 phase=dict(phase if phase is not None else (current.phase if inherit else {})),
                                 repair_by=list(current.repair_by) if inherit else [],
                                 repair=current.repair if inherit else "")

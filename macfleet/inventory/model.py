@@ -349,6 +349,11 @@ class RemediationSettings(_Settings):
     windows: list[MaintenanceWindow] = Field(default_factory=list)  # empty: reboots at any time
     webhook: str | None = Field(default=None, pattern=r"^https?://\S+$")
     pause_file: str = "watch.pause"  # relative to the inventory directory: while it exists, no action
+    # storm protection (Medik8s NodeHealthCheck's minHealthy, 51 % by default): no action while fewer than this
+    # share of the mesh's nodes answered the probe (a controller that lost its own network sees every node down)
+    min_observed_share: float = Field(default=0.51, gt=0, le=1, allow_inf_nan=False)
+    reboot_gap_s: float = Field(default=1800.0, ge=0, le=DAY_S, allow_inf_nan=False)  # between two mesh reboots
+    reboot_retries: int = Field(default=1, ge=0, le=10)  # a reboot that failed is tried again this often, then page
 
     @field_validator("ladder")
     @classmethod

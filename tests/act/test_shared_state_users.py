@@ -105,7 +105,7 @@ def macfleet(user: str, world: Path, *args: str) -> subprocess.CompletedProcess:
 
 def test_the_operator_and_the_healer_share_one_lock_one_state_and_safe_modes(world: Path) -> None:
     healer_probe = macfleet(HEALER, world, "watch", "--once")
-    assert "studio-1" in healer_probe.stderr, healer_probe.stderr
+    assert healer_probe.returncode == 3, healer_probe.stderr  # every node unreachable (docs/cli.md)
     [shared] = list((world / "state").iterdir())
     assert {p.name for p in shared.iterdir()} >= {"watch-state.json", "audit.jsonl"}
     gid = grp.getgrnam(GROUP).gr_gid
