@@ -33,7 +33,7 @@ from macfleet.flow.meshes import one_mesh
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.health import HealthReport, NodeFacts, judge_health
 from macfleet.judge.model import Refusal
-from macfleet.judge.reboot import RebootPlan, preflight
+from macfleet.judge.reboot import RebootPlan, preflight, sketch
 
 VERIFY_NETWORK = ["reachable", "cabling", "bridge", "ip-plan", "rdma"]
 # What those checks read (a fact they need and nobody read makes them say "could not tell", never pass):
@@ -219,6 +219,10 @@ class Verifier:
 # ---------------------------------------------------------------------------------------------- the flow
 
 
+def _rows(plan: RebootPlan) -> list[dict]:
+    return [{"node": n.node, "method": n.method, "why": n.why} for n in plan.nodes]
+
+
 def reboot_mesh(fleet: Fleet, mesh: Mesh, nodes: list[str], reason: str, *, dry_run: bool = False,
                 respect_windows: bool = False, progress: act.Progress | None = None,
                 say: Callable[[str], None] | None = None, sessions: NodeSessions | None = None,
@@ -247,8 +251,11 @@ def _reboot(fleet, mesh, nodes, reason, dry_run, respect_windows, progress, say,
     verdict, before = plan_reboot(fleet, mesh, nodes, reason, sessions, respect_windows=respect_windows,
                                   before=before)
     if isinstance(verdict, Refusal):
-        return RebootResult(mesh=mesh.name, result="refused", reason=reason, refusal=verdict.reason)
-    plan = [{"node": n.node, "method": n.method, "why": n.why} for n in verdict.nodes]
+        # under --check the plan is shown beside the refusal, as far as it can be told
+        would = sketch(mesh, nodes, before.filevault, reason) if dry_run else None
+        return RebootResult(mesh=mesh.name, result="refused", reason=reason, refusal=verdict.reason,
+                            plan=_rows(would) if would else [], steps=would.phases if would else [])
+    plan = _rows(verdict)
     if dry_run:
         return RebootResult(mesh=mesh.name, result="dry-run", reason=reason, plan=plan, steps=verdict.phases)
     held = lock.acquire("reboot", reason, ttl_s=mesh.settings.reboot.lock_ttl_s)
