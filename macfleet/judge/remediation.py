@@ -34,6 +34,7 @@ from zoneinfo import ZoneInfo
 from macfleet.inventory.model import MaintenanceWindow, RemediationSettings
 
 Action = Literal["none", "restart-exo", "reboot", "page"]
+UNOBSERVED = "(too few nodes answered)"  # the streak of probes that could not see enough of the mesh
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 
@@ -318,6 +319,11 @@ def _decide(policy: RemediationSettings, state: State, obs: Observation, now: da
                     f"healthy (recovered from {was})" if was else "healthy")
     blind = _blind(policy, obs)
     if blind is not None:
+        # counted apart (a glitch of one probe pages nobody); the checks' own streaks stop meanwhile
+        seen = state.streak.get(UNOBSERVED, 0) + 1
+        state = replace(state, streak={UNOBSERVED: seen})
+        if seen < policy.debounce:
+            return Step("none", state, f"{blind}; {seen}/{policy.debounce} probes in a row")
         state, first = _once(state, "blind")
         return Step("page" if first else "none", state, blind + ("; paging" if first else " (already paged)"),
                     page=first)

@@ -511,9 +511,12 @@ class Watcher:
     def resume_interrupted(self) -> None:
         """A mesh reboot (watch's own or an operator's) that died once its reboots were issued is finished
         before the first probe: wait for every node, verify the mesh, start exo where it ran (the lock it left
-        says where). Audited and paged like any action."""
+        says where). Audited and paged like any action. Not on a mesh in maintenance."""
         lock = ClusterLock(lock_path(self.fleet.root))
+        planned = self.planned_work(datetime.now(UTC))
         for mesh in self.meshes:
+            if planned is None or mesh.name in planned:  # a person is at it: theirs to finish (`macfleet reboot`)
+                continue
             try:
                 if interrupted_reboot(lock, mesh, datetime.now(UTC)) is None:
                     continue

@@ -197,11 +197,15 @@ def test_planned_work_silences_pages_and_every_page_is_followed_by_one_back_to_h
 def test_no_action_while_too_few_nodes_answer(observed, acts):
     """A controller that cannot see half the mesh (its own network is down) does not reboot it."""
     obs = Observation(problems=WEDGE.problems, observed=observed, total=4)
-    s = step(REBOOTER, State(), obs, T0)
+    policy = RemediationSettings(debounce=2, settle_s=0, ladder={"rdma": ["reboot"]})
+    first = step(policy, State(), obs, T0)
+    s = step(policy, first.state, obs, T0)
     assert (s.action == "reboot") is acts
     if not acts:
-        assert f"only {observed} of 4" in s.reason and s.state.streak == {} and s.page
-        assert not step(REBOOTER, s.state, obs, T0).page  # paged once
+        assert not first.page and "1/2 probes" in first.reason  # one blind probe pages nobody
+        assert f"only {observed} of 4" in s.reason and "rdma" not in s.state.streak and s.page
+        assert not step(policy, s.state, obs, T0).page  # paged once
+        assert step(policy, s.state, WEDGE, T0).action == "none"  # seen again: the rdma streak starts anew
 
 
 def test_reboots_are_apart_by_the_gap():

@@ -85,7 +85,7 @@ def test_a_controller_that_cannot_see_half_the_mesh_does_not_reboot_it(healer) -
     h = healer
     blind = Gathered(unreachable={"studio-1": "timed out", "studio-2": "timed out"})
     h.watcher.probe = lambda m, now, preflight=False: (WEDGED, blind)
-    s = h.watcher.tick()[0]
+    s = h.watcher.tick()[0]  # debounce 1
     assert s.action == "page" and "only 2 of 4" in s.reason and h.reboots == []
     assert h.watcher.exit_code() == 3
 
