@@ -163,7 +163,6 @@ class Step:
     page: bool = False  # also notify a human (set with an action, or alone with action "page")
     rung: int | None = None  # with an action: the index of the rung it takes (used up once carried out)
     resolved: bool = False  # healthy again after a page: send the "back to healthy" notice
-    silenced: bool = False  # in maintenance: nobody is paged (planned work)
 
 
 Outcome = Literal["done", "failed", "refused"]
@@ -283,9 +282,7 @@ def _what(obs: Observation, check: str) -> str:
 
 def step(policy: RemediationSettings, state: State, obs: Observation, now: datetime) -> Step:
     """One decision for one probe of one mesh, and whether a page or a "back to healthy" notice goes with it."""
-    s = _decide(policy, state, obs, now)
-    if obs.maintenance is not None and s.page:  # planned work: nobody is paged
-        return replace(s, page=False, silenced=True)
+    s = _decide(policy, state, obs, now)  # in maintenance it never pages: planned work
     if s.page:
         return replace(s, state=replace(s.state, paging=True))
     if state.paging and not obs.problems:

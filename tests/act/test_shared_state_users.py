@@ -28,8 +28,9 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not (shutil.which("runuser"
                                 reason="needs root, runuser and unshare (it creates two users)")
 
 REPO = Path(__file__).resolve().parents[2]
-GROUP = "mfst-ops"
-OPERATOR, HEALER = "mfst-op", "mfst-heal"
+_RUN = f"mfst{os.getpid()}"  # several suites may run at once on one machine: names of this run only
+GROUP = f"{_RUN}-ops"
+OPERATOR, HEALER = f"{_RUN}-op", f"{_RUN}-heal"
 # the interpreter's home made enterable inside the process's own mount namespace ($1: a spare mount point)
 ENTERABLE = ('mount --bind "$HOMEDIR" "$1" && mount -t tmpfs -o mode=0755 none "$HOMEDIR" && mkdir -p "$SUB" '
              '&& mount --bind "$1/${SUB#$HOMEDIR/}" "$SUB" && shift && exec "$@"')
