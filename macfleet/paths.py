@@ -53,6 +53,11 @@ def history_file(inventory_root: Path) -> Path:
     return cluster_dir(inventory_root) / "history.jsonl"
 
 
+def legacy_lock_file(tag: str) -> Path:
+    """Where a cluster lock was kept before the shared cluster state (the invoking user's own state)."""
+    return state_dir() / "locks" / f"{tag}.lock.json"
+
+
 def watch_state_file(inventory_root: Path) -> Path:
     """The healer's streaks, rungs and breaker (what `macfleet watch --reset` clears)."""
     return cluster_dir(inventory_root) / "watch-state.json"

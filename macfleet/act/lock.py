@@ -40,7 +40,7 @@ from typing import Any
 
 from macfleet.act.statedir import ensure, open_shared
 from macfleet.errors import LockHeld, MacfleetError
-from macfleet.paths import history_file, lock_file
+from macfleet.paths import history_file, legacy_lock_file, lock_file
 
 DEFAULT_TTL_S = 3600.0
 MAX_LOCK_BYTES = 64 * 1024  # a lock file is a few hundred bytes; anything larger is not ours
@@ -296,6 +296,7 @@ class ClusterLock:
             with self.path.open("rb") as fh:
                 raw = fh.read(MAX_LOCK_BYTES + 1)
         except FileNotFoundError:
+            self._no_legacy()
             return None
         if len(raw) > MAX_LOCK_BYTES:
             raise LockHeld(f"{self.path} is not a cluster lock (over {MAX_LOCK_BYTES} bytes)",
@@ -305,6 +306,16 @@ class ClusterLock:
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise LockHeld(f"{self.path} is not a readable cluster lock ({exc})",
                            hint="look at it, and remove it by hand if no macfleet command is running") from None
+
+    def _no_legacy(self) -> None:
+        """A lock left where a macfleet before the shared cluster state kept it may record a step to repair:
+        never read as "no lock" (LockHeld, naming the move)."""
+        legacy = legacy_lock_file(self.path.parent.name)
+        if legacy.is_file():
+            raise LockHeld(f"a cluster lock is still at its old place {legacy}, which this macfleet no longer reads",
+                           hint=f"if no macfleet command of the old version runs: mv {legacy} {self.path}; then run "
+                                "this command again (it judges that lock as before)",
+                           details={"path": str(legacy)})
 
     def _write(self, record: LockRecord) -> None:
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
