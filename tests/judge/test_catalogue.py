@@ -48,3 +48,40 @@ def test_a_probe_files_its_answer_under_its_key(key: str) -> None:
         assert [s.key for s in specs] == [key]
     else:
         assert all(s.key == key or s.key.startswith(f"{key}:") for s in specs)
+
+
+def _facts_read(fn, seen: set | None = None) -> set[str]:
+    """The NodeFacts fields `fn` and the catalogue's functions it calls name (`f.pmset`, `facts[n].exo_state`)."""
+    import ast
+    import inspect
+    import textwrap
+
+    from macfleet.judge.checks.base import NodeFacts
+
+    seen = set() if seen is None else seen
+    if fn in seen:
+        return set()
+    seen.add(fn)
+    tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    out = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in NodeFacts.model_fields}
+    for n in ast.walk(tree):
+        called = fn.__globals__.get(n.id) if isinstance(n, ast.Name) else None
+        if inspect.isfunction(called) and called.__module__.startswith("macfleet.judge.checks."):
+            out |= _facts_read(called, seen)
+    return out
+
+
+# Not probes: whether the node answered at all, and the notes every fact may carry.
+PASS_FIELDS = {"reachable", "unreachable_reason", "timed_out", "problems", "ages"}
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.code)
+def test_a_check_reads_no_fact_its_declaration_does_not_name(check) -> None:
+    """What a check's judgement reads (its own function and the catalogue's functions it calls) is filled by
+    the probes it declares: a fact read from an undeclared probe would be "could not tell", or silently
+    absent, wherever the check runs alone (the healer, reboot's verification, `doctor --only`)."""
+    by_field = {f: key for key, p in PROBES.items() for f in p.fields}
+    read = _facts_read(check.judge) - PASS_FIELDS
+    assert read <= set(by_field), read - set(by_field)
+    undeclared = {by_field[f] for f in read} - set(check.reads)
+    assert not undeclared, f"{check.code} reads {sorted(undeclared)} but does not declare them"

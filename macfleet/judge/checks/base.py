@@ -177,14 +177,21 @@ class Probe:
 
     A plain probe runs one command whose answer is filed under `key` (the command's key) and parsed by `parse`
     into the NodeFacts field `fact`; a parse error is the fact's problem, never "nothing there". A probe whose
-    answer needs more (the exit code, stderr, several commands) gives `read` instead: answers -> facts."""
+    answer needs more (the exit code, stderr, several commands) gives `read` instead: answers -> the facts it
+    `fills`."""
 
     key: str
     command: Callable[[Scope], tuple[CommandSpec, ...]]
     fact: str | None = None
     parse: Callable[[str], object] | None = None
     read: Callable[[Answers], dict[str, object]] | None = None
+    fills: tuple[str, ...] = ()
     cache: str | None = None  # a ProbeSettings field: its answer is kept that long between passes (a slow probe)
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The NodeFacts fields this probe fills."""
+        return (self.fact,) if self.fact else self.fills
 
     def facts(self, answers: Answers) -> dict[str, object]:
         """This probe's NodeFacts fields from one node's answers; what could not be read is noted, not filled."""

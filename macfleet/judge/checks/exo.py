@@ -333,10 +333,12 @@ def _read_release(answers: Answers) -> dict[str, object]:
 
 
 PROBES = (
-    Probe(key="exo-node-id", command=_exo("exo-node-id"), read=_read_node_id),
+    Probe(key="exo-node-id", command=_exo("exo-node-id"), read=_read_node_id,
+          fills=("exo_api", "exo_node_id")),
     Probe(key="exo-state", command=_exo("exo-state"), fact="exo_state", parse=parse_exo_state),
-    Probe(key="exo-log", command=_exo("exo-log"), read=_read_log),
-    Probe(key="exo-release", command=_exo("exo-release"), read=_read_release),
+    Probe(key="exo-log", command=_exo("exo-log"), read=_read_log, fills=("exo_log",)),
+    Probe(key="exo-release", command=_exo("exo-release"), read=_read_release,
+          fills=("exo_version",)),
     Probe(key="exo-daemons", command=lambda s: (exo_daemons_spec(),), fact="exo_daemons", parse=parse_exo_daemons),
 )
 _R = ("reachable",)
@@ -350,7 +352,7 @@ CHECKS = (
           judge=check_exo_peers, reads=(*_API, "exo-state"),
           depends=(*_R, "exo-running", "exo-version", "bridge", "ip-plan"), mesh_wide=True),
     Check(code="exo-rdma", title="an exo RDMA connection for every pair whose cable and ports are good", order=130,
-          judge=check_exo_rdma, reads=(*_API, "exo-state", *CABLING), depends=(*_R, "exo-running"),
+          judge=check_exo_rdma, reads=(*_API, "exo-state", "rdma-ctl", *CABLING), depends=(*_R, "exo-running"),
           mesh_wide=True),
     # JACCL errors on a node whose RDMA is off or wedged are that problem's consequence: reported by `rdma`.
     Check(code="exo-runners", title="no failed exo runner", order=140, judge=check_exo_runners,

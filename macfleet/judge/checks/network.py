@@ -285,7 +285,7 @@ PROBES = (
     kind_probe("service_order", "service-order"),
     kind_probe("ifconfig", "ifconfig"),
     kind_probe("netstat_routes", "netstat-routes"),  # routes another tool put on a Thunderbolt port
-    Probe(key="tb-ping", command=_pings, read=_read_pings),
+    Probe(key="tb-ping", command=_pings, read=_read_pings, fills=("pings",)),
     # the two pfctl reads bootstrap's sudoers drop-in allows
     Probe(key="pf-info", command=lambda s: pick(probe_specs(), "pf-info"), fact="pf_info", parse=parse_pf_info),
     Probe(key="pf-rules", command=lambda s: pick(probe_specs(), "pf-rules"), fact="pf_rules", parse=parse_pf_rules),

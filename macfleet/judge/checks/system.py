@@ -208,7 +208,7 @@ PROBES = (
     kind_probe("sysctl", "sysctl"),
     kind_probe("pmset", "pmset"),
     kind_probe("fdesetup", "fdesetup"),
-    Probe(key="date", command=lambda s: pick(probe_specs(), "date"), read=_read_clock),
+    Probe(key="date", command=lambda s: pick(probe_specs(), "date"), read=_read_clock, fills=("clock",)),
     # `df -k` of the models directory
     Probe(key="df", command=lambda s: pick(probe_specs(s.mesh.settings.exo.models_dir), "df"), fact="df",
           parse=parse_df),

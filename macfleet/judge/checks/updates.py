@@ -141,8 +141,9 @@ def _read_prefs(answers: Answers) -> dict[str, object]:
 PROBES = (
     # asks Apple's catalogue over the network: slow on a real Mac, so its answer is kept between passes
     Probe(key="softwareupdate", command=lambda s: pick(probe_specs(), "softwareupdate"), read=_read_updates,
-          cache="updates_max_age_s"),
-    Probe(key="auto-updates", command=lambda s: pick(probe_specs(), "auto-updates"), read=_read_prefs),
+          fills=("updates",), cache="updates_max_age_s"),
+    Probe(key="auto-updates", command=lambda s: pick(probe_specs(), "auto-updates"), read=_read_prefs,
+          fills=("update_prefs",)),
 )
 _R = ("reachable",)
 CHECKS = (
