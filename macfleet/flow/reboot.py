@@ -191,10 +191,7 @@ class Verifier:
                     again = self.reads - len(self.specs)
                     return True, "clean" + (f" (after {again} more read(s) of a node)" if again else ""), report
                 if time.monotonic() > end:
-                    problems = [f"{f.node}: {f.message}" for f in report.findings]
-                    problems += [f"{c.node} {c.check}: could not tell ({c.reason})" for c in report.checks
-                                 if c.result == "unknown"]
-                    return False, "; ".join(problems[:6]), report
+                    return False, "; ".join(report.problems()[:6]), report
                 # facts read before the last node was back may show its links down: read those again at once;
                 # after that, every node again, a little later each time (ports come ACTIVE as peers settle)
                 stale = [n for n, at in self.read_at.items() if at < all_back_at] if first else []

@@ -26,7 +26,9 @@ from macfleet.act import release as rel
 from macfleet.act import transfer
 from macfleet.act.lock import Acquired, ClusterLock, LockRecord, append_history, lock_path
 from macfleet.act.lock import read_history as lock_history
+from macfleet.collect.kept import NodeSessions
 from macfleet.errors import RolloutFailed, UsageError
+from macfleet.flow.checks import run_checks
 from macfleet.flow.defaults import EXO_HEALTH_TIMEOUT_S, ROLLOUT_KEEP
 from macfleet.flow.meshes import one_mesh
 from macfleet.inventory.model import ExoBuildSettings, Fleet, Mesh
@@ -40,6 +42,7 @@ from macfleet.judge.build import (
 )
 from macfleet.judge.ipplan import plan_ip
 from macfleet.judge.rollout import (
+    HEALTH_GATE,
     MAX_FILES,
     VERSION_RE,
     HealthVerdict,
@@ -49,7 +52,7 @@ from macfleet.judge.rollout import (
     RolloutStatus,
     check_release_name,
     fanout_direct,
-    judge_health,
+    gate_verdict,
     release_name,
     releases_to_prune,
 )
@@ -196,15 +199,18 @@ def _land(fleet: Fleet, nodes: list[str], manifest: Manifest, staging: str, fina
 
 
 def wait_healthy(fleet: Fleet, mesh: Mesh, timeout_s: float) -> HealthVerdict:
-    """Poll every node's /node_id and /state until healthy or the deadline (the last verdict says why)."""
-    port = mesh.settings.exo.port
+    """Judge the gate's checks (exo's, read over SSH as doctor reads them) until the mesh passes them or the
+    deadline (the last verdict says why)."""
     deadline = time.monotonic() + timeout_s
-    while True:
-        answers = {n.name: rel.ask_exo(n.address, port) for n in mesh.nodes}
-        verdict = judge_health(answers)
-        if verdict.healthy or time.monotonic() > deadline:
-            return verdict
-        time.sleep(1.0)
+    sessions = NodeSessions(fleet, list(mesh.node_names))
+    try:
+        while True:
+            verdict = gate_verdict(run_checks(fleet, [mesh], HEALTH_GATE, sessions=sessions).report)
+            if verdict.healthy or time.monotonic() > deadline:
+                return verdict
+            time.sleep(1.0)
+    finally:
+        sessions.close()
 
 
 # A switch killed half-way is repaired by these commands only (`repair`); any other lock-taker refuses.

@@ -60,6 +60,11 @@ class HealthReport(_Model):
     checks: list[CheckResult]
     summary: HealthSummary
 
+    def problems(self) -> list[str]:
+        """Each finding and each check that could not tell, one line each."""
+        return ([f"{f.node}: {f.message}" for f in self.findings]
+                + [f"{c.node} {c.check}: could not tell ({c.reason})" for c in self.checks if c.result == "unknown"])
+
     def json_payload(self) -> dict:
         return {
             "findings": [f.model_dump() for f in self.findings],
