@@ -45,7 +45,7 @@ from macfleet.judge.rollout import (
 from macfleet.paths import model_cache_dir
 
 from .meshes import one_mesh
-from .rollout import Say, _quiet, link_addresses
+from .rollout import Say, link_addresses, quiet
 
 DISK_MARGIN_BYTES = 256 * 1024 * 1024  # room left for exo's logs and the OS after the push
 PROGRESS_EVERY_S = 2.0
@@ -198,7 +198,7 @@ def _links(fleet: Fleet, targets: list[str]) -> Iterator[_Links]:
 
 
 def push_model(fleet: Fleet, model: str, source: Path | None, *, hf: bool = False, mesh: str | None = None,
-               nodes: list[str] | None = None, say: Say = _quiet, progress: Progress | None = None,
+               nodes: list[str] | None = None, say: Say = quiet, progress: Progress | None = None,
                force: bool = False) -> ModelPushReport:
     """`force`: take the cluster lock even from a command that died in a critical step (its record is lost)."""
     name = _checked_name(model)

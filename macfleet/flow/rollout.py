@@ -63,8 +63,8 @@ DEFAULT_HEALTH_TIMEOUT_S = EXO_HEALTH_TIMEOUT_S
 SWITCH_STEPS = ("stop", "flip", "start", "health", "rollback")
 
 
-def _quiet(_: str) -> None:
-    pass
+def quiet(_: str) -> None:
+    """A `say` that says nothing (a flow called without a console)."""
 
 
 GIT_URL_PREFIXES = ("https://", "ssh://", "git@", "file://")  # a --source that is cloned, not read
@@ -357,7 +357,7 @@ def exo_source(fleet: Fleet, m: Mesh, source: str | None, ref: str | None) -> tu
 
 def rollout_exo(fleet: Fleet, source: str | None, *, ref: str | None = None, mesh: str | None = None,
                 keep: int = DEFAULT_KEEP, timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S,
-                say: Say = _quiet, build_on: str | None = None, no_build: bool = False,
+                say: Say = quiet, build_on: str | None = None, no_build: bool = False,
                 check: bool = False) -> RolloutReport | RolloutPlan:
     m = one_mesh(fleet, mesh)
     source, ref = exo_source(fleet, m, source, ref)
@@ -629,7 +629,7 @@ def _previous(fleet: Fleet, current: str) -> str | None:
 
 
 def rollback_exo(fleet: Fleet, *, mesh: str | None = None, keep: int = DEFAULT_KEEP,
-                 timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S, say: Say = _quiet) -> RolloutReport:
+                 timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S, say: Say = quiet) -> RolloutReport:
     m = one_mesh(fleet, mesh)
     root = m.settings.exo.install_root
     lock = ClusterLock(lock_path(fleet.root))
