@@ -74,6 +74,7 @@ class ExoCluster(Facts):
     nodes: list[str] = Field(default_factory=list)
     names: dict[str, str] = Field(default_factory=dict)  # node id -> friendlyName
     models: dict[str, list[str]] = Field(default_factory=dict)  # node id -> models complete on disk
+    addresses: dict[str, list[str]] = Field(default_factory=dict)  # node id -> its IP addresses (nodeNetwork)
     instances: list[ExoInstance] = Field(default_factory=list)
 
     def name_of(self, node_id: str) -> str:
@@ -119,9 +120,11 @@ def parse_cluster(body: str) -> ExoCluster:
             model = (shard.get("modelCard") or {}).get("modelId") if isinstance(shard.get("modelCard"), dict) else None
             if tag == "DownloadCompleted" and isinstance(model, str):
                 models.setdefault(_s(node, 64), []).append(_s(model))
+    addresses = {_s(k, 64): [_s(i.get("ipAddress"), 64) for i in v.get("interfaces") or [] if isinstance(i, dict)]
+                 for k, v in (state.get("nodeNetwork") or {}).items() if isinstance(v, dict)}
     runners = state.get("runners") if isinstance(state.get("runners"), dict) else {}
     instances = [i for iid, v in (state.get("instances") or {}).items() if (i := _instance(iid, v, runners))]
-    return ExoCluster(nodes=nodes, names=names, models=models,
+    return ExoCluster(nodes=nodes, names=names, models=models, addresses=addresses,
                       instances=sorted(instances, key=lambda i: (i.model, i.instance_id)))
 
 

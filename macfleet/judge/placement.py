@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pydantic import BaseModel, Field
+
+from macfleet.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_UNREACHABLE
 from macfleet.facts.exoapi import ExoCluster, ExoInstance, GenerationStats, Preview
 
 TRANSPORTS = {"rdma": "MlxJaccl", "ring": "MlxRing"}  # exo's InstanceMeta (shared/types/worker/instances.py:15-17)
@@ -70,6 +73,18 @@ def missing_on(choice: Choice, cluster: ExoCluster, model: str) -> Refusal | Non
                    "(or --hf)")
 
 
+def node_names(cluster: ExoCluster, inventory: dict[str, str]) -> dict[str, str]:
+    """exo node id -> the inventory's name for it (the node whose address exo lists among that node's), else the
+    name exo knows it by (its friendlyName, the Mac's ComputerName)."""
+    by_address = {address: name for name, address in inventory.items()}
+    out = dict(cluster.names)
+    for nid, ips in cluster.addresses.items():
+        found = next((by_address[ip] for ip in ips if ip in by_address), None)
+        if found:
+            out[nid] = found
+    return out
+
+
 def targets(instances: list[ExoInstance], what: str) -> list[ExoInstance]:
     """The instances `stop WHAT` means: the one whose id is WHAT, else every instance of model WHAT."""
     by_id = [i for i in instances if i.instance_id == what]
@@ -96,3 +111,93 @@ def speeds(stats: GenerationStats | None, *, prompt_tokens: int | None, generati
     span = (last_token_s - first_token_s) if last_token_s is not None and first_token_s is not None else None
     g = (generation_tokens - 1) / span if generation_tokens and generation_tokens > 1 and span else None
     return Speeds(p, g, prompt_tokens, generation_tokens, "timed")
+
+
+# ------------------------------------------------------------------------------------------------ reports
+
+
+class NodeExo(BaseModel):
+    node: str
+    reachable: bool = True
+    release: str | None = None  # exo's version, from the release installed (exo's API does not say it)
+    running: bool = False
+    node_id: str | None = None
+    peers: list[str] = Field(default_factory=list)  # the other nodes its /state shows (inventory names)
+    problem: str | None = None
+
+
+class ShardView(BaseModel):
+    node: str
+    rank: int
+    layers: str | None = None
+    status: str
+    error: str | None = None
+
+
+class InstanceView(BaseModel):
+    instance_id: str
+    model: str
+    transport: str  # rdma (MlxJaccl) or ring (MlxRing)
+    sharding: str
+    ready: bool
+    shards: list[ShardView]
+
+
+class ExoStatus(BaseModel):
+    mesh: str
+    nodes: list[NodeExo]
+    instances: list[InstanceView] = Field(default_factory=list)
+
+    def exit_code(self) -> int:
+        if not all(n.reachable for n in self.nodes):
+            return EXIT_UNREACHABLE
+        if not all(n.running for n in self.nodes) or any(not i.ready for i in self.instances):
+            return EXIT_PROBLEMS
+        return EXIT_OK
+
+
+TRANSPORT_WORD = {kind: word for word, kind in TRANSPORTS.items()}
+
+
+def view(inst: ExoInstance, names: dict[str, str]) -> InstanceView:
+    shards = [ShardView(node=names.get(s.node_id, s.node_id[:8]), rank=s.rank, status=s.status, error=s.error,
+                        layers=f"{s.start_layer}-{s.end_layer}" if s.start_layer is not None else None)
+              for s in inst.shards]
+    return InstanceView(instance_id=inst.instance_id, model=inst.model, sharding=inst.sharding.lower(),
+                        transport=TRANSPORT_WORD.get(inst.kind, inst.kind), ready=inst.ready, shards=shards)
+
+
+class PlaceReport(BaseModel):
+    mesh: str
+    model: str
+    sharding: str
+    transport: str
+    nodes: list[str]  # where exo's placement puts it, in rank order
+    memory_bytes: dict[str, int] = Field(default_factory=dict)
+    check: bool = False
+    already: bool = False  # an instance of the model was placed before: nothing done
+    placed: bool = False
+    instance: InstanceView | None = None
+    waited_s: float | None = None
+
+
+class ChatReport(BaseModel):
+    mesh: str
+    model: str
+    node: str  # whose API answered
+    answer: str
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    generation_tokens: int | None = None
+    prompt_tps: float | None = None
+    generation_tps: float | None = None
+    speeds_from: str = "exo"  # exo's own generation_stats, or "timed" on the controller
+    seconds: float
+
+
+class StopReport(BaseModel):
+    mesh: str
+    target: str
+    instances: list[InstanceView]
+    check: bool = False
+    stopped: bool = False

@@ -132,3 +132,12 @@ def test_speeds_prefer_exos_figures_else_time_them():
     assert (timed.prompt_tps, timed.generation_tps, timed.source) == (20, 10, "timed")
     assert speeds(None, prompt_tokens=None, generation_tokens=1, first_token_s=None, last_token_s=None).generation_tps \
         is None
+
+
+def test_exo_nodes_are_named_as_the_inventory_names_them_by_address():
+    from macfleet.judge.placement import node_names
+
+    doc = json.loads(_state({}))
+    doc["nodeNetwork"] = {A: {"interfaces": [{"name": "en0", "ipAddress": "10.0.0.11", "interfaceType": "ethernet"}]}}
+    names = node_names(parse_cluster(json.dumps(doc)), {"m1": "10.0.0.11", "m2": "10.0.0.12"})
+    assert names == {A: "m1", B: "studio-2"}  # B lists no address: exo's own name for it
