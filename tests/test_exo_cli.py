@@ -53,7 +53,8 @@ def test_place_chat_status_stop(cli, node, tmp_path: Path) -> None:
 
     check = cli("exo", "place", MODEL, "--over", "ring", "--check", "--json", "-i", str(inv), env=env)
     plan = json.loads(check.stdout)
-    assert check.exit_code == 0 and plan["check"] and not plan["placed"] and plan["nodes"] == ["mini0"]  # exo's name: 127.0.0.1 is none of its addresses
+    # exo's name for the node (its ComputerName): 127.0.0.1 is none of the addresses exo lists for it
+    assert check.exit_code == 0 and plan["check"] and not plan["placed"] and plan["nodes"] == ["mini0"]
     assert "would place" in cli("exo", "place", MODEL, "--over", "ring", "--check", "-i", str(inv), env=env).stdout
     assert not any(i for i in _get(app.port, "/state")[2]["instances"]
                    if "PipelineShardMetadata" in json.dumps(i) and MODEL in json.dumps(i))
