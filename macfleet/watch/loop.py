@@ -24,7 +24,6 @@ from macfleet.act import reboot as act_reboot
 from macfleet.act.lock import ClusterLock, lock_path, stale_reason
 from macfleet.act.maintenance import MaintenanceStore, command_alive
 from macfleet.act.statedir import ensure, open_shared
-from macfleet.collect.commands import DOCTOR_SPECS, exo_specs
 from macfleet.collect.gather import Gathered
 from macfleet.errors import (
     AT_UNLOCK_SCREEN,
@@ -36,11 +35,11 @@ from macfleet.errors import (
     UsageError,
     most_severe_exit,
 )
-from macfleet.flow.doctor import node_facts
+from macfleet.flow.checks import run_checks
 from macfleet.flow.reboot import RebootResult, interrupted_reboot, reboot_mesh, unlocker
 from macfleet.inventory.model import Fleet, Mesh, RemediationSettings
 from macfleet.judge import maintenance as maint
-from macfleet.judge.health import CHECK_CODES, HealthReport, judge_health
+from macfleet.judge.health import CHECK_CODES, HealthReport
 from macfleet.judge.remediation import Observation, Outcome, State, Step, after, damaged, describe_policy, step
 from macfleet.paths import audit_file, watch_state_file
 from macfleet.render.watch import render_status_page
@@ -278,17 +277,11 @@ class Watcher:
 
     def probe(self, mesh: Mesh, now: datetime, *, preflight: bool = False) -> tuple[HealthReport, Gathered]:
         """One probe; with `preflight`, it also reads what a reboot must read first (this probe may decide one)."""
-        checks = mesh.settings.remediation.checks
-        exo = mesh.settings.exo
-        specs = DOCTOR_SPECS + (exo_specs(exo.port, exo.install_root) if any(c.startswith("exo") for c in checks)
-                                else ())
-        if preflight:
-            specs += tuple(s for s in act_reboot.PREFLIGHT_SPECS if s not in specs)
-        probes = mesh.settings.probes
-        gathered = self.probers[mesh.name].probe(specs, probes.gather_deadline_s, probes.command_timeout_s)
-        facts = {n: node_facts(gathered, n) for n in mesh.node_names}
-        self._links(mesh, facts)
-        return judge_health(self.fleet, [mesh], facts, now, only=checks), gathered
+        extra = act_reboot.PREFLIGHT_SPECS if preflight else ()
+        run = run_checks(self.fleet, [mesh], mesh.settings.remediation.checks, sessions=self.probers[mesh.name],
+                         extra=extra, now=now)
+        self._links(mesh, run.facts)
+        return run.report, run.gathered
 
     def _links(self, mesh: Mesh, facts: dict) -> None:
         for n, f in facts.items():
