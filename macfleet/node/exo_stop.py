@@ -10,6 +10,7 @@ launchd may start the daemon again meanwhile (KeepAlive): a new daemon is not in
 caller boots the job out afterwards.
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -85,15 +86,13 @@ def stop(label, grace_s):
     except ProcessLookupError:
         pass
     except PermissionError as exc:
-        report["error"] = "could not signal exo's daemon (pid %d): %s" % (pid, exc.strerror)
+        report["error"] = f"could not signal exo's daemon (pid {pid}): {exc.strerror}"
     left, table = wait_gone(asked, grace_s)
     report["took_s"] = round(time.monotonic() - started, 1)
     report["ignored_term"] = described(left, table)
     for p in left:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(p, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
     left, table = wait_gone(left, KILL_WAIT_S)
     report["survived_kill"] = described(left, table)
     return report

@@ -3,6 +3,7 @@ that names the daemon's pid as macOS's does (`pid = N` in `launchctl print`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -58,11 +59,8 @@ def test_a_runner_that_ignores_sigterm_is_named_and_killed(tmp_path: Path) -> No
         report = exo_stop_from(run("exo_stop", "io.exo", "1", env=_launchctl(tmp_path, daemon.pid)).stdout.decode())
     finally:
         daemon.wait(timeout=10)
-        for pid in (runner,):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(runner, signal.SIGKILL)
     assert report.pid == daemon.pid
     assert {p["pid"] for p in report.asked} == {daemon.pid, runner}
     assert [p["pid"] for p in report.ignored_term] == [runner]
@@ -72,7 +70,7 @@ def test_a_runner_that_ignores_sigterm_is_named_and_killed(tmp_path: Path) -> No
 
 
 def test_a_clean_stop_names_nobody(tmp_path: Path) -> None:
-    daemon, runner = _daemon("obey")
+    daemon, _ = _daemon("obey")
     p = run("exo_stop", "io.exo", "20", env=_launchctl(tmp_path, daemon.pid))
     daemon.wait(timeout=10)
     data = last_json(p)
