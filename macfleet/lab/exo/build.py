@@ -45,6 +45,16 @@ ENTRY = "bin/exo"
 DEFAULT_VERSION = "1.0.71"  # what `lab up` installs; exo's last tag at the time of exo.md
 DEFAULT_PATH = f"/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin:{HOMEBREW_BIN}"
 _SOURCE = Path(__file__).with_name("standin.py")
+# the stand-in's sibling modules, copied beside it as exo_<name>.py (standin.py imports them either way)
+_SIBLINGS = ("discovery", "runner")
+
+
+def _copy_sources(lib: Path) -> None:
+    shutil.copyfile(_SOURCE, lib / "exo_standin.py")
+    for name in _SIBLINGS:
+        shutil.copyfile(_SOURCE.with_name(f"{name}.py"), lib / f"exo_{name}.py")
+
+
 _VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._+-]{0,63}$")
 
 _ENTRY_POINT = """#!{python}
@@ -78,7 +88,7 @@ def write_build(out_dir: Path, version: str, *, broken: bool = False) -> Path:
         raise FileExistsError(f"{out_dir} is not empty")
     (out_dir / "bin").mkdir(parents=True, exist_ok=True)
     (out_dir / "lib").mkdir(exist_ok=True)
-    shutil.copyfile(_SOURCE, out_dir / "lib" / "exo_standin.py")
+    _copy_sources(out_dir / "lib")
     entry = out_dir / ENTRY
     # the real interpreter: on a node /usr/bin/python3 is the Command Line Tools stub until bootstrap
     entry.write_text(_ENTRY_POINT.replace("{python}", os.path.realpath("/usr/bin/python3"), 1))
@@ -170,7 +180,7 @@ def write_source(out_dir: Path, version: str, *, broken: bool = False, fail: boo
     if out_dir.exists() and any(out_dir.iterdir()):
         raise FileExistsError(f"{out_dir} is not empty")
     (out_dir / "lib").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(_SOURCE, out_dir / "lib" / "exo_standin.py")
+    _copy_sources(out_dir / "lib")
     (out_dir / "VERSION").write_text(version + "\n")
     script = (_BUILD_SCRIPT.replace("@FAIL@", "true" if fail else "false")
               .replace("@BROKEN@", "true" if broken else "false").replace("@LABEL@", LABEL))
