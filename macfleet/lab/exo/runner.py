@@ -32,17 +32,31 @@ FAILED_START_S = 5.0
 TERMINATED = "Runner terminated with exitcode=1"
 EBUSY = "[jaccl] Creating the queue pair failed with errno 16"  # samples exo__mlx-pr-4209_queue_pair_limit_output.txt
 STOP_WHERE = "exo.utils.async_process:_terminate_if_still_alive:234"
-# The child: `exo-lab-runner` in its argv names it in ps; it holds nothing but its place.
-_CHILD = ("import signal, sys, time\n"
+# The child: `exo-lab-runner` in its argv names it in ps; it holds nothing but its place, and ends once its exo is
+# gone, as a runner whose channel to exo closed does (exo b5375f8 src/exo/worker/runner/bootstrap.py:90-91).
+_CHILD = ("import os, signal, sys, time\n"
           "if sys.argv[1] == 'ignore':\n"
           "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-          "while True:\n"
-          "    time.sleep(1)\n")
+          "parent = os.getppid()\n"
+          "while os.getppid() == parent:\n"
+          "    time.sleep(0.5)\n")
+
+
+def _mode(faults: dict) -> str:
+    return "ignore" if faults.get("runnerIgnoresTerm") else "obey"
 
 
 def start(faults: dict) -> subprocess.Popen:
-    mode = "ignore" if faults.get("runnerIgnoresTerm") else "obey"
-    return subprocess.Popen([sys.executable, "-c", _CHILD, mode, "exo-lab-runner"], stdin=subprocess.DEVNULL)
+    return subprocess.Popen([sys.executable, "-c", _CHILD, _mode(faults), "exo-lab-runner"], stdin=subprocess.DEVNULL)
+
+
+def ensure(p: subprocess.Popen, faults: dict, log) -> subprocess.Popen:
+    """The runner as the fault overlay wants it now: a runner that should ignore SIGTERM and does not (or the
+    reverse) is replaced, as exo starts a new runner for its instance."""
+    if p.args[3] == _mode(faults) and p.poll() is None:
+        return p
+    stop(p, log)
+    return start(faults)
 
 
 def _wait(p: subprocess.Popen, seconds: float) -> bool:

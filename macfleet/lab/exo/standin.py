@@ -533,6 +533,8 @@ class ExoStandin:
     def refresh(self) -> None:
         """Gather facts, probe links, merge peers' records, rebuild this node's record. One tick."""
         self._read_faults()
+        if self._runner_proc is not None:
+            self._runner_proc = lab_runner.ensure(self._runner_proc, self._faults, self.log)
         facts = self._gather()
         alone = self.cfg.broken or discovery.split(self._faults)
         targets = [] if alone else self._targets(facts)
