@@ -28,7 +28,7 @@ import paramiko
 from macfleet.act.fanout import each_node
 from macfleet.act.release import LABEL, START_EXO_LINE, STOP_EXO_LINE
 from macfleet.act.transfer import REMOTE_PYTHON
-from macfleet.collect.commands import CommandSpec, spec_for
+from macfleet.collect.commands import BOOTTIME, CommandSpec, spec_for
 from macfleet.collect.gather import Gathered
 from macfleet.collect.kept import KeptSession, NodeSessions
 from macfleet.collect.ssh import AtUnlockScreen, CommandTimeout, Raw, Unreachable
@@ -40,7 +40,6 @@ from macfleet.node import program
 MAX_CREDENTIAL_BYTES = 4096
 # paramiko's transport thread logs every refused handshake of a booting node; the wait reports them itself.
 logging.getLogger("paramiko.transport").setLevel(logging.CRITICAL)
-BOOTTIME = CommandSpec("boottime", ("sysctl", "-n", "kern.boottime"), timeout_s=10)
 # exo's LaunchDaemon as launchd sees it: "state = running" in its description while the process runs
 EXO_JOB = CommandSpec("exo-job", ("launchctl", "print", f"system/{LABEL}"), timeout_s=30)
 PREFLIGHT_SPECS = (spec_for("fdesetup"), BOOTTIME, EXO_JOB)  # what a reboot reads before anything changes

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from macfleet.collect.commands import (
     DOCTOR_SPECS,
+    EXO_LOG_LINES,
     CommandSpec,
     exo_daemons_spec,
     exo_specs,
@@ -36,6 +37,7 @@ from macfleet.inventory.model import ExoSettings, Fleet, Mesh, Node, ProbeSettin
 if TYPE_CHECKING:
     from macfleet.act.probecache import CachedAnswer
     from macfleet.collect.ssh import Raw
+    from macfleet.facts.ledger import BootTime
     from macfleet.judge.health import HealthReport, NodeFacts
 
 # NodeFacts field -> (gather key, KIND)
@@ -128,7 +130,20 @@ def _read(gathered: Gathered, node: str, key: str, problems: dict[str, str], tim
     return raw.stdout
 
 
+def _boottime(gathered: Gathered, node: str, problems: dict[str, str], timed_out: list[str]) -> BootTime | None:
+    from macfleet.facts.ledger import parse_boottime
+
+    text = _read(gathered, node, "boottime", problems, timed_out)
+    if text is None:
+        return None
+    boot = parse_boottime(text)
+    if boot is None:
+        problems["boottime"] = f"not `{{ sec = N, usec = N }} <date>`: {text.strip()[:80]!r}"
+    return boot
+
+
 def _exo_facts(gathered: Gathered, node: str, problems: dict[str, str], timed_out: list[str]) -> dict:
+    from macfleet.facts.discovery import master_followed, parse_coordinators
     from macfleet.facts.exo import (
         log_since_start,
         parse_exo_release,
@@ -136,6 +151,7 @@ def _exo_facts(gathered: Gathered, node: str, problems: dict[str, str], timed_ou
         parse_http_response,
         parse_node_id,
     )
+    from macfleet.facts.ledger import failed_starts_since
 
     out: dict = {}
     raw = gathered.outputs.get(node, {}).get("exo-node-id")
@@ -156,10 +172,16 @@ def _exo_facts(gathered: Gathered, node: str, problems: dict[str, str], timed_ou
     if (text := _read(gathered, node, "exo-state", problems, timed_out)) is not None:
         try:
             out["exo_state"] = parse_exo_state(text)
+            out["exo_coordinators"] = parse_coordinators(text)
         except FactsParseError as e:
             problems["exo-state"] = e.message
     if (text := _read(gathered, node, "exo-log", problems, timed_out)) is not None:
         out["exo_log"] = log_since_start(text)
+        out["exo_master"] = master_followed(text)
+        if (boot := _boottime(gathered, node, problems, timed_out)) is not None:
+            out["boottime"] = boot
+            out["exo_failed_starts"] = failed_starts_since(text, boot, whole_file=len(text.splitlines())
+                                                           < EXO_LOG_LINES)
     if (text := _read(gathered, node, "exo-release", problems, timed_out)) is not None:
         try:
             release = parse_exo_release(text)
