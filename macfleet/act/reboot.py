@@ -137,6 +137,9 @@ def on_sessions(sessions: NodeSessions, nodes: list[str], line: str, timeout_s: 
 # exo's own escalation on its runners (3 s, SIGTERM, 9 retries 2 s apart, SIGKILL: exo b5375f8
 # src/exo/utils/async_process.py:32-36,206-235, about 28 s), so exo releases the RDMA device its own way first.
 EXO_STOP_GRACE_S = 45.0
+# A runner still there this long after exo was asked ignored the request: exo waits 3 s for it, then SIGTERMs it and
+# waits 5 s (async_process.py:32-33); past that, exo is repeating SIGTERM or killing it.
+RUNNER_LATE_S = 8.0
 _STOP_PROGRAM = program("exo_stop")  # node program: SIGTERM, wait, SIGKILL what is left, report (argv LABEL GRACE_S)
 UNINTERRUPTIBLE = "U"  # ps(1) on macOS: "U  Marks a process in uninterruptible wait"
 
@@ -148,13 +151,15 @@ class ExoStop:
     pid: int | None = None  # exo's daemon, None: it was not running
     took_s: float = 0.0
     asked: list[dict] = field(default_factory=list)  # {pid, command, state}
+    late: list[dict] = field(default_factory=list)  # {pid, command, state, exited_s}: ended only past RUNNER_LATE_S
     ignored_term: list[dict] = field(default_factory=list)
     survived_kill: list[dict] = field(default_factory=list)
     error: str | None = None
 
     def holdouts(self) -> list[str]:
         """One sentence per process that did not exit when asked (empty when exo stopped cleanly)."""
-        out = []
+        out = [f"pid {p['pid']} ({p['command'][:80]}) ignored SIGTERM: it ended only {p['exited_s']:g} s after exo "
+               "was asked to stop (exo killed it)" for p in self.late]
         for p in self.ignored_term:
             stuck = next((s for s in self.survived_kill if s["pid"] == p["pid"]), None)
             what = f"pid {p['pid']} ({p['command'][:80]}, state {p['state']}) did not exit on SIGTERM"
@@ -172,7 +177,8 @@ class ExoStop:
 
 def stop_exo_line(grace_s: float = EXO_STOP_GRACE_S) -> str:
     """Ask exo to stop (the node program), then boot its job out (unloads it: KeepAlive cannot start it again)."""
-    return f"{shlex.join([REMOTE_PYTHON, '-c', _STOP_PROGRAM, LABEL, f'{grace_s:g}'])}; {STOP_EXO_LINE}"
+    argv = [REMOTE_PYTHON, "-c", _STOP_PROGRAM, LABEL, f"{grace_s:g}", f"{RUNNER_LATE_S:g}"]
+    return f"{shlex.join(argv)}; {STOP_EXO_LINE}"
 
 
 def exo_stop_from(stdout: str) -> ExoStop:
@@ -181,7 +187,7 @@ def exo_stop_from(stdout: str) -> ExoStop:
     try:
         data = json.loads(lines[-1])
         return ExoStop(pid=data["pid"], took_s=float(data.get("took_s", 0.0)), asked=list(data.get("asked", [])),
-                       ignored_term=list(data["ignored_term"]), survived_kill=list(data["survived_kill"]),
+                       late=list(data.get("late", [])), ignored_term=list(data["ignored_term"]), survived_kill=list(data["survived_kill"]),
                        error=data.get("error"))
     except (IndexError, ValueError, KeyError, TypeError):
         return ExoStop(error=f"the stop program gave no report: {stdout.strip()[-200:]!r}")

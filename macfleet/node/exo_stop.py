@@ -1,8 +1,9 @@
-"""argv: LABEL GRACE_S. Stops exo by asking first: SIGTERM to exo's daemon (launchd job LABEL), then waits up to
-GRACE_S seconds for it and every process under it (its runners, which hold the RDMA device) to exit. Only the
-ones still there then get SIGKILL. Prints one JSON line: the daemon's pid, how long the processes took to exit,
-and each one that did not exit when asked (pid, command, ps state: `U` is an uninterruptible wait, ps(1)), and
-each one still there after SIGKILL.
+"""argv: LABEL GRACE_S LATE_S. Stops exo by asking first: SIGTERM to exo's daemon (launchd job LABEL), then waits
+up to GRACE_S seconds for it and every process under it (its runners, which hold the RDMA device) to exit. Only
+the ones still there then get SIGKILL. Prints one JSON line: the daemon's pid, how long the processes took to
+exit, each one that exited only after LATE_S (it ignored the request: exo had to kill it), each one that did not
+exit when asked (pid, command, ps state: `U` is an uninterruptible wait, ps(1)), and each one still there after
+SIGKILL.
 
 exo ends its runners itself on SIGTERM (exo b5375f8 src/exo/main.py:157-178; a runner gets 3 s, then SIGTERM
 and retries, then SIGKILL: src/exo/utils/async_process.py:32-36,206-235), so GRACE_S should be longer than that.
@@ -64,19 +65,23 @@ def alive(pids):
     return [p for p in pids if p in table and not table[p][1].startswith("Z")], table
 
 
-def wait_gone(pids, seconds):
+def wait_gone(pids, seconds, since, gone=None):
+    """Wait until every pid exited or `seconds` passed; `gone` gets pid -> seconds after `since` it was gone."""
     deadline = time.monotonic() + seconds
     left, table = alive(pids)
     while left and time.monotonic() < deadline:
         time.sleep(POLL_S)
+        before = left
         left, table = alive(pids)
+        if gone is not None:
+            gone.update((p, round(time.monotonic() - since, 1)) for p in before if p not in left)
     return left, table
 
 
-def stop(label, grace_s):
+def stop(label, grace_s, late_s):
     pid = daemon_pid(label)
     if pid is None:
-        return {"pid": None, "asked": [], "took_s": 0.0, "ignored_term": [], "survived_kill": []}
+        return {"pid": None, "asked": [], "took_s": 0.0, "late": [], "ignored_term": [], "survived_kill": []}
     started = time.monotonic()
     table = processes()
     asked = tree(pid, table)
@@ -87,16 +92,19 @@ def stop(label, grace_s):
         pass
     except PermissionError as exc:
         report["error"] = f"could not signal exo's daemon (pid {pid}): {exc.strerror}"
-    left, table = wait_gone(asked, grace_s)
+    gone = {}
+    left, table = wait_gone(asked, grace_s, started, gone)
     report["took_s"] = round(time.monotonic() - started, 1)
+    report["late"] = [dict(p, exited_s=gone[p["pid"]]) for p in report["asked"]
+                      if p["pid"] != pid and gone.get(p["pid"], 0) > late_s]
     report["ignored_term"] = described(left, table)
     for p in left:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(p, signal.SIGKILL)
-    left, table = wait_gone(left, KILL_WAIT_S)
+    left, table = wait_gone(left, KILL_WAIT_S, started)
     report["survived_kill"] = described(left, table)
     return report
 
 
 if __name__ == "__main__":
-    print(json.dumps(stop(sys.argv[1], float(sys.argv[2]))))
+    print(json.dumps(stop(sys.argv[1], float(sys.argv[2]), float(sys.argv[3]))))

@@ -56,7 +56,8 @@ def _daemon(runner_mode: str) -> tuple[subprocess.Popen, int]:
 def test_a_runner_that_ignores_sigterm_is_named_and_killed(tmp_path: Path) -> None:
     daemon, runner = _daemon("ignore")
     try:
-        report = exo_stop_from(run("exo_stop", "io.exo", "1", env=_launchctl(tmp_path, daemon.pid)).stdout.decode())
+        p = run("exo_stop", "io.exo", "1", "0.5", env=_launchctl(tmp_path, daemon.pid))
+        report = exo_stop_from(p.stdout.decode())
     finally:
         daemon.wait(timeout=10)
         with contextlib.suppress(ProcessLookupError):
@@ -71,7 +72,7 @@ def test_a_runner_that_ignores_sigterm_is_named_and_killed(tmp_path: Path) -> No
 
 def test_a_clean_stop_names_nobody(tmp_path: Path) -> None:
     daemon, _ = _daemon("obey")
-    p = run("exo_stop", "io.exo", "20", env=_launchctl(tmp_path, daemon.pid))
+    p = run("exo_stop", "io.exo", "20", "8", env=_launchctl(tmp_path, daemon.pid))
     daemon.wait(timeout=10)
     data = last_json(p)
     assert data["ignored_term"] == [] and data["survived_kill"] == []
@@ -79,8 +80,14 @@ def test_a_clean_stop_names_nobody(tmp_path: Path) -> None:
 
 
 def test_exo_not_running_is_nothing_to_stop(tmp_path: Path) -> None:
-    data = last_json(run("exo_stop", "io.exo", "1", env=_launchctl(tmp_path, None)))
+    data = last_json(run("exo_stop", "io.exo", "1", "0.5", env=_launchctl(tmp_path, None)))
     assert data["pid"] is None and data["asked"] == []
+
+
+def test_a_runner_that_exo_had_to_kill_is_named_with_when_it_ended() -> None:
+    late = {"pid": 811, "command": "python3 -c ... exo-lab-runner", "state": "S", "exited_s": 26.4}
+    [line] = ExoStop(pid=800, late=[late]).holdouts()
+    assert "pid 811" in line and "ignored SIGTERM" in line and "26.4 s" in line
 
 
 def test_a_process_stuck_in_uninterruptible_wait_is_said_so() -> None:
