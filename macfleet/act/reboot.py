@@ -187,8 +187,8 @@ def exo_stop_from(stdout: str) -> ExoStop:
     try:
         data = json.loads(lines[-1])
         return ExoStop(pid=data["pid"], took_s=float(data.get("took_s", 0.0)), asked=list(data.get("asked", [])),
-                       late=list(data.get("late", [])), ignored_term=list(data["ignored_term"]), survived_kill=list(data["survived_kill"]),
-                       error=data.get("error"))
+                       late=list(data.get("late", [])), ignored_term=list(data["ignored_term"]),
+                       survived_kill=list(data["survived_kill"]), error=data.get("error"))
     except (IndexError, ValueError, KeyError, TypeError):
         return ExoStop(error=f"the stop program gave no report: {stdout.strip()[-200:]!r}")
 
