@@ -286,7 +286,7 @@ class NodeWait:
             return (f"{node} is {SHUTTING_DOWN} (it never went down: a process stuck holding the RDMA device can "
                     f"stall a Mac's shutdown); {cycle}")
         if self.state == SILENT:
-            return (f"{node} {'went down and ' if self.went_down else ''}{SILENT} (hung, or off); {cycle}")
+            return f"{node} {'went down and ' if self.went_down else ''}{SILENT} (still booting, hung, or off); {cycle}"
         return f"{node}: {self.state or self.last_seen}; {cycle}"
 
 
