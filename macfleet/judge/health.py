@@ -35,6 +35,7 @@ from macfleet.facts.system import FdesetupFacts, PmsetFacts, SwVersFacts, Sysctl
 from macfleet.facts.thunderbolt import ThunderboltFacts
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.autoupdate import AUTO_UPDATE_PREFS, wrong_prefs
+from macfleet.judge.discovery import NodeDiscovery, judge_discovery
 from macfleet.judge.exolog import UNRECOGNISED, Signature, match_signature, shown
 from macfleet.judge.ipplan import IpPlan, NodeNetworkFacts, bind_ports, diff_ip, plan_ip
 from macfleet.judge.links_bench import LinksBenchInput, links_bench_findings
@@ -43,6 +44,8 @@ from macfleet.judge.model import Change
 from macfleet.judge.pf import exposure
 from macfleet.judge.rdma import NodeRdma, NodeRdmaFacts, Problem
 from macfleet.judge.rdma import check_rdma as check_rdma_mesh
+from macfleet.judge.rdma_ledger import REBOOT_FIRST, ledger
+from macfleet.judge.rdma_ledger import verdict as ledger_verdict
 from macfleet.judge.topology import NodeTopologyFacts, TopologyReport, check_cabling
 
 Result = Literal["ok", "finding", "unknown"]
@@ -639,6 +642,51 @@ def check_exo_log(ctx: HealthContext, node: str) -> Verdict:
 
 
 MAX_UNRECOGNISED = 3
+NOT_HOLDING = ("RunnerFailed", "RunnerShutdown", "RunnerIdle")  # runner states that hold no RDMA resources
+
+
+def check_rdma_ledger(ctx: HealthContext, node: str) -> Verdict:
+    """Room for the next runner starts on the node's RDMA devices (judge/rdma_ledger.py)."""
+    f = ctx.facts[node]
+    if f.ibv_devinfo is None:
+        return Unknown(reason=f.why("ibv-devinfo"))
+    if f.exo_failed_starts is None:
+        why = f.why("exo-log", "boottime")
+        return Unknown(reason=f"exo's failed runner starts since boot could not be counted: {why}")
+    running = f.exo_state is not None and any(r.node_id == f.exo_node_id and r.status not in NOT_HOLDING
+                                               for r in f.exo_state.runners)
+    led = ledger(node, f.ibv_devinfo, f.exo_failed_starts, running)
+    if isinstance(led, str):
+        return Unknown(reason=led)
+    said = ledger_verdict(led)
+    if said is None:
+        return []
+    return [HealthFinding(node=node, check="rdma-ledger", severity=said[0], message=said[1], fix=REBOOT_FIRST,
+                          evidence=led.evidence())]
+
+
+def _discovery(ctx: HealthContext, mesh: Mesh) -> dict[str, NodeDiscovery]:
+    out = {}
+    for n in mesh.node_names:
+        f = ctx.facts[n]
+        if not ctx.up(n) or f.exo_state is None:
+            continue
+        addresses = {a.address: i.name for i in (f.ifconfig.interfaces if f.ifconfig else []) if i.name
+                     for a in i.inet}
+        out[n] = NodeDiscovery(node_id=f.exo_node_id, master=f.exo_master, sees=set(f.exo_state.nodes),
+                               coordinators=f.exo_coordinators or [], addresses=addresses)
+    return out
+
+
+def check_exo_discovery(ctx: HealthContext, node: str) -> Verdict:
+    """One master for the mesh, no groups that do not see each other, rank-0 addresses a peer can reach
+    (judge/discovery.py). A mesh-wide finding is told on the first node it names."""
+    f = ctx.facts[node]
+    if f.exo_state is None:
+        return Unknown(reason=f.why("exo-state"))
+    return [HealthFinding(node=node, check="exo-discovery", severity="error", message=d.message, fix=d.fix,
+                          evidence=d.evidence)
+            for d in judge_discovery(_discovery(ctx, ctx.mesh_of(node))) if d.nodes[0] == node]
 
 
 def _log_key(line: str, sig: Signature) -> tuple[Signature, str]:
@@ -1037,6 +1085,10 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec(code="exo-runners", title="no failed exo runner", depends=(*_R, "exo-running", "rdma")),
     CheckSpec(code="exo-log", title="no JACCL or runner error signature in exo's log since its last start, "
               "while it has no healthy runner", depends=(*_R, "rdma", "exo-running", "exo-runners")),
+    CheckSpec(code="rdma-ledger", title="room on the node's RDMA devices (max_pd, max_qp) for the next runner "
+              "starts, counting exo's failed starts since boot", depends=(*_R, "rdma")),
+    CheckSpec(code="exo-discovery", title="one exo master for the mesh, no groups of nodes that do not see each "
+              "other, rank-0 addresses rank 0 holds (not its Thunderbolt Bridge)", depends=(*_R, "exo-running")),
     CheckSpec(code="clock-skew", title="the node's clock within probes.clock_skew_max_s of the controller's",
               depends=_R),
     CheckSpec(code="disk", title="at least probes.min_free_disk_gb free on the models volume", depends=_R),
@@ -1084,6 +1136,8 @@ CHECK_FUNCTIONS: dict[str, Callable[[HealthContext, str], Verdict]] = {
     "exo-rdma": check_exo_rdma,
     "exo-runners": check_exo_runners,
     "exo-log": check_exo_log,
+    "rdma-ledger": check_rdma_ledger,
+    "exo-discovery": check_exo_discovery,
     "exo-api-exposure": check_exo_api_exposure,
     "exo-models-dir": check_exo_models_dir,
     "exo-networksetup": check_exo_networksetup,
