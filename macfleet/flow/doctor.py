@@ -78,6 +78,7 @@ PROBE_OF_CHECK: dict[str, tuple[str, ...]] = {
     "exo-api-exposure": ("pf-info", "pf-rules"), "tb-ping": ("tb-ping",),
     "llama-rpc": ("netstat-listen", "pf-info", "pf-rules"),
     "exo-version": ("exo-release",),
+    "rdma-ledger": ("boottime",),
 }
 
 
@@ -548,7 +549,7 @@ def check_catalogue() -> list:
 # Checks judged across a whole mesh (its cables and the RDMA ports on them, its IP plan keyed by pair, versions
 # alike on every node, exo's view of its peers): not judged when `doctor --limit` leaves only part of a mesh.
 MESH_WIDE_CHECKS = ("macos-build", "cabling", "rdma", "ip-plan", "exo-version", "exo-peers", "exo-rdma", "tb-ping",
-                    "exo-api-exposure", "llama-rpc", "links-bench")
+                    "exo-api-exposure", "llama-rpc", "links-bench", "exo-discovery")
 
 
 def limited_checks(only: list[str] | None) -> list[str]:
