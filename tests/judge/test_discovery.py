@@ -89,3 +89,18 @@ def test_rank_zero_address_must_be_one_it_holds_and_not_the_bridge(given: str, i
     else:
         [f] = got
         assert f.kind == "coordinator" and found in f.message and f.nodes == ("s2", "s1")
+
+
+def test_doctor_tells_a_split_once_on_the_first_node_it_names() -> None:
+    from tests.judge.test_health import IDS as H_IDS
+    from tests.judge.test_health import NODES as H_NODES
+    from tests.judge.test_health import exo_facts, verdict
+
+    facts = exo_facts({"s1": ["s1"], "s2": ["s2", "s3"], "s3": ["s2", "s3"]})
+    masters = {"s1": SELF, "s2": SELF, "s3": H_IDS["s2"]}
+    facts = {n: facts[n].model_copy(update={"exo_master": masters[n]}) for n in H_NODES}
+    [split_master, split_view] = verdict("exo-discovery", facts, "s1")
+    assert "2 masters" in split_master.message and "{s1}; {s2, s3}" in split_view.message
+    assert verdict("exo-discovery", facts, "s2") == []
+    no_state = facts["s1"].model_copy(update={"exo_state": None, "problems": {"exo-state": "exit 7"}})
+    assert "exit 7" in verdict("exo-discovery", {**facts, "s1": no_state}, "s1").reason

@@ -84,3 +84,18 @@ def test_no_limits_is_a_reason_not_a_guess() -> None:
     plain = parse_ibv_devinfo("hca_id:\trdma_en2\n\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n")
     why = ledger("s1", plain, failed_starts_since("", boot, whole_file=True), False)
     assert isinstance(why, str) and "max_pd" in why
+
+
+def test_doctor_says_reboot_before_the_next_start_and_could_not_tell_without_the_log() -> None:
+    from tests.judge.test_health import NODES, all_nodes, verdict
+
+    boot = parse_boottime(BOOT)
+    assert boot is not None
+    log = "\n".join(crash(f"10:{i:02d}:00") for i in range(9))
+    facts = all_nodes(ibv_devinfo=parse_ibv_devinfo(devinfo_v()),
+                      exo_failed_starts=failed_starts_since(log, boot, whole_file=True))
+    [f] = verdict("rdma-ledger", facts, "s1")
+    assert f.severity == "warning" and "reboot the mesh before the next start" in f.fix
+    unread = {n: facts[n].model_copy(update={"exo_failed_starts": None, "problems": {"exo-log": "exit 1"}})
+              for n in NODES}
+    assert "could not be counted: exo-log: exit 1" in verdict("rdma-ledger", unread, "s1").reason
