@@ -59,7 +59,9 @@ def masters(mesh: dict[str, NodeDiscovery]) -> list[DiscoveryFinding]:
         return []
     groups = "; ".join(f"{', '.join(ns)} follow{'s' if len(ns) == 1 else ''} {_name(ids, m)}"
                        for m, ns in followed.items())
-    return [DiscoveryFinding("split-master", tuple(sorted(n for ns in followed.values() for n in ns)),
+    smallest = min(followed.values(), key=lambda ns: (len(ns), ns))  # named first: most likely the odd one out
+    rest = sorted(n for ns in followed.values() for n in ns if n not in smallest)
+    return [DiscoveryFinding("split-master", (*smallest, *rest),
                              f"exo's cluster is split: {len(followed)} masters ({groups})", RESTART_TOGETHER,
                              "the last election outcome in each node's exo log")]
 

@@ -35,7 +35,7 @@ from macfleet.facts.system import FdesetupFacts, PmsetFacts, SwVersFacts, Sysctl
 from macfleet.facts.thunderbolt import ThunderboltFacts
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.autoupdate import AUTO_UPDATE_PREFS, wrong_prefs
-from macfleet.judge.discovery import NodeDiscovery, judge_discovery
+from macfleet.judge.discovery import NodeDiscovery, coordinators, masters
 from macfleet.judge.exolog import UNRECOGNISED, Signature, match_signature, shown
 from macfleet.judge.ipplan import IpPlan, NodeNetworkFacts, bind_ports, diff_ip, plan_ip
 from macfleet.judge.links_bench import LinksBenchInput, links_bench_findings
@@ -665,11 +665,15 @@ def check_rdma_ledger(ctx: HealthContext, node: str) -> Verdict:
                           evidence=led.evidence())]
 
 
+# A node cut off from exo's cluster by one of these is that check's finding, not a split of the cluster.
+DISCOVERY_CAUSES = ("reachable", "cabling", "bridge", "ip-plan", "exo-running", "exo-version")
+
+
 def _discovery(ctx: HealthContext, mesh: Mesh) -> dict[str, NodeDiscovery]:
     out = {}
     for n in mesh.node_names:
         f = ctx.facts[n]
-        if not ctx.up(n) or f.exo_state is None:
+        if not ctx.up(n) or f.exo_state is None or any(ctx.found.get((c, n)) for c in DISCOVERY_CAUSES):
             continue
         addresses = {a.address: i.name for i in (f.ifconfig.interfaces if f.ifconfig else []) if i.name
                      for a in i.inet}
@@ -679,14 +683,16 @@ def _discovery(ctx: HealthContext, mesh: Mesh) -> dict[str, NodeDiscovery]:
 
 
 def check_exo_discovery(ctx: HealthContext, node: str) -> Verdict:
-    """One master for the mesh, no groups that do not see each other, rank-0 addresses a peer can reach
-    (judge/discovery.py). A mesh-wide finding is told on the first node it names."""
+    """One master for the mesh and rank-0 addresses a peer can reach (judge/discovery.py); nodes that do not see
+    each other are exo-peers' finding. A finding is told on the first node it names (for a split: the smallest
+    group's)."""
     f = ctx.facts[node]
     if f.exo_state is None:
         return Unknown(reason=f.why("exo-state"))
+    mesh = _discovery(ctx, ctx.mesh_of(node))
     return [HealthFinding(node=node, check="exo-discovery", severity="error", message=d.message, fix=d.fix,
                           evidence=d.evidence)
-            for d in judge_discovery(_discovery(ctx, ctx.mesh_of(node))) if d.nodes[0] == node]
+            for d in masters(mesh) + coordinators(mesh) if d.nodes[0] == node]
 
 
 def _log_key(line: str, sig: Signature) -> tuple[Signature, str]:
@@ -1087,8 +1093,8 @@ CHECKS: tuple[CheckSpec, ...] = (
               "while it has no healthy runner", depends=(*_R, "rdma", "exo-running", "exo-runners")),
     CheckSpec(code="rdma-ledger", title="room on the node's RDMA devices (max_pd, max_qp) for the next runner "
               "starts, counting exo's failed starts since boot", depends=(*_R, "rdma")),
-    CheckSpec(code="exo-discovery", title="one exo master for the mesh, no groups of nodes that do not see each "
-              "other, rank-0 addresses rank 0 holds (not its Thunderbolt Bridge)", depends=(*_R, "exo-running")),
+    CheckSpec(code="exo-discovery", title="one exo master for the mesh, rank-0 addresses rank 0 holds (not its "
+              "Thunderbolt Bridge)", depends=(*_R, "exo-running")),
     CheckSpec(code="clock-skew", title="the node's clock within probes.clock_skew_max_s of the controller's",
               depends=_R),
     CheckSpec(code="disk", title="at least probes.min_free_disk_gb free on the models volume", depends=_R),

@@ -55,7 +55,7 @@ def test_two_halves_that_do_not_see_each_other() -> None:
     halves = {"s1": {"s1", "s2"}, "s2": {"s1", "s2"}, "s3": {"s3", "s4"}, "s4": {"s3", "s4"}}
     mesh = _mesh({"s1": SELF, "s2": IDS["s1"], "s3": SELF, "s4": IDS["s3"]}, halves)
     [m, v] = judge_discovery(mesh)
-    assert "s1, s2 follow s1" in m.message.replace("follows", "follow")
+    assert "s1, s2 follow s1" in m.message
     assert "{s1, s2}; {s3, s4}" in v.message
 
 
@@ -99,8 +99,9 @@ def test_doctor_tells_a_split_once_on_the_first_node_it_names() -> None:
     facts = exo_facts({"s1": ["s1"], "s2": ["s2", "s3"], "s3": ["s2", "s3"]})
     masters = {"s1": SELF, "s2": SELF, "s3": H_IDS["s2"]}
     facts = {n: facts[n].model_copy(update={"exo_master": masters[n]}) for n in H_NODES}
-    [split_master, split_view] = verdict("exo-discovery", facts, "s1")
-    assert "2 masters" in split_master.message and "{s1}; {s2, s3}" in split_view.message
+    [split_master] = verdict("exo-discovery", facts, "s1")  # s1 alone: the smallest group, named first
+    assert "2 masters" in split_master.message and "s1 follows s1; s2, s3 follow s2" in split_master.message
     assert verdict("exo-discovery", facts, "s2") == []
+    assert {(f.check, f.node) for f in verdict("exo-peers", facts, "s1")} == {("exo-peers", "s1")}
     no_state = facts["s1"].model_copy(update={"exo_state": None, "problems": {"exo-state": "exit 7"}})
     assert "exit 7" in verdict("exo-discovery", {**facts, "s1": no_state}, "s1").reason
