@@ -46,3 +46,57 @@ def test_reboot_names_a_runner_that_ignores_sigterm_and_a_node_stalled_in_shutdo
             lab.fault("slow-shutdown", n, clear=True, check=False)
             lab.wait_state(n, {"up"}, timeout=STALL_S + 120)
             lab.wait_ssh(n)
+
+
+def _doctor(lab, *only: str) -> dict:
+    p = lab.macfleet("doctor", "-i", str(lab.inventory), "--json", "--only", ",".join(only), check=False,
+                     timeout=180)
+    assert p.returncode in (0, 1), p.stdout + p.stderr
+    return json.loads(p.stdout)
+
+
+def _findings(report: dict, check: str) -> list[dict]:
+    return [f for f in report["findings"] if f["check"] == check]
+
+
+def test_leaking_runner_starts_are_flagged_before_the_device_runs_out_and_a_reboot_clears_them(lab4, tmp_path):
+    lab = lab4
+    node = lab.nodes[1]
+    assert _findings(_doctor(lab, "rdma-ledger"), "rdma-ledger") == []
+    lab.fault("rdma-leak", node, "8")  # 8 failed starts: 2 left on a device that takes 10 per boot, one held
+    lab.wait(lambda: _findings(_doctor(lab, "rdma-ledger"), "rdma-ledger"), 120, "the ledger's warning")
+    [f] = _findings(_doctor(lab, "rdma-ledger"), "rdma-ledger")
+    assert f["node"] == node and f["severity"] == "warning" and "room for 1 more runner start" in f["message"]
+    assert "reboot the mesh before the next start" in f["fix"] and "8 failed since boot" in f["evidence"]
+    state = json.loads(lab.ssh(node, "curl -s http://127.0.0.1:52415/state").stdout)
+    assert all("RunnerFailed" not in s for s in state["runners"].values())  # flagged while the runner still runs
+    env = {**os.environ, "MACFLEET_STATE_DIR": str(tmp_path / "state")}
+    p = mf(lab, env, "reboot", "-i", str(lab.inventory), "--json")
+    assert p.returncode == 0, p.stdout + p.stderr[-3000:]
+    assert _findings(_doctor(lab, "rdma-ledger"), "rdma-ledger") == []
+
+
+def test_a_split_cluster_and_a_coordinator_rank_zero_does_not_hold_are_found(lab4):
+    lab = lab4
+    odd, other = lab.nodes[3], lab.nodes[2]
+    lab.fault("exo-split", odd)
+    try:
+        def split() -> list[dict]:
+            return _findings(_doctor(lab, "exo-peers", "exo-discovery"), "exo-discovery")
+
+        [f] = lab.wait(split, 90, "the split")
+        assert f["node"] == odd and "2 masters" in f["message"] and f"{odd} follows {odd}" in f["message"]
+        assert "start it on all of them together" in f["fix"]
+    finally:
+        lab.fault("exo-split", odd, clear=True)
+    lab.wait(lambda: not split(), 90, "one master again")
+    lab.fault("exo-coordinator", other, "10.99.0.1")
+    try:
+        def wrong() -> list[dict]:
+            return _findings(_doctor(lab, "exo-discovery"), "exo-discovery")
+
+        found = lab.wait(wrong, 60, "the wrong rank-0 address")
+        assert all("at 10.99.0.1, which it does not hold" in f["message"] for f in found)
+        assert len({f["node"] for f in found}) == len(lab.nodes) - 1  # every node but rank 0
+    finally:
+        lab.fault("exo-coordinator", other, clear=True)
