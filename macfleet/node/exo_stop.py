@@ -90,8 +90,10 @@ def stop(label, grace_s, late_s):
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         pass
-    except PermissionError as exc:
-        report["error"] = f"could not signal exo's daemon (pid {pid}): {exc.strerror}"
+    except PermissionError as exc:  # not this user's process: launchd's bootout (run next) stops it instead
+        report.update(error=f"could not ask exo's daemon (pid {pid}) to stop: {exc.strerror}; launchd stops it",
+                      took_s=0.0, late=[], ignored_term=[], survived_kill=[])
+        return report
     gone = {}
     left, table = wait_gone(asked, grace_s, started, gone)
     report["took_s"] = round(time.monotonic() - started, 1)
