@@ -348,8 +348,12 @@ class Run:
                 return False, (f"could not read whether exo runs, or the boot time, on {', '.join(unread)}: "
                                "nothing was changed")
             self.phase("stopping exo")
-            act.stop_exo_on(self.sessions, [n for n, r in self.running.items() if r])
-            return True, f"exo was running on {sum(self.running.values())} of {len(self.nodes)} node(s)"
+            stops = act.stop_exo_on(self.sessions, [n for n, r in self.running.items() if r])
+            held = [f"{n}: {h}" for n, st in stops.items() for h in st.holdouts()]
+            for line in held:
+                self.say(f"exo did not stop cleanly on {line}")
+            return True, (f"exo was running on {sum(self.running.values())} of {len(self.nodes)} node(s)"
+                          + (f"; did not exit when asked: {'; '.join(held)}" if held else ""))
 
         def reboot() -> tuple[bool, str]:
             self.phase("rebooting", critical=True)
@@ -394,10 +398,9 @@ class Run:
             waits = act.wait_for_nodes(self.sessions, self.nodes, self.boottime, timeout_s, self.progress,
                                        on_back=came_back, unlock=unlocker(self.fleet, self.mesh))
             self.result.nodes = {n: asdict(w) for n, w in waits.items()}
-            lost = {n: w.last_seen for n, w in waits.items() if not w.back}
+            lost = [w.verdict(n) for n, w in waits.items() if not w.back]
             if lost:
-                return False, "not back within {:g} s: {}".format(
-                    timeout_s, "; ".join(f"{n} (last seen: {s})" for n, s in lost.items()))
+                return False, "not back within {:g} s: {}".format(timeout_s, "; ".join(lost))
             return True, f"every node back (slowest {max(w.took_s or 0 for w in waits.values()):g} s)"
 
         def verify(v: Verifier, all_back_at: float = 0.0) -> tuple[bool, str]:

@@ -175,7 +175,9 @@ def test_node_not_back_is_named_with_what_it_looked_like_and_hang_refused(lab_sm
         out = json.loads(p.stdout)
         assert out["result"] == "failed" and out["nodes"]["studio-2"]["back"] is False
         assert out["nodes"]["studio-2"]["last_seen"].startswith("down:")
-        assert "not back within 4 s: studio-2 (last seen: down" in out["phases"][-1]["detail"]
+        detail = out["phases"][-1]["detail"]
+        assert "not back within 4 s: studio-2 went down and answers nothing" in detail
+        assert "power-cycle studio-2: hold its power button" in detail
         assert "released (failed" in out["lock"]
     finally:
         back_up(lab)
