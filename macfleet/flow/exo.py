@@ -133,7 +133,7 @@ def place(fleet: Fleet, model: str, *, mesh: str | None = None, sharding: str = 
     """exo's preview for the model; refused with exo's reason (or when the model is not on a node it needs);
     placed unless --check; with `wait`, until every runner of it is ready."""
     from macfleet.facts.exoapi import parse_previews
-    from macfleet.judge.placement import TRANSPORTS, Refusal, choose, missing_on
+    from macfleet.judge.placement import TRANSPORTS, Refusal, choose, missing_on, no_card
 
     _checked(model)
     m = one_mesh(fleet, mesh)
@@ -149,7 +149,13 @@ def place(fleet: Fleet, model: str, *, mesh: str | None = None, sharding: str = 
             report.nodes = [s.node for s in report.instance.shards]
             say(f"{model} is placed already (instance {existing[0].instance_id}): nothing to do")
             return report
-        previews = parse_previews(api.json("GET", "/instance/previews", query={"model_id": model}))
+        try:
+            previews = parse_previews(api.json("GET", "/instance/previews", query={"model_id": model}))
+        except ExoApiError as exc:
+            if exc.status != 400:
+                raise
+            refusal = no_card(state, model, exc.exo_says or exc.message)
+            raise Refused(refusal.reason, hint=refusal.hint) from None
         got = choose(previews, model, sharding=sharding, transport=transport, min_nodes=min_nodes)
         refusal = got if isinstance(got, Refusal) else missing_on(got, state, model)
         if refusal is not None:
@@ -241,7 +247,7 @@ def chat(fleet: Fleet, model: str, prompt: str, *, mesh: str | None = None, max_
                 last = piece if piece.finish_reason else last
         except ExoApiError as exc:
             if exc.status == 404:
-                raise Refused(f"{model} is not placed on mesh {m.name}: {exc.message.split(': ', 1)[-1]}",
+                raise Refused(f"{model} is not placed on mesh {m.name} (exo: {exc.exo_says or exc.message})",
                               hint=f"place it first: `macfleet exo place {model} --wait`") from None
             raise
         got = speeds(stats, prompt_tokens=last.prompt_tokens if last else None,
