@@ -244,6 +244,21 @@ class ExoSettings(_Settings):
     port: int = Field(default=EXO_PORT, ge=1, le=65535)
     env: dict[str, str] = Field(default_factory=dict)
     build: ExoBuildSettings = Field(default_factory=ExoBuildSettings)
+    # Client networks let through the packet filter to exo's API port (its dashboard too): the people's laptops.
+    # None by default: only the mesh and the controller reach it (playbooks/roles/pf, through bootstrap's vars).
+    clients: list[str] = Field(default_factory=list, max_length=64)
+
+    @field_validator("clients")
+    @classmethod
+    def _clients(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                net = ipaddress.ip_network(item, strict=True)
+            except ValueError:
+                raise ValueError(f"{item!r}: an IPv4 or IPv6 address or network (e.g. 192.168.1.0/24)") from None
+            if net.prefixlen == 0:
+                raise ValueError(f"{item!r} is everyone: exo's API has no authentication; list the client networks")
+        return value
 
     @field_validator("models_dir")
     @classmethod
