@@ -317,12 +317,17 @@ class ProbeSettings(_Settings):
     # doctor: how old a node's cached `softwareupdate --list` answer may be before a pass asks Apple again
     # (act/probecache.py; 0 = every pass asks)
     updates_max_age_s: float = Field(default=6 * 3600.0, ge=0, le=7 * DAY_S, allow_inf_nan=False)
+    # inference as health: a completion through a placed model that gives no token within this is a failure
+    completion_timeout_s: float = Field(default=60.0, gt=0, le=HOUR_S, allow_inf_nan=False)
 
 
 class BenchSettings(_Settings):
-    """`macfleet bench links`: a link measured below `min_fraction` of its saved baseline is named (exit 1)."""
+    """`macfleet bench links`: a link measured below `min_fraction` of its saved baseline is named (exit 1).
+    `macfleet bench exo` and doctor's inference check: a model answering below `inference_min_fraction` of its
+    saved tokens/s (prompt or generation) is named."""
 
     min_fraction: float = Field(default=0.8, gt=0, le=1, allow_inf_nan=False)
+    inference_min_fraction: float = Field(default=0.5, gt=0, le=1, allow_inf_nan=False)
     iperf3_port: int = Field(default=5201, ge=1024, le=65535)  # iperf3's own default
 
 
