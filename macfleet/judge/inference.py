@@ -10,7 +10,7 @@ Pure: declared models, placed instances, completion results and baselines in, fi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -90,11 +90,14 @@ def place_command(model: ModelToStage) -> str:
     return f"macfleet exo place {model.name} --sharding {place.sharding} --over {place.transport}{min_nodes} --wait"
 
 
-def not_placed_findings(mesh: Mesh, placed: Sequence[PlacedInstance]) -> list[Finding]:
+def not_placed_findings(mesh: Mesh, placed: Sequence[PlacedInstance], refused: Mapping[str, str] | None = None
+                        ) -> list[Finding]:
+    """One error per declared model with no instance; `refused`: why placing it failed just now, by model."""
     have = ", ".join(sorted({i.model_id for i in placed})) or "none"
+    why = refused or {}
     return [Finding(severity="error", code="model-not-placed", nodes=list(mesh.node_names),
                     message=f"{m.name} is declared to run on mesh {mesh.name} (macfleet_models) but exo has no "
-                    "instance of it",
+                    "instance of it" + (f"; placing it failed: {why[m.name]}" if m.name in why else ""),
                     fix=f"`{place_command(m)}`; where exo refuses, it says why (a model whose files are missing: "
                     "`macfleet rollout model`)",
                     evidence=[f"instances: {have}"])

@@ -1,0 +1,104 @@
+"""Models kept placed (flow/placed.py) against a scripted exo API: what is placed again, what must answer, what
+is said when exo refuses or a model gives no token. The API itself is proven against the lab's exo stand-in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from macfleet.errors import Refused
+from macfleet.flow.placed import keep_placed
+from macfleet.inventory.model import KeepPlaced, ModelToStage, Settings
+from macfleet.judge.inference import Completion, PlacedInstance
+
+from .judge.builders import mesh
+
+LLAMA = "mlx-community/Llama-3.2-1B-Instruct-4bit"
+QWEN = "mlx-community/Qwen3-0.6B-4bit"
+
+
+@dataclass
+class FakeApi:
+    """exo as a script: which models have an instance, which refuse placement, how many tokens each gives."""
+
+    have: list[str] = field(default_factory=list)
+    refuse: dict[str, str] = field(default_factory=dict)
+    tokens: dict[str, list[int]] = field(default_factory=dict)  # model -> tokens of successive completions
+    placed: list[tuple[str, str, str]] = field(default_factory=list)
+    asked: list[str] = field(default_factory=list)
+
+    def instances(self) -> list[PlacedInstance]:
+        return [PlacedInstance(instance_id=f"i{n}", model_id=m, nodes=["a", "b"]) for n, m in enumerate(self.have)]
+
+    def place(self, model: ModelToStage, timeout_s: float) -> None:
+        if model.name in self.refuse:
+            raise Refused(self.refuse[model.name])
+        self.placed.append((model.name, model.place.sharding, model.place.transport))
+        self.have.append(model.name)
+
+    def complete(self, model: str, timeout_s: float) -> Completion:
+        self.asked.append(model)
+        script = self.tokens.get(model, [4])
+        n = script.pop(0) if len(script) > 1 else script[0]
+        return Completion(model_id=model, tokens=n, seconds=0.5 if n else None)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.t += s
+
+
+def declaring(*models: ModelToStage):
+    return mesh("a", "b").model_copy(update={"settings": Settings(models=list(models))})
+
+
+def run(api: FakeApi, m, timeout_s: float = 600.0):
+    clock, said = Clock(), []
+    return keep_placed(api, m, place_timeout_s=timeout_s, say=said.append, clock=clock, sleep=clock.sleep), said
+
+
+def test_a_declared_model_lost_at_reboot_is_placed_again_as_declared_and_must_answer() -> None:
+    api = FakeApi(have=[QWEN])
+    m = declaring(ModelToStage(name=LLAMA, place=KeepPlaced(sharding="tensor", transport="ring")),
+                  ModelToStage(name=QWEN, place=KeepPlaced()), ModelToStage(name="org/staged-only"))
+    result, said = run(api, m)
+    assert api.placed == [(LLAMA, "tensor", "ring")]  # QWEN was there; the staged-only model is never placed
+    assert result.ok and result.placed_now == [LLAMA]
+    assert sorted(api.asked) == [LLAMA, QWEN]  # every placed model gives a token, not only the one placed now
+    assert said == [f"placing {LLAMA} (tensor, over ring)…"]
+    assert "placed again: " + LLAMA in result.detail
+
+
+def test_a_model_placed_by_hand_must_answer_too_and_nothing_declared_is_nothing_to_do() -> None:
+    api = FakeApi(have=[QWEN], tokens={QWEN: [0]})
+    result, _ = run(api, declaring())
+    assert [f.code for f in result.findings] == ["inference-failed"]
+    assert run(FakeApi(), declaring())[0].detail == "no model declared or placed"
+
+
+def test_exo_refusing_a_placement_is_a_finding_with_its_reason() -> None:
+    api = FakeApi(refuse={LLAMA: "the model's files are not on studio-2"})
+    result, _ = run(api, declaring(ModelToStage(name=LLAMA, place=KeepPlaced())))
+    (f,) = result.findings
+    assert f.code == "model-not-placed"
+    assert "placing it failed: the model's files are not on studio-2" in f.message
+    assert not result.ok
+
+
+def test_a_model_warming_up_is_asked_again_until_it_answers_within_the_deadline() -> None:
+    api = FakeApi(tokens={LLAMA: [0, 0, 3]})
+    result, _ = run(api, declaring(ModelToStage(name=LLAMA, place=KeepPlaced())))
+    assert result.ok and api.asked == [LLAMA] * 3 and result.answers[LLAMA].tokens == 3
+
+
+def test_a_model_that_never_answers_fails_at_the_deadline() -> None:
+    api = FakeApi(tokens={LLAMA: [0]})
+    result, _ = run(api, declaring(ModelToStage(name=LLAMA, place=KeepPlaced())), timeout_s=10)
+    (f,) = result.findings
+    assert f.code == "inference-failed" and "no token within 60 s" in f.message
+    assert len(api.asked) <= 6  # bounded by the deadline, not forever
