@@ -35,6 +35,8 @@ class Api(Protocol):
 
     def complete(self, model: str, timeout_s: float) -> Completion: ...  # one short completion, bounded
 
+    def bench(self, model: str, timeout_s: float) -> Completion: ...  # exo's bench endpoint: its tokens/s
+
 
 @dataclass
 class KeptPlaced:
@@ -60,7 +62,7 @@ class KeptPlaced:
         return placed + "answering: " + "; ".join(said)
 
 
-def _by_model(placed: Sequence[PlacedInstance]) -> dict[str, PlacedInstance]:
+def by_model(placed: Sequence[PlacedInstance]) -> dict[str, PlacedInstance]:
     """One instance per model: a completion names a model, and exo picks among its instances."""
     out: dict[str, PlacedInstance] = {}
     for i in placed:
@@ -75,7 +77,7 @@ def answering(api: Api, placed: Sequence[PlacedInstance], bound_s: float, *, unt
     not answered yet is asked again until then (a model just loaded may still be warming up)."""
     answers: dict[str, Completion] = {}
     findings: list[Finding] = []
-    for model, inst in _by_model(placed).items():
+    for model, inst in by_model(placed).items():
         while True:
             c = api.complete(model, bound_s)
             if c.answered or until is None or clock() + RETRY_S > until:

@@ -1,13 +1,19 @@
-"""Models kept placed (flow/placed.py) against a scripted exo API: what is placed again, what must answer, what
-is said when exo refuses or a model gives no token. The API itself is proven against the lab's exo stand-in."""
+"""Models kept placed (flow/placed.py) and `bench exo` (flow/bench_exo.py) against a scripted exo API: what is
+placed again, what must answer, what is said when exo refuses or a model gives no token, the baseline saved and
+compared. The API itself is proven against the lab's exo stand-in."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from macfleet.errors import Refused
+import pytest
+
+from macfleet.errors import Refused, UsageError
+from macfleet.flow.bench_exo import bench_exo, inference_baseline_path
 from macfleet.flow.placed import keep_placed
-from macfleet.inventory.model import KeepPlaced, ModelToStage, Settings
+from macfleet.inventory.model import Fleet, KeepPlaced, ModelToStage, Settings
 from macfleet.judge.inference import Completion, PlacedInstance
 
 from .judge.builders import mesh
@@ -23,6 +29,7 @@ class FakeApi:
     have: list[str] = field(default_factory=list)
     refuse: dict[str, str] = field(default_factory=dict)
     tokens: dict[str, list[int]] = field(default_factory=dict)  # model -> tokens of successive completions
+    rates: dict[str, tuple[float, float]] = field(default_factory=dict)  # model -> bench (prompt, generation)
     placed: list[tuple[str, str, str]] = field(default_factory=list)
     asked: list[str] = field(default_factory=list)
 
@@ -40,6 +47,11 @@ class FakeApi:
         script = self.tokens.get(model, [4])
         n = script.pop(0) if len(script) > 1 else script[0]
         return Completion(model_id=model, tokens=n, seconds=0.5 if n else None)
+
+    def bench(self, model: str, timeout_s: float) -> Completion:
+        c = self.complete(model, timeout_s)
+        prompt, gen = self.rates.get(model, (900.0, 60.0))
+        return c.model_copy(update={"prompt_tps": prompt, "generation_tps": gen}) if c.tokens else c
 
 
 class Clock:
@@ -102,3 +114,39 @@ def test_a_model_that_never_answers_fails_at_the_deadline() -> None:
     (f,) = result.findings
     assert f.code == "inference-failed" and "no token within 60 s" in f.message
     assert len(api.asked) <= 6  # bounded by the deadline, not forever
+
+
+def fleet_at(root: Path) -> Fleet:
+    return Fleet(root=root, meshes=(mesh("a", "b"),), settings=Settings())
+
+
+def test_bench_exo_saves_a_baseline_then_names_a_model_at_a_third_of_it(tmp_path: Path) -> None:
+    fleet = fleet_at(tmp_path)
+    first = bench_exo(fleet, fleet.meshes[0], FakeApi(have=[LLAMA]), save_baseline=True)
+    assert first.saved and first.exit_code == 0 and first.findings == []
+    saved = json.loads(inference_baseline_path(fleet).read_text())
+    assert saved["meshes"]["mesh1"]["models"][LLAMA]["generation_tps"] == 60.0
+    slow = bench_exo(fleet, fleet.meshes[0], FakeApi(have=[LLAMA], rates={LLAMA: (880.0, 20.0)}),
+                     save_baseline=False)
+    assert [f.code for f in slow.findings] == ["inference-below-baseline"] and slow.exit_code == 1
+    assert slow.json_payload()["models"][0]["generation_tps"] == 20.0
+    assert slow.json_payload()["baseline"]["saved_at"] == saved["meshes"]["mesh1"]["saved_at"]
+
+
+def test_bench_exo_saves_no_baseline_with_a_gap_and_measures_nothing_when_nothing_is_placed(tmp_path: Path) -> None:
+    fleet = fleet_at(tmp_path)
+    gap = bench_exo(fleet, fleet.meshes[0], FakeApi(have=[LLAMA, QWEN], tokens={QWEN: [0]}), save_baseline=True)
+    assert not gap.saved and "gave no figure" in (gap.not_saved or "")
+    assert [f.code for f in gap.findings] == ["inference-failed"]
+    assert not inference_baseline_path(fleet).exists()
+    empty = bench_exo(fleet, fleet.meshes[0], FakeApi(), save_baseline=True)
+    assert empty.exit_code == 1 and empty.not_saved == "no model is placed"
+
+
+def test_a_baseline_file_that_is_not_ours_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    fleet = fleet_at(tmp_path)
+    inference_baseline_path(fleet).write_text('{"version": 1, "meshes": {"mesh1": {"saved_at": 3}}}')
+    api = FakeApi(have=[LLAMA])
+    with pytest.raises(UsageError, match="not an inference baseline macfleet wrote"):
+        bench_exo(fleet, fleet.meshes[0], api, save_baseline=True)
+    assert api.asked == []
