@@ -74,6 +74,16 @@ class InferenceBaselines(_Model):
     meshes: dict[str, MeshInferenceBaseline] = Field(default_factory=dict)
 
 
+class InferenceInput(_Model):
+    """What doctor's model checks read for one mesh: the instances exo lists (None: could not be read), one
+    short completion through each placed model, the saved baseline."""
+
+    placed: list[PlacedInstance] | None = None
+    answers: dict[str, Completion] = Field(default_factory=dict)  # model id -> its completion
+    baseline: MeshInferenceBaseline | None = None
+    problem: str | None = None  # why the instances could not be read: the checks cannot tell
+
+
 # ------------------------------------------------------------------------------------------ models kept placed
 
 
@@ -157,3 +167,16 @@ def baseline_of(results: Sequence[tuple[PlacedInstance, Completion]], saved_at: 
         i.model_id: ModelFigures(prompt_tps=c.prompt_tps, generation_tps=c.generation_tps,  # type: ignore[arg-type]
                                  sharding=i.sharding, transport=i.transport, nodes=list(i.nodes))
         for i, c in results})
+
+
+def inference_findings(inp: InferenceInput, bound_s: float, min_fraction: float) -> list[Finding]:
+    """Doctor's view of a mesh's placed models: each that gave no token within `bound_s`, each below
+    `min_fraction` of its baseline."""
+    out: list[Finding] = []
+    nodes = {i.model_id: i.nodes for i in inp.placed or []}
+    for model, c in inp.answers.items():
+        where = nodes.get(model, [])
+        f = completion_finding(c, where, bound_s) or slow_finding(c, where, inp.baseline, min_fraction)
+        if f is not None:
+            out.append(f)
+    return out

@@ -7,11 +7,13 @@ from macfleet.inventory.model import KeepPlaced, Mesh, ModelToStage, Settings
 from macfleet.judge.inference import (
     Completion,
     InferenceBaselines,
+    InferenceInput,
     MeshInferenceBaseline,
     ModelFigures,
     PlacedInstance,
     baseline_of,
     completion_finding,
+    inference_findings,
     not_placed,
     not_placed_findings,
     place_command,
@@ -95,3 +97,15 @@ def test_a_baseline_is_made_only_from_answers_with_both_rates() -> None:
     assert baseline_of([], "t") is None
     round_trip = InferenceBaselines(meshes={"mesh1": made})
     assert InferenceBaselines.model_validate_json(round_trip.model_dump_json()) == round_trip
+
+
+def test_doctor_names_a_placed_model_that_gave_no_token_on_its_nodes_and_a_slow_one_against_the_baseline() -> None:
+    inp = InferenceInput(placed=[inst(LLAMA, nodes=("a", "b")), inst(QWEN, nodes=("c",))], baseline=BASE, answers={
+        LLAMA: Completion(model_id=LLAMA, tokens=16, prompt_tps=900.0, generation_tps=19.0),
+        QWEN: Completion(model_id=QWEN, tokens=0, error="HTTP 404: no instance")})
+    found = inference_findings(inp, 60, 0.5)
+    assert [(f.code, f.nodes) for f in found] == [("inference-below-baseline", ["a", "b"]),
+                                                   ("inference-failed", ["c"])]
+    healthy = inp.model_copy(update={"answers": {LLAMA: Completion(model_id=LLAMA, tokens=16, prompt_tps=900.0,
+                                                                   generation_tps=59.0)}})
+    assert inference_findings(healthy, 60, 0.5) == []
