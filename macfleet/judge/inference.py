@@ -78,6 +78,7 @@ class InferenceInput(_Model):
     """What doctor's model checks read for one mesh: the instances exo lists (None: could not be read), one
     short completion through each placed model, the saved baseline."""
 
+    node: str | None = None  # the node whose exo was asked: where doctor says what it found
     placed: list[PlacedInstance] | None = None
     answers: dict[str, Completion] = Field(default_factory=dict)  # model id -> its completion
     baseline: MeshInferenceBaseline | None = None
