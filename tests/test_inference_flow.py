@@ -14,7 +14,8 @@ from macfleet.errors import Refused, UsageError
 from macfleet.flow.bench_exo import bench_exo, inference_baseline_path
 from macfleet.flow.placed import keep_placed
 from macfleet.inventory.model import Fleet, KeepPlaced, ModelToStage, Settings
-from macfleet.judge.inference import Completion, PlacedInstance
+from macfleet.judge.inference import Completion
+from macfleet.judge.placement import InstanceView, ShardView
 
 from .judge.builders import mesh
 
@@ -33,8 +34,10 @@ class FakeApi:
     placed: list[tuple[str, str, str]] = field(default_factory=list)
     asked: list[str] = field(default_factory=list)
 
-    def instances(self) -> list[PlacedInstance]:
-        return [PlacedInstance(instance_id=f"i{n}", model_id=m, nodes=["a", "b"]) for n, m in enumerate(self.have)]
+    def instances(self) -> list[InstanceView]:
+        return [InstanceView(instance_id=f"i{n}", model=m, sharding="pipeline", transport="rdma", ready=True,
+                             shards=[ShardView(node=x, rank=r, status="RunnerReady") for r, x in enumerate("ab")])
+                for n, m in enumerate(self.have)]
 
     def place(self, model: ModelToStage, timeout_s: float) -> None:
         if model.name in self.refuse:

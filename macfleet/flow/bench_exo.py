@@ -16,12 +16,13 @@ from macfleet.judge.inference import (
     Completion,
     InferenceBaselines,
     MeshInferenceBaseline,
-    PlacedInstance,
     baseline_of,
     completion_finding,
+    nodes_of,
     slow_finding,
 )
 from macfleet.judge.model import Finding
+from macfleet.judge.placement import InstanceView
 
 from .placed import Api, by_model
 
@@ -46,7 +47,7 @@ def save_inference_baseline(fleet: Fleet, mesh: str, baseline: MeshInferenceBase
 @dataclass
 class BenchExoRun:
     mesh: str
-    measured: list[tuple[PlacedInstance, Completion]]
+    measured: list[tuple[InstanceView, Completion]]
     findings: list[Finding]  # a model that gave no token, one below its baseline
     min_fraction: float
     baseline_path: Path
@@ -61,8 +62,8 @@ class BenchExoRun:
     def json_payload(self) -> dict[str, Any]:
         return {
             "mesh": self.mesh,
-            "models": [{"model": i.model_id, "instance": i.instance_id, "sharding": i.sharding,
-                        "transport": i.transport, "nodes": list(i.nodes), "tokens": c.tokens, "seconds": c.seconds,
+            "models": [{"model": i.model, "instance": i.instance_id, "sharding": i.sharding,
+                        "transport": i.transport, "nodes": nodes_of(i), "tokens": c.tokens, "seconds": c.seconds,
                         "prompt_tps": c.prompt_tps, "generation_tps": c.generation_tps, "error": c.error}
                        for i, c in self.measured],
             "baseline": {"path": str(self.baseline_path), "saved_at": self.baseline.saved_at,
@@ -80,9 +81,9 @@ def bench_exo(fleet: Fleet, mesh: Mesh, api: Api, *, save_baseline: bool,
     base = baselines.meshes.get(mesh.name) if baselines else None
     fraction = mesh.settings.bench.inference_min_fraction
     bound = mesh.settings.probes.completion_timeout_s
-    measured = [(i, api.bench(i.model_id, bound)) for i in by_model(api.instances()).values()]
-    findings = [f for i, c in measured for f in (completion_finding(c, i.nodes, bound),
-                                                 slow_finding(c, i.nodes, base, fraction)) if f is not None]
+    measured = [(i, api.bench(i.model, bound)) for i in by_model(api.instances()).values()]
+    findings = [f for i, c in measured for f in (completion_finding(c, nodes_of(i), bound),
+                                                 slow_finding(c, nodes_of(i), base, fraction)) if f is not None]
     run = BenchExoRun(mesh=mesh.name, measured=measured, findings=findings, min_fraction=fraction,
                       baseline_path=inference_baseline_path(fleet), baseline=base)
     if save_baseline:

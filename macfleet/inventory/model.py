@@ -244,6 +244,8 @@ class ExoSettings(_Settings):
     port: int = Field(default=EXO_PORT, ge=1, le=65535)
     env: dict[str, str] = Field(default_factory=dict)
     build: ExoBuildSettings = Field(default_factory=ExoBuildSettings)
+    # placing a model and loading it on every node it spans (a model of hundreds of GB takes minutes)
+    place_timeout_s: float = Field(default=1800.0, gt=0, le=DAY_S, allow_inf_nan=False)
 
     @field_validator("models_dir")
     @classmethod
@@ -327,7 +329,7 @@ class BenchSettings(_Settings):
     saved tokens/s (prompt or generation) is named."""
 
     min_fraction: float = Field(default=0.8, gt=0, le=1, allow_inf_nan=False)
-    inference_min_fraction: float = Field(default=0.5, gt=0, le=1, allow_inf_nan=False)
+    inference_min_fraction: float = Field(default=0.6, gt=0, le=1, allow_inf_nan=False)
     iperf3_port: int = Field(default=5201, ge=1024, le=65535)  # iperf3's own default
 
 

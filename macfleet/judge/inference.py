@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from macfleet.inventory.model import KeepPlaced, Mesh, ModelToStage, Sharding, Transport
 from macfleet.judge.model import Finding
+from macfleet.judge.placement import InstanceView
 
 BASELINE_FILE = "bench-exo.baseline.json"  # beside the inventory's hosts.yml, as bench-links.baseline.json
 Phase = Literal["prompt", "generation"]
@@ -24,16 +25,6 @@ Phase = Literal["prompt", "generation"]
 
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class PlacedInstance(_Model):
-    """An instance exo's `/state` lists: its model, how it is cut and carried, on which nodes (inventory names)."""
-
-    instance_id: str
-    model_id: str
-    sharding: Sharding | None = None  # None: a kind macfleet does not know
-    transport: Transport | None = None
-    nodes: list[str] = Field(default_factory=list)
 
 
 class Completion(_Model):
@@ -79,7 +70,7 @@ class InferenceInput(_Model):
     short completion through each placed model, the saved baseline."""
 
     node: str | None = None  # the node whose exo was asked: where doctor says what it found
-    placed: list[PlacedInstance] | None = None
+    placed: list[InstanceView] | None = None
     answers: dict[str, Completion] = Field(default_factory=dict)  # model id -> its completion
     baseline: MeshInferenceBaseline | None = None
     problem: str | None = None  # why the instances could not be read: the checks cannot tell
@@ -88,9 +79,14 @@ class InferenceInput(_Model):
 # ------------------------------------------------------------------------------------------ models kept placed
 
 
-def not_placed(mesh: Mesh, placed: Sequence[PlacedInstance]) -> list[ModelToStage]:
+def nodes_of(instance: InstanceView) -> list[str]:
+    """The nodes an instance's shards are on, in rank order (inventory names where exo's ids are known)."""
+    return [s.node for s in sorted(instance.shards, key=lambda s: s.rank)]
+
+
+def not_placed(mesh: Mesh, placed: Sequence[InstanceView]) -> list[ModelToStage]:
     """The mesh's declared models with no instance of that model (any cut: one placed by hand counts)."""
-    have = {i.model_id for i in placed}
+    have = {i.model for i in placed}
     return [m for m in mesh.settings.kept_placed if m.name not in have]
 
 
@@ -101,10 +97,10 @@ def place_command(model: ModelToStage) -> str:
     return f"macfleet exo place {model.name} --sharding {place.sharding} --over {place.transport}{min_nodes} --wait"
 
 
-def not_placed_findings(mesh: Mesh, placed: Sequence[PlacedInstance], refused: Mapping[str, str] | None = None
+def not_placed_findings(mesh: Mesh, placed: Sequence[InstanceView], refused: Mapping[str, str] | None = None
                         ) -> list[Finding]:
     """One error per declared model with no instance; `refused`: why placing it failed just now, by model."""
-    have = ", ".join(sorted({i.model_id for i in placed})) or "none"
+    have = ", ".join(sorted({i.model for i in placed})) or "none"
     why = refused or {}
     return [Finding(severity="error", code="model-not-placed", nodes=list(mesh.node_names),
                     message=f"{m.name} is declared to run on mesh {mesh.name} (macfleet_models) but exo has no "
@@ -159,14 +155,14 @@ def slow_finding(completion: Completion, nodes: Sequence[str], baseline: MeshInf
                    evidence=said)
 
 
-def baseline_of(results: Sequence[tuple[PlacedInstance, Completion]], saved_at: str
+def baseline_of(results: Sequence[tuple[InstanceView, Completion]], saved_at: str
                 ) -> MeshInferenceBaseline | None:
     """The baseline these measurements make, or None when one has no figure (a gap would hide that model)."""
     if not results or not all(c.answered and c.prompt_tps and c.generation_tps for _i, c in results):
         return None
     return MeshInferenceBaseline(saved_at=saved_at, models={
-        i.model_id: ModelFigures(prompt_tps=c.prompt_tps, generation_tps=c.generation_tps,  # type: ignore[arg-type]
-                                 sharding=i.sharding, transport=i.transport, nodes=list(i.nodes))
+        i.model: ModelFigures(prompt_tps=c.prompt_tps, generation_tps=c.generation_tps,  # type: ignore[arg-type]
+                              sharding=i.sharding, transport=i.transport, nodes=nodes_of(i))
         for i, c in results})
 
 
@@ -174,7 +170,7 @@ def inference_findings(inp: InferenceInput, bound_s: float, min_fraction: float)
     """Doctor's view of a mesh's placed models: each that gave no token within `bound_s`, each below
     `min_fraction` of its baseline."""
     out: list[Finding] = []
-    nodes = {i.model_id: i.nodes for i in inp.placed or []}
+    nodes = {i.model: nodes_of(i) for i in inp.placed or []}
     for model, c in inp.answers.items():
         where = nodes.get(model, [])
         f = completion_finding(c, where, bound_s) or slow_finding(c, where, inp.baseline, min_fraction)

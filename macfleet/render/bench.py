@@ -10,9 +10,10 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from macfleet.judge.inference import Completion, PlacedInstance
+from macfleet.judge.inference import Completion, nodes_of
 from macfleet.judge.links_bench import BelowBaseline, LinkResult
 from macfleet.judge.model import Finding
+from macfleet.judge.placement import InstanceView
 from macfleet.render.text import text
 
 
@@ -77,7 +78,7 @@ def _tps(value: float | None) -> Text:
     return Text(f"{value:.1f}") if value is not None else Text("—", style="dim")
 
 
-def render_bench_exo(models: Sequence[tuple[PlacedInstance, Completion]], findings: Sequence[Finding],
+def render_bench_exo(models: Sequence[tuple[InstanceView, Completion]], findings: Sequence[Finding],
                      baseline_note: str | None) -> RenderableType:
     """Each placed model's tokens/s as exo measured them, then what is wrong."""
     t = Table(title="Placed models, tokens/s (exo's bench endpoint)")
@@ -86,7 +87,7 @@ def render_bench_exo(models: Sequence[tuple[PlacedInstance, Completion]], findin
     for i, c in models:
         cut = f"{i.sharding or '?'} over {i.transport or '?'}"
         secs = f"{c.seconds:.1f}" if c.seconds is not None else "—"
-        t.add_row(text(i.model_id), text(cut), text(", ".join(i.nodes)), _tps(c.prompt_tps),
+        t.add_row(text(i.model), text(cut), text(", ".join(nodes_of(i))), _tps(c.prompt_tps),
                   _tps(c.generation_tps), Text(str(c.tokens)), Text(secs))
     parts: list[RenderableType] = [t if models else text("no model is placed: nothing to measure "
                                                           "(`macfleet exo place MODEL`)", style="yellow")]

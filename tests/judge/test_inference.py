@@ -10,7 +10,6 @@ from macfleet.judge.inference import (
     InferenceInput,
     MeshInferenceBaseline,
     ModelFigures,
-    PlacedInstance,
     baseline_of,
     completion_finding,
     inference_findings,
@@ -19,6 +18,7 @@ from macfleet.judge.inference import (
     place_command,
     slow_finding,
 )
+from macfleet.judge.placement import InstanceView, ShardView
 
 from .builders import mesh
 
@@ -31,9 +31,10 @@ def declaring(*models: ModelToStage) -> Mesh:
     return m.model_copy(update={"settings": Settings(models=list(models))})
 
 
-def inst(model: str = LLAMA, nodes=("a", "b", "c"), transport="rdma") -> PlacedInstance:
-    return PlacedInstance(instance_id=f"i-{model[-4:]}", model_id=model, sharding="pipeline", transport=transport,
-                          nodes=list(nodes))
+def inst(model: str = LLAMA, nodes=("a", "b", "c"), transport="rdma") -> InstanceView:
+    return InstanceView(instance_id=f"i-{model[-4:]}", model=model, sharding="pipeline", transport=transport,
+                        ready=True, shards=[ShardView(node=n, rank=r, status="RunnerReady")
+                                            for r, n in enumerate(nodes)])
 
 
 def test_a_declared_model_without_an_instance_is_named_with_the_command_that_places_it() -> None:
