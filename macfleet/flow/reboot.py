@@ -30,6 +30,7 @@ from macfleet.errors import MacfleetError, UsageError
 from macfleet.flow.bootstrap import read_secret_file
 from macfleet.flow.checks import CheckPlan
 from macfleet.flow.meshes import one_mesh
+from macfleet.flow.placed import MODELS_PHASE, models_answer
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.health import HealthReport, NodeFacts
 from macfleet.judge.model import Refusal
@@ -45,7 +46,7 @@ VERIFY_EXO = ["reachable", "exo-running", "exo-peers", "exo-rdma"]
 VERIFY_DEADLINE_S = 120.0
 READ_DEADLINE_S = 30.0  # one read of one node's facts
 # The lock's phases once every reboot command was accepted: a successor resumes from there.
-AFTER_ISSUE = ("waiting for nodes", "verifying", "starting exo", "verifying exo")
+AFTER_ISSUE = ("waiting for nodes", "verifying", "starting exo", "verifying exo", "placing models")
 
 
 @dataclass
@@ -267,7 +268,7 @@ def _resume(fleet, mesh, nodes, reason, prior: LockRecord, lock, dry_run, progre
                f"({why}): its reboots were issued, so this run waits for every node, verifies the mesh and "
                "starts exo where it ran, rather than rebooting the mesh again")
     steps = ["wait for every node to be back", "verify RDMA ports, the IP plan, the cabling",
-             "start exo where it ran before", "verify exo /state"]
+             "start exo where it ran before", "verify exo /state", MODELS_PHASE]
     if dry_run:
         return RebootResult(mesh=mesh.name, result="dry-run", reason=reason, steps=steps, resumed=resumed)
     held = lock.acquire("reboot", f"resuming: {prior.reason}", ttl_s=mesh.settings.reboot.lock_ttl_s,
@@ -427,6 +428,9 @@ class Run:
             self.phase("verifying exo", critical=True)
             exo = Verifier(self.fleet, self.mesh, self.sessions, VERIFY_EXO)
             if not _timed(self.result, "verify exo /state", self.say, lambda: verify(exo)):
+                return
+            self.phase("placing models", critical=True)
+            if not _timed(self.result, MODELS_PHASE, self.say, lambda: models_answer(self.fleet, self.mesh, self.say)):
                 return
         self.held.critical = False
         self.result.result = "ok"

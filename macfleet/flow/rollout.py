@@ -31,6 +31,7 @@ from macfleet.errors import RolloutFailed, UsageError
 from macfleet.flow.checks import run_checks
 from macfleet.flow.defaults import EXO_HEALTH_TIMEOUT_S, ROLLOUT_KEEP
 from macfleet.flow.meshes import one_mesh
+from macfleet.flow.placed import MODELS_PHASE, models_answer
 from macfleet.inventory.model import ExoBuildSettings, Fleet, Mesh
 from macfleet.judge.build import (
     BuildStep,
@@ -247,7 +248,12 @@ def switch(fleet: Fleet, mesh: Mesh, lock: ClusterLock, held: Acquired, root: st
     rel.start_exo(fleet, nodes)
     say(f"switched {len(nodes)} nodes to {to} in {time.monotonic() - t0:.1f} s; waiting for health")
     step("health")
-    return wait_healthy(fleet, mesh, timeout_s)
+    verdict = wait_healthy(fleet, mesh, timeout_s)
+    if not verdict.healthy:
+        return verdict
+    answering, detail = models_answer(fleet, mesh, say)  # exo restarted: no instance survived it
+    say(f"{MODELS_PHASE}: {detail}")
+    return verdict if answering else HealthVerdict(healthy=False, reasons=(detail,))
 
 
 def follow_ports(fleet: Fleet, mesh: Mesh, root: str, frm: str | None, to: str, say: Say) -> None:
