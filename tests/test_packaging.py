@@ -14,6 +14,7 @@ import tomllib
 from pathlib import Path
 
 import macfleet
+from macfleet.lab.exo.build import _LIBRARY
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,6 +38,9 @@ def test_every_playbook_file_is_shipped() -> None:
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 # Imported only where the feature asks for it, with a clear message when absent, and declared in that extra.
 OPTIONAL_IMPORTS = {"huggingface_hub": "hf"}
+# The exo stand-in's own modules under the names a lab build gives them beside it (lab/exo/build.py _LIBRARY):
+# macfleet's, not a distribution's.
+LAB_BUILD_MODULES = {Path(name).stem for name in _LIBRARY}
 
 
 def _requirement_names(requirements: list[str]) -> set[str]:
@@ -72,7 +76,7 @@ def _third_party_imports() -> dict[str, Path]:
                 names = [node.args[0].value]
             for name in names:
                 top = name.split(".")[0]
-                if top not in sys.stdlib_module_names and top != "macfleet":
+                if top not in sys.stdlib_module_names and top != "macfleet" and top not in LAB_BUILD_MODULES:
                     found.setdefault(top, path.relative_to(ROOT))
     return found
 
