@@ -54,10 +54,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-if __package__:  # macfleet.lab.exo.standin; in a build, lib/exo_standin.py next to lib/exo_instances.py
+if __package__:  # macfleet.lab.exo.standin
     from macfleet.lab.exo import instances as exo_instances
-else:
-    import exo_instances  # type: ignore[no-redef]
+else:  # in a build: lib/exo_standin.py, with lib/exo_instances.py beside it (build.py)
+    import importlib.util
+
+    _spec = importlib.util.spec_from_file_location("exo_instances", Path(__file__).with_name("exo_instances.py"))
+    exo_instances = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
+    _spec.loader.exec_module(exo_instances)  # type: ignore[union-attr]
 
 API_PORT = 52415  # exo's own --api-port default (exo src/exo/main.py, v1.0.60 and HEAD: research/exo.md)
 VERSION_HEADER = "X-Exo-Version"  # never sent (see LAB_ONLY): named only so the product cannot read it
@@ -854,6 +858,7 @@ class ExoStandin:
         size = next((mb * 1024 * 1024 for mid, _n, _f, _q, mb in KNOWN_MODELS if mid == model_id), None)
         held = [m["bytes"] for rec in self.records().values() for m in rec.get("models", [])
                 if m["modelId"] == model_id]
+        held += [m["bytes"] for m in self._scan_models() if m["modelId"] == model_id]  # exo reads its own disk
         size = size or max(held, default=None)
         return exo_instances.model_card(model_id, max(1, size)) if size is not None else None
 
