@@ -21,12 +21,14 @@ if TYPE_CHECKING:
     from macfleet.act.exoapi import ExoApi
     from macfleet.facts.exoapi import ExoCluster, ExoInstance
     from macfleet.inventory.model import Fleet, Mesh
+    from macfleet.judge.placement import Choice, Refusal
 
 Say = Callable[[str], None]
 PLACE_TIMEOUT_S = 600.0  # --wait: exo loads a large model for minutes
 STOP_TIMEOUT_S = 60.0
 CHAT_TIMEOUT_S = 600.0
 POLL_S = 0.5
+DOWNLOADS_SETTLE_S = 10.0  # exo's /state shows a model's files on a node within its scan interval
 ANSWER_S = 5.0  # a node's exo answering /node_id, before it is asked for anything
 
 
@@ -133,7 +135,7 @@ def place(fleet: Fleet, model: str, *, mesh: str | None = None, sharding: str = 
     """exo's preview for the model; refused with exo's reason (or when the model is not on a node it needs);
     placed unless --check; with `wait`, until every runner of it is ready."""
     from macfleet.facts.exoapi import parse_previews
-    from macfleet.judge.placement import TRANSPORTS, Refusal, choose, missing_on, no_card
+    from macfleet.judge.placement import TRANSPORTS, Refusal, choose, no_card
 
     _checked(model)
     m = one_mesh(fleet, mesh)
@@ -157,7 +159,7 @@ def place(fleet: Fleet, model: str, *, mesh: str | None = None, sharding: str = 
             refusal = no_card(state, model, exc.exo_says or exc.message)
             raise Refused(refusal.reason, hint=refusal.hint) from None
         got = choose(previews, model, sharding=sharding, transport=transport, min_nodes=min_nodes)
-        refusal = got if isinstance(got, Refusal) else missing_on(got, state, model)
+        refusal = got if isinstance(got, Refusal) else _missing_on(api, got, state, model)
         if refusal is not None:
             raise Refused(refusal.reason, hint=refusal.hint)
         assert not isinstance(got, Refusal)
@@ -174,6 +176,18 @@ def place(fleet: Fleet, model: str, *, mesh: str | None = None, sharding: str = 
             inst = _await_ready(api, model, timeout_s, say)
             report.instance, report.waited_s = view(inst, names), round(time.monotonic() - started, 1)
     return report
+
+
+def _missing_on(api: ExoApi, choice: Choice, state: ExoCluster, model: str) -> Refusal | None:
+    """The refusal for a model missing on a node of the placement, once exo's /state, which follows the disks
+    at its own pace, has had DOWNLOADS_SETTLE_S to show a model just pushed."""
+    from macfleet.judge.placement import missing_on
+
+    deadline = time.monotonic() + DOWNLOADS_SETTLE_S
+    while (refusal := missing_on(choice, state, model)) is not None and time.monotonic() < deadline:
+        time.sleep(POLL_S * 2)
+        state = cluster(api)
+    return refusal
 
 
 def _names(m: Mesh, state: ExoCluster) -> dict[str, str]:

@@ -889,6 +889,7 @@ class ExoStandin:
         size = next((mb * 1024 * 1024 for mid, _n, _f, _q, mb in KNOWN_MODELS if mid == model_id), None)
         held = [m["bytes"] for rec in self.records().values() for m in rec.get("models", [])
                 if m["modelId"] == model_id]
+        held += [m["bytes"] for m in self._scan_models() if m["modelId"] == model_id]  # exo reads its own disk
         size = size or max(held, default=None)
         return exo_instances.model_card(model_id, max(1, size)) if size is not None else None
 
