@@ -19,12 +19,12 @@ from macfleet.judge.checks.base import (
     CheckResult,
     CheckSpec,
     ClockReading,
+    Frozen,
     HealthContext,
     HealthFinding,
     NodeFacts,
     Unknown,
     Verdict,
-    _Model,
 )
 from macfleet.judge.checks.catalogue import CHECK_CODES, CHECKS, select_checks
 from macfleet.judge.checks.network import ping_targets
@@ -42,7 +42,7 @@ __all__ = ["CHECKS", "CHECK_CODES", "CHECK_FUNCTIONS", "CheckResult", "CheckSpec
 CHECK_FUNCTIONS: dict[str, Callable[[HealthContext, str], Verdict]] = {c.code: c.judge for c in CHECKS}
 
 
-class HealthSummary(_Model):
+class HealthSummary(Frozen):
     nodes: int
     checks: int
     ok: int
@@ -55,7 +55,7 @@ class HealthSummary(_Model):
     checked_at: str
 
 
-class HealthReport(_Model):
+class HealthReport(Frozen):
     findings: list[HealthFinding]
     checks: list[CheckResult]
     summary: HealthSummary

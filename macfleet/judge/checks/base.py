@@ -34,11 +34,13 @@ from macfleet.judge.topology import TopologyReport
 Result = Literal["ok", "finding", "unknown"]
 
 
-class _Model(BaseModel):
+class Frozen(BaseModel):
+    """A report part: immutable, and nothing but its fields."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class HealthFinding(_Model):
+class HealthFinding(Frozen):
     node: str
     check: str
     severity: Literal["error", "warning"]
@@ -47,18 +49,18 @@ class HealthFinding(_Model):
     evidence: str = ""
 
 
-class CheckResult(_Model):
+class CheckResult(Frozen):
     check: str
     node: str
     result: Result
     reason: str | None = None  # why unknown (or which finding); None when ok
 
 
-class Unknown(_Model):
+class Unknown(Frozen):
     reason: str
 
 
-class ClockReading(_Model):
+class ClockReading(Frozen):
     """`date -u +%s` on the node, and when its answer reached the controller after how long a round trip."""
 
     node_epoch_s: int
@@ -76,7 +78,7 @@ class ClockReading(_Model):
         return self.round_trip_s / 2 + 1.0
 
 
-class NodeFacts(_Model):
+class NodeFacts(Frozen):
     """Everything one node told us in one pass. A fact that is None could not be read: `problems` says why."""
 
     reachable: bool = True
@@ -233,7 +235,7 @@ def pick(specs: tuple[CommandSpec, ...], kind: str) -> tuple[CommandSpec, ...]:
 # ------------------------------------------------------------------------------------------------ checks
 
 
-class CheckSpec(_Model):
+class CheckSpec(Frozen):
     """What `doctor --list` says of a check."""
 
     code: str
