@@ -148,6 +148,16 @@ class Cancelled(MacfleetError):
     code = "cancelled"
 
 
+class ExoApiError(MacfleetError):
+    """exo's API refused a request or gave no answer (its own message is in the text)."""
+
+    code = "exo_api"
+
+    def __init__(self, message: str, *, node: str, status: int | None = None, hint: str | None = None):
+        self.node, self.status = node, status
+        super().__init__(message, hint=hint, details={"node": node, "status": status})
+
+
 class LabError(MacfleetError):
     """The lab could not do what was asked (a failed `ip`, a node that did not come up...)."""
 
@@ -169,6 +179,7 @@ ERROR_CODES = frozenset(
         RolloutFailed,
         Cancelled,
         LabError,
+        ExoApiError,
     )
 )
 

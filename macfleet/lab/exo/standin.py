@@ -45,6 +45,7 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Callable
@@ -52,6 +53,11 @@ from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+if __package__:  # macfleet.lab.exo.standin; in a build, lib/exo_standin.py next to lib/exo_instances.py
+    from macfleet.lab.exo import instances as exo_instances
+else:
+    import exo_instances  # type: ignore[no-redef]
 
 API_PORT = 52415  # exo's own --api-port default (exo src/exo/main.py, v1.0.60 and HEAD: research/exo.md)
 VERSION_HEADER = "X-Exo-Version"  # never sent (see LAB_ONLY): named only so the product cannot read it
@@ -433,6 +439,8 @@ class ExoStandin:
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="exo-probe")
         self.pace = Pace()
         self._warned: set = set()
+        self.registry = exo_instances.Registry()  # placed models, chat and bench: instances.py
+        self.api = exo_instances.Api(self)
 
     # ---- identity
 
@@ -577,6 +585,8 @@ class ExoStandin:
             sw = self._cmd(["sw_vers"])
             hw = self._cmd(["system_profiler", "SPHardwareDataType"], 10.0)
             name = self._cmd(["scutil", "--get", "ComputerName"])
+            mem = (self._cmd(["sysctl", "-n", "hw.memsize"]) or "").strip()
+            f["memBytes"] = int(mem) if mem.isdigit() else None
             f["identity"] = {
                 **(parse_sw_vers(sw) if sw else {"osVersion": "Unknown", "osBuildVersion": "Unknown"}),
                 **(parse_hardware(hw) if hw else {"modelId": "Unknown Model", "chipId": "Unknown Chip"}),
@@ -828,7 +838,24 @@ class ExoStandin:
             "models": [{k: m[k] for k in ("modelId", "complete", "bytes")} for m in facts["models"]],
             "runner": {"id": self.runner_id, "status": runner},
             "edges": edges,
+            "memBytes": facts.get("memBytes"),
+            "linkSpeeds": {peer: next((b["linkSpeed"] for b in facts["buses"] if b.get("iface") == dev), None)
+                           for dev, (_addr, peer) in live.items()},
+            **self.registry.record(),
         }
+
+    def records(self) -> dict:
+        """{node id: record} as merged from the cluster (instances.py reads instances and links from them)."""
+        with self._lock:
+            return {nid: rec for nid, (rec, _s) in self._records.items()}
+
+    def card(self, model_id: str) -> dict | None:
+        """The lab's model card for `model_id`: a catalogue entry, or a model whose files some node holds."""
+        size = next((mb * 1024 * 1024 for mid, _n, _f, _q, mb in KNOWN_MODELS if mid == model_id), None)
+        held = [m["bytes"] for rec in self.records().values() for m in rec.get("models", [])
+                if m["modelId"] == model_id]
+        size = size or max(held, default=None)
+        return exo_instances.model_card(model_id, max(1, size)) if size is not None else None
 
     def gossip(self) -> dict:
         with self._lock:
@@ -873,7 +900,7 @@ class ExoStandin:
                 else:
                     entries.append({"DownloadPending": {"nodeId": nid, "shardMetadata": shard}})
             downloads[nid] = entries
-        return {
+        state = {
             "instances": instances,
             "runners": runners,
             "downloads": downloads,
@@ -897,6 +924,8 @@ class ExoStandin:
             "prefillServerPorts": {},
             "customModelCards": {},
         }
+        exo_instances.view(state, records)
+        return state
 
     def models(self, downloaded_only: bool = False) -> dict:
         with self._lock:
@@ -1015,6 +1044,19 @@ def _make_handler(app: ExoStandin):
         def _error(self, code: int, message: str, kind: str) -> None:
             self._send(code, {"error": {"message": message, "type": kind, "param": None, "code": code}})
 
+        def do_POST(self) -> None:
+            self._route("POST")
+
+        def do_DELETE(self) -> None:
+            self._route("DELETE")
+
+        def _route(self, method: str) -> None:
+            path, _, query = self.path.partition("?")
+            args = dict(urllib.parse.parse_qsl(query))
+            if not app.api.handle(self, method, path.rstrip("/") or "/", args):
+                self._send(404 if method == "GET" else 405, {"detail": "Not Found" if method == "GET"
+                                                             else "Method Not Allowed"})
+
         def do_GET(self) -> None:
             path, _, query = self.path.partition("?")
             path = path.rstrip("/") or "/"
@@ -1040,7 +1082,7 @@ def _make_handler(app: ExoStandin):
             elif path in ("/models", "/v1/models"):
                 self._send(200, app.models(downloaded_only="status=downloaded" in query))
             else:
-                self._send(404, {"detail": "Not Found"})
+                self._route("GET")
 
     return Handler
 
