@@ -4,9 +4,10 @@ log, its models directory, its app's network daemon, and who may reach its API."
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from macfleet.constants import EXO_MODELS_DIR
-from macfleet.facts.commands import exo_daemons_spec, exo_specs
+from macfleet.facts.commands import CommandSpec, exo_daemons_spec, exo_specs
 from macfleet.facts.daemons import (
     EXO_JOB_PLIST,
     NETWORKSETUP_LABEL,
@@ -28,6 +29,7 @@ from macfleet.judge.checks.base import (
     HealthFinding,
     NodeFacts,
     Probe,
+    Scope,
     Unknown,
     Verdict,
     parsed,
@@ -293,7 +295,7 @@ def check_exo_networksetup(ctx: HealthContext, node: str) -> Verdict:
 CURL_REFUSED = 7  # curl: "Failed to connect": nothing listens on the port
 
 
-def _exo(kind: str) -> object:
+def _exo(kind: str) -> Callable[[Scope], tuple[CommandSpec, ...]]:
     """The exo read of this kind, at the mesh's exo port and install root."""
     return lambda s: pick(exo_specs(s.mesh.settings.exo.port, s.mesh.settings.exo.install_root), kind)
 
