@@ -28,19 +28,17 @@ from macfleet.collect.kept import NodeSessions
 from macfleet.collect.ssh import SshTarget, unlock_key_recorded
 from macfleet.errors import MacfleetError, UsageError
 from macfleet.flow.bootstrap import read_secret_file
-from macfleet.flow.doctor import PROBE_OF_CHECK, doctor_specs, node_facts, ping_specs
+from macfleet.flow.checks import CheckPlan
 from macfleet.flow.meshes import one_mesh
 from macfleet.flow.placed import MODELS_PHASE, models_answer
 from macfleet.inventory.model import Fleet, Mesh
-from macfleet.judge.health import HealthReport, NodeFacts, judge_health
+from macfleet.judge.health import HealthReport, NodeFacts
 from macfleet.judge.model import Refusal
 from macfleet.judge.reboot import RebootPlan, preflight
 
+# The checks a reboot verifies (their probes, and no other, read from the catalogue: a node that just booted
+# is read in one round of commands).
 VERIFY_NETWORK = ["reachable", "cabling", "bridge", "ip-plan", "rdma"]
-# What those checks read (a fact they need and nobody read makes them say "could not tell", never pass):
-# reading only these keeps the verification of a node that just booted to one round of commands.
-NETWORK_KINDS = frozenset({"thunderbolt", "hardware-ports", "service-order", "ifconfig", "ibv-devices",
-                           "ibv-devinfo", "rdma-ctl", "netstat-routes"})
 # Not exo-version: a reboot changes no installed release, the version of an exo installed without macfleet cannot
 # be known (doctor says "could not tell"), and a version split would show as exo-peers (nodes of different
 # versions do not connect).
@@ -155,16 +153,10 @@ class Verifier:
     starts reading a node's facts at once (as it comes back); `verify` reads what is missing, judges, and
     reads again only what may have changed."""
 
-    def __init__(self, fleet: Fleet, mesh: Mesh, sessions: NodeSessions, checks: list[str],
-                 kinds: frozenset[str] | None = None):
-        self.fleet, self.mesh, self.sessions, self.checks = fleet, mesh, sessions, checks
-        # a probe several checks read (softwareupdate: updates, macos-target) is skipped only when none is asked
-        skip = ({k for keys in PROBE_OF_CHECK.values() for k in keys}
-                - {k for c in checks for k in PROBE_OF_CHECK.get(c, ())})
-        base = tuple(spec for spec in doctor_specs([mesh]) if spec.key not in skip
-                     and (kinds is None or spec.kind in kinds))
-        pings = ping_specs(fleet, [mesh]) if "tb-ping" in checks else {}
-        self.specs: dict[str, tuple[CommandSpec, ...]] = {n: base + pings.get(n, ()) for n in mesh.node_names}
+    def __init__(self, fleet: Fleet, mesh: Mesh, sessions: NodeSessions, checks: list[str]):
+        self.fleet, self.mesh, self.sessions = fleet, mesh, sessions
+        self.plan = CheckPlan.of(fleet, [mesh], checks)
+        self.specs: dict[str, tuple[CommandSpec, ...]] = {n: self.plan.specs(n) for n in mesh.node_names}
         self.facts: dict[str, NodeFacts] = {}
         self.read_at: dict[str, float] = {}
         self.reads = 0
@@ -175,7 +167,7 @@ class Verifier:
         started = time.monotonic()
         got = Gathered()
         self.sessions.gather_node(node, self.specs[node], started + READ_DEADLINE_S, got)
-        self.facts[node], self.read_at[node] = node_facts(got, node), started
+        self.facts[node], self.read_at[node] = self.plan.facts(got, node), started
         self.reads += 1
 
     def read_soon(self, node: str) -> None:
@@ -195,15 +187,12 @@ class Verifier:
             self._read_all([n for n in self.specs if n not in self.facts])
             pause, first = 0.2, True
             while True:
-                report = judge_health(self.fleet, [self.mesh], self.facts, datetime.now(UTC), only=self.checks)
+                report = self.plan.judge(self.facts)
                 if not report.findings and not report.summary.unknown:
                     again = self.reads - len(self.specs)
                     return True, "clean" + (f" (after {again} more read(s) of a node)" if again else ""), report
                 if time.monotonic() > end:
-                    problems = [f"{f.node}: {f.message}" for f in report.findings]
-                    problems += [f"{c.node} {c.check}: could not tell ({c.reason})" for c in report.checks
-                                 if c.result == "unknown"]
-                    return False, "; ".join(problems[:6]), report
+                    return False, "; ".join(report.problems()[:6]), report
                 # facts read before the last node was back may show its links down: read those again at once;
                 # after that, every node again, a little later each time (ports come ACTIVE as peers settle)
                 stale = [n for n, at in self.read_at.items() if at < all_back_at] if first else []
@@ -384,7 +373,7 @@ class Run:
 
     def after_issue(self, timeout_s: float) -> None:
         """Wait (reading each node's facts as it returns), verify, start exo, verify /state."""
-        network = Verifier(self.fleet, self.mesh, self.sessions, VERIFY_NETWORK, NETWORK_KINDS)
+        network = Verifier(self.fleet, self.mesh, self.sessions, VERIFY_NETWORK)
         back_at: list[float] = []
         lock = threading.Lock()
 

@@ -22,13 +22,12 @@ from pathlib import Path
 
 from macfleet.act import reboot as act_reboot
 from macfleet.act.lock import ClusterLock, lock_path, stale_reason
-from macfleet.collect.commands import DOCTOR_SPECS, exo_specs
 from macfleet.collect.gather import Gathered
 from macfleet.errors import AT_UNLOCK_SCREEN, LockHeld, MacfleetError, UsageError
-from macfleet.flow.doctor import node_facts
+from macfleet.flow.checks import run_checks
 from macfleet.flow.reboot import RebootResult, interrupted_reboot, reboot_mesh, unlocker
 from macfleet.inventory.model import Fleet, Mesh, RemediationSettings
-from macfleet.judge.health import CHECK_CODES, HealthReport, judge_health
+from macfleet.judge.health import CHECK_CODES, HealthReport
 from macfleet.judge.remediation import Observation, Outcome, State, Step, after, damaged, describe_policy, step
 from macfleet.paths import inventory_tag, state_dir
 from macfleet.render.watch import render_status_page
@@ -264,17 +263,11 @@ class Watcher:
 
     def probe(self, mesh: Mesh, now: datetime, *, preflight: bool = False) -> tuple[HealthReport, Gathered]:
         """One probe; with `preflight`, it also reads what a reboot must read first (this probe may decide one)."""
-        checks = mesh.settings.remediation.checks
-        exo = mesh.settings.exo
-        specs = DOCTOR_SPECS + (exo_specs(exo.port, exo.install_root) if any(c.startswith("exo") for c in checks)
-                                else ())
-        if preflight:
-            specs += tuple(s for s in act_reboot.PREFLIGHT_SPECS if s not in specs)
-        probes = mesh.settings.probes
-        gathered = self.probers[mesh.name].probe(specs, probes.gather_deadline_s, probes.command_timeout_s)
-        facts = {n: node_facts(gathered, n) for n in mesh.node_names}
-        self._links(mesh, facts)
-        return judge_health(self.fleet, [mesh], facts, now, only=checks), gathered
+        extra = act_reboot.PREFLIGHT_SPECS if preflight else ()
+        run = run_checks(self.fleet, [mesh], mesh.settings.remediation.checks, sessions=self.probers[mesh.name],
+                         extra=extra, now=now)
+        self._links(mesh, run.facts)
+        return run.report, run.gathered
 
     def _links(self, mesh: Mesh, facts: dict) -> None:
         for n, f in facts.items():
