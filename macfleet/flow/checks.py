@@ -140,8 +140,13 @@ class CheckPlan:
             from macfleet.flow.bench_links import links_bench_inputs
 
             bench = links_bench_inputs(self.fleet, self.meshes)
+        inference = None
+        if "inference" in self.codes:
+            from macfleet.flow.placed import inference_inputs
+
+            inference = inference_inputs(self.fleet, self.meshes, facts)
         return judge_health(self.fleet, self.meshes, facts, now or datetime.now(UTC), only=self.codes,
-                            links_bench=bench)
+                            links_bench=bench, inference=inference)
 
 
 # ----------------------------------------------------------------------------------------------- the pass

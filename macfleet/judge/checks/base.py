@@ -19,6 +19,7 @@ from macfleet.facts.daemons import ExoDaemonsFacts
 from macfleet.facts.defaults import DefaultsFacts
 from macfleet.facts.disk import DfFacts
 from macfleet.facts.exo import ExoStateFacts
+from macfleet.facts.exoapi import ExoCluster
 from macfleet.facts.network import HardwarePortsFacts, IfconfigFacts, RoutesFacts, ServiceOrderFacts
 from macfleet.facts.probes import PfInfoFacts, PfRulesFacts, PingFacts, UpdatesFacts
 from macfleet.facts.rdma import IbvDevicesFacts, IbvDevinfoFacts, RdmaCtlFacts
@@ -27,6 +28,7 @@ from macfleet.facts.sockets import TcpSocketsFacts
 from macfleet.facts.system import FdesetupFacts, PmsetFacts, SwVersFacts, SysctlFacts
 from macfleet.facts.thunderbolt import ThunderboltFacts
 from macfleet.inventory.model import Fleet, Mesh
+from macfleet.judge.inference import InferenceInput
 from macfleet.judge.links_bench import LinksBenchInput
 from macfleet.judge.rdma import NodeRdma
 from macfleet.judge.topology import TopologyReport
@@ -99,6 +101,7 @@ class NodeFacts(Frozen):
     exo_node_id: str | None = None
     exo_version: str | None = None  # the release `current` points at: its exo package's version (facts/exo.py)
     exo_state: ExoStateFacts | None = None
+    exo_cluster: ExoCluster | None = None  # the same /state: its instances, for the models checks
     exo_log: list[str] | None = None  # exo's log lines since its last start
     clock: ClockReading | None = None
     df: DfFacts | None = None  # `df -k` of the models directory
@@ -131,6 +134,7 @@ class HealthContext:
     now: datetime
     cabling: dict[str, TopologyReport] = field(default_factory=dict)  # mesh -> report
     links_bench: Mapping[str, LinksBenchInput] = field(default_factory=dict)  # mesh -> latest `bench links`
+    inference: Mapping[str, InferenceInput] = field(default_factory=dict)  # mesh -> its models' answers
     found: dict[tuple[str, str], bool] = field(default_factory=dict)  # (check, node) -> has a finding
     rdma: dict[str, dict[str, NodeRdma]] = field(default_factory=dict)  # mesh -> node -> `rdma status`'s verdict
 

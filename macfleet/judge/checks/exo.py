@@ -21,6 +21,7 @@ from macfleet.facts.exo import (
     parse_http_response,
     parse_node_id,
 )
+from macfleet.facts.exoapi import parse_cluster
 from macfleet.inventory.model import Mesh
 from macfleet.judge.checks.base import (
     Answers,
@@ -319,6 +320,16 @@ def _read_node_id(answers: Answers) -> dict[str, object]:
     return {"exo_api": "up", "exo_node_id": node_id}
 
 
+def _read_state(answers: Answers) -> dict[str, object]:
+    """exo's /state, once read: what the exo checks judge, and its instances (the models checks')."""
+    text = answers.text("exo-state")
+    if text is None:
+        return {}
+    state = parsed(answers, "exo-state", parse_exo_state, text)
+    cluster = parsed(answers, "exo-state", parse_cluster, text) if state is not None else None
+    return {k: v for k, v in (("exo_state", state), ("exo_cluster", cluster)) if v is not None}
+
+
 def _read_log(answers: Answers) -> dict[str, object]:
     text = answers.text("exo-log")
     return {} if text is None else {"exo_log": log_since_start(text)}
@@ -337,7 +348,7 @@ def _read_release(answers: Answers) -> dict[str, object]:
 PROBES = (
     Probe(key="exo-node-id", command=_exo("exo-node-id"), read=_read_node_id,
           fills=("exo_api", "exo_node_id")),
-    Probe(key="exo-state", command=_exo("exo-state"), fact="exo_state", parse=parse_exo_state),
+    Probe(key="exo-state", command=_exo("exo-state"), read=_read_state, fills=("exo_state", "exo_cluster")),
     Probe(key="exo-log", command=_exo("exo-log"), read=_read_log, fills=("exo_log",)),
     Probe(key="exo-release", command=_exo("exo-release"), read=_read_release,
           fills=("exo_version",)),
