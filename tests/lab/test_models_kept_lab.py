@@ -1,8 +1,8 @@
 """Models kept placed, inference as health, on the shared 4-node lab: a model the inventory declares is placed by
 `macfleet reboot` after the mesh is back (exo loses every instance at a reboot, as exo does) and must answer
 before the reboot counts as done; `bench exo` keeps its tokens/s as the baseline; a 40 Gb/s cable between two
-of its nodes then shows as an inference finding against that baseline. Leaves lab4 with no instance placed,
-no model declared and no baseline."""
+of its nodes then shows as an inference finding against that baseline, in `bench exo` and in doctor. Leaves
+lab4 with no instance placed, no model declared and no baseline."""
 
 from __future__ import annotations
 
@@ -58,6 +58,9 @@ def test_reboot_places_the_declared_model_again_and_a_slow_cable_shows_against_t
             assert slow.returncode == 1, slow.stdout + slow.stderr[-2000:]
             assert [f["code"] for f in found["findings"]] == ["inference-below-baseline"], found
             assert found["models"][0]["generation_tps"] < 0.6 * fig["generation_tps"]
+            doctor = lab4.macfleet("doctor", "--only", "model-placed,inference", "--json", "-i", inv, check=False)
+            said = [(f["check"], f["node"]) for f in json.loads(doctor.stdout)["findings"]]
+            assert said == [("inference", lab4.nodes[0])], doctor.stdout  # placed, but slow: said once
         finally:
             lab4.fault("slow-cable", ranks[0], ranks[1], clear=True)
     finally:
