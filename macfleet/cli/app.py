@@ -51,6 +51,7 @@ GROUPS: list[tuple[str, str, str]] = [
     ("upgrade", "macfleet.cli.upgrade", "Bring the mesh to the inventory's macOS build, one node at a time."),
     ("unlock", "macfleet.cli.unlock", "Unlock FileVault Macs waiting at their unlock screen, over SSH."),
     ("watch", "macfleet.cli.watch", "The watcher that heals a wedged mesh."),
+    ("maintenance", "macfleet.cli.maintenance", "Tell the healer to leave a mesh alone for a while (planned work)."),
     ("export", "macfleet.cli.export", "Hand the mesh to other engines: MLX's hostfile, llama.cpp's --rpc list."),
     ("bench", "macfleet.cli.bench", "Measure every Thunderbolt link: throughput each way and latency."),
 ]

@@ -37,7 +37,8 @@ def watch(
     interval: Annotated[float | None, typer.Option("--interval", min=0.2, help="Seconds between probes "
                                                    "(default: macfleet_probes.interval_s).", show_default=False)]
     = None,
-    once: Annotated[bool, typer.Option("--once", help="One probe, one decision, then exit.")] = False,
+    once: Annotated[bool, typer.Option("--once", help="One probe, one decision, then exit: 0 healthy, 1 findings "
+                                       "(or a check that could not tell), 3 a node unreachable.")] = False,
     reset_breaker: Annotated[bool, typer.Option("--reset", help="Close the circuit breaker, forget the streaks, "
                                                 "and exit.")] = False,
     listen: Annotated[str | None, typer.Option("--listen", metavar="ADDR:PORT", help="Serve /metrics "
@@ -77,3 +78,5 @@ def watch(
     finally:
         watcher.close()
     say("watch: stopped")
+    if once:
+        raise typer.Exit(watcher.exit_code())

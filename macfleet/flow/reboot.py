@@ -34,7 +34,7 @@ from macfleet.flow.placed import MODELS_PHASE, models_answer
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.health import HealthReport, NodeFacts
 from macfleet.judge.model import Refusal
-from macfleet.judge.reboot import RebootPlan, preflight
+from macfleet.judge.reboot import RebootPlan, preflight, sketch
 
 # The checks a reboot verifies (their probes, and no other, read from the catalogue: a node that just booted
 # is read in one round of commands).
@@ -209,6 +209,10 @@ class Verifier:
 # ---------------------------------------------------------------------------------------------- the flow
 
 
+def _rows(plan: RebootPlan) -> list[dict]:
+    return [{"node": n.node, "method": n.method, "why": n.why} for n in plan.nodes]
+
+
 def reboot_mesh(fleet: Fleet, mesh: Mesh, nodes: list[str], reason: str, *, dry_run: bool = False,
                 respect_windows: bool = False, progress: act.Progress | None = None,
                 say: Callable[[str], None] | None = None, sessions: NodeSessions | None = None,
@@ -232,11 +236,16 @@ def _reboot(fleet, mesh, nodes, reason, dry_run, respect_windows, progress, say,
     prior = interrupted_reboot(lock, mesh, datetime.now(UTC))
     if prior is not None:
         return _resume(fleet, mesh, nodes, reason, prior, lock, dry_run, progress, say, sessions, started)
+    if not dry_run:
+        lock.check("reboot")  # a rollout, the healer or another user's reboot holds it: refused before any dial
     verdict, before = plan_reboot(fleet, mesh, nodes, reason, sessions, respect_windows=respect_windows,
                                   before=before)
     if isinstance(verdict, Refusal):
-        return RebootResult(mesh=mesh.name, result="refused", reason=reason, refusal=verdict.reason)
-    plan = [{"node": n.node, "method": n.method, "why": n.why} for n in verdict.nodes]
+        # under --check the plan is shown beside the refusal, as far as it can be told
+        would = sketch(mesh, nodes, before.filevault, reason) if dry_run else None
+        return RebootResult(mesh=mesh.name, result="refused", reason=reason, refusal=verdict.reason,
+                            plan=_rows(would) if would else [], steps=would.phases if would else [])
+    plan = _rows(verdict)
     if dry_run:
         return RebootResult(mesh=mesh.name, result="dry-run", reason=reason, plan=plan, steps=verdict.phases)
     held = lock.acquire("reboot", reason, ttl_s=mesh.settings.reboot.lock_ttl_s)
@@ -340,8 +349,12 @@ class Run:
                 return False, (f"could not read whether exo runs, or the boot time, on {', '.join(unread)}: "
                                "nothing was changed")
             self.phase("stopping exo")
-            act.stop_exo_on(self.sessions, [n for n, r in self.running.items() if r])
-            return True, f"exo was running on {sum(self.running.values())} of {len(self.nodes)} node(s)"
+            stops = act.stop_exo_on(self.sessions, [n for n, r in self.running.items() if r])
+            held = [f"{n}: {h}" for n, st in stops.items() for h in st.holdouts()]
+            for line in held:
+                self.say(f"exo did not stop cleanly on {line}")
+            return True, (f"exo was running on {sum(self.running.values())} of {len(self.nodes)} node(s)"
+                          + (f"; did not exit when asked: {'; '.join(held)}" if held else ""))
 
         def reboot() -> tuple[bool, str]:
             self.phase("rebooting", critical=True)
@@ -386,10 +399,9 @@ class Run:
             waits = act.wait_for_nodes(self.sessions, self.nodes, self.boottime, timeout_s, self.progress,
                                        on_back=came_back, unlock=unlocker(self.fleet, self.mesh))
             self.result.nodes = {n: asdict(w) for n, w in waits.items()}
-            lost = {n: w.last_seen for n, w in waits.items() if not w.back}
+            lost = [w.verdict(n) for n, w in waits.items() if not w.back]
             if lost:
-                return False, "not back within {:g} s: {}".format(
-                    timeout_s, "; ".join(f"{n} (last seen: {s})" for n, s in lost.items()))
+                return False, "not back within {:g} s: {}".format(timeout_s, "; ".join(lost))
             return True, f"every node back (slowest {max(w.took_s or 0 for w in waits.values()):g} s)"
 
         def verify(v: Verifier, all_back_at: float = 0.0) -> tuple[bool, str]:

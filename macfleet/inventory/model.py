@@ -244,6 +244,22 @@ class ExoSettings(_Settings):
     port: int = Field(default=EXO_PORT, ge=1, le=65535)
     env: dict[str, str] = Field(default_factory=dict)
     build: ExoBuildSettings = Field(default_factory=ExoBuildSettings)
+    # Client networks let through the packet filter to exo's API port (its dashboard too): the people's laptops.
+    # None by default: only the mesh and the controller reach it (playbooks/roles/pf, through bootstrap's vars).
+    clients: list[str] = Field(default_factory=list, max_length=64)
+
+    @field_validator("clients")
+    @classmethod
+    def _clients(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                net = ipaddress.ip_network(item, strict=True)
+            except ValueError:
+                raise ValueError(f"{item!r}: an IPv4 or IPv6 address or network (e.g. 192.168.1.0/24)") from None
+            if net.prefixlen == 0:
+                raise ValueError(f"{item!r} is everyone: exo's API has no authentication; list the client networks")
+        return value
+
     # placing a model and loading it on every node it spans (a model of hundreds of GB takes minutes)
     place_timeout_s: float = Field(default=1800.0, gt=0, le=DAY_S, allow_inf_nan=False)
 
@@ -387,6 +403,11 @@ class RemediationSettings(_Settings):
     windows: list[MaintenanceWindow] = Field(default_factory=list)  # empty: reboots at any time
     webhook: str | None = Field(default=None, pattern=r"^https?://\S+$")
     pause_file: str = "watch.pause"  # relative to the inventory directory: while it exists, no action
+    # storm protection (Medik8s NodeHealthCheck's minHealthy, 51 % by default): no action while fewer than this
+    # share of the mesh's nodes answered the probe (a controller that lost its own network sees every node down)
+    min_observed_share: float = Field(default=0.51, gt=0, le=1, allow_inf_nan=False)
+    reboot_gap_s: float = Field(default=1800.0, ge=0, le=DAY_S, allow_inf_nan=False)  # between two mesh reboots
+    reboot_retries: int = Field(default=1, ge=0, le=10)  # a reboot that failed is tried again this often, then page
 
     @field_validator("ladder")
     @classmethod

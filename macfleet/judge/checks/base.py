@@ -17,9 +17,11 @@ from macfleet.errors import FactsParseError
 from macfleet.facts.commands import CommandSpec, spec_for
 from macfleet.facts.daemons import ExoDaemonsFacts
 from macfleet.facts.defaults import DefaultsFacts
+from macfleet.facts.discovery import Coordinators
 from macfleet.facts.disk import DfFacts
 from macfleet.facts.exo import ExoStateFacts
 from macfleet.facts.exoapi import ExoCluster
+from macfleet.facts.ledger import BootTime, FailedStarts
 from macfleet.facts.network import HardwarePortsFacts, IfconfigFacts, RoutesFacts, ServiceOrderFacts
 from macfleet.facts.probes import PfInfoFacts, PfRulesFacts, PingFacts, UpdatesFacts
 from macfleet.facts.rdma import IbvDevicesFacts, IbvDevinfoFacts, RdmaCtlFacts
@@ -112,6 +114,10 @@ class NodeFacts(Frozen):
     pings: dict[str, PingFacts] = Field(default_factory=dict)  # peer's planned address -> one ping to it
     tcp_sockets: TcpSocketsFacts | None = None  # `netstat -an -p tcp` (read where llama-rpc is enabled)
     exo_daemons: ExoDaemonsFacts | None = None  # exo's job's plist, exo's app's network daemon (facts/daemons)
+    boottime: BootTime | None = None  # `sysctl -n kern.boottime` (facts/ledger.py)
+    exo_failed_starts: FailedStarts | None = None  # exo's failed runner starts since boot (facts/ledger.py)
+    exo_master: str | None = None  # the node id its exo follows as master, "self": itself (facts/discovery.py)
+    exo_coordinators: list[Coordinators] | None = None  # its /state instances' rank-0 addresses
     timed_out: list[str] = Field(default_factory=list)  # kinds whose command gave no answer in time
     problems: dict[str, str] = Field(default_factory=dict)  # kind -> why it is missing
     ages: dict[str, float] = Field(default_factory=dict)  # probe key -> age (s) of the cached answer used

@@ -50,8 +50,8 @@ PROBES = ()
 _NEEDS = ("reachable", "exo-running")
 CHECKS = (
     Check(code="model-placed", title="every model the inventory declares (macfleet_models with `place`) has an exo "
-          "instance", order=152, judge=check_model_placed, reads=("exo-state",), depends=_NEEDS, mesh_wide=True),
+          "instance", order=156, judge=check_model_placed, reads=("exo-state",), depends=_NEEDS, mesh_wide=True),
     Check(code="inference", title="every placed model gives a token within probes.completion_timeout_s, at or "
-          "above its share of the `bench exo` baseline", order=154, judge=check_inference, reads=("exo-state",),
+          "above its share of the `bench exo` baseline", order=157, judge=check_inference, reads=("exo-state",),
           depends=_NEEDS, mesh_wide=True),
 )
