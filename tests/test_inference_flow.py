@@ -51,7 +51,7 @@ class FakeApi:
         n = script.pop(0) if len(script) > 1 else script[0]
         return Completion(model_id=model, tokens=n, seconds=0.5 if n else None)
 
-    def bench(self, model: str, timeout_s: float) -> Completion:
+    def bench(self, model: str, timeout_s: float, max_tokens: int) -> Completion:
         c = self.complete(model, timeout_s)
         prompt, gen = self.rates.get(model, (900.0, 60.0))
         return c.model_copy(update={"prompt_tps": prompt, "generation_tps": gen}) if c.tokens else c

@@ -9,12 +9,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from macfleet.act.files import read_stored, write_text_atomic
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.inference import (
-    BASELINE_FILE,
     Completion,
-    InferenceBaselines,
     MeshInferenceBaseline,
     baseline_of,
     completion_finding,
@@ -24,24 +21,14 @@ from macfleet.judge.inference import (
 from macfleet.judge.model import Finding
 from macfleet.judge.placement import InstanceView
 
-from .placed import Api, by_model
-
-
-def inference_baseline_path(fleet: Fleet) -> Path:
-    return fleet.root / BASELINE_FILE
-
-
-def load_inference_baselines(fleet: Fleet) -> InferenceBaselines | None:
-    """The saved baselines, None when there is none; UsageError naming the file when it is not one of ours."""
-    return read_stored(inference_baseline_path(fleet), InferenceBaselines, "an inference baseline",
-                       "remove it, then `macfleet bench exo --save-baseline` on a healthy mesh")
-
-
-def save_inference_baseline(fleet: Fleet, mesh: str, baseline: MeshInferenceBaseline) -> None:
-    """This mesh's baseline replaced (atomically), the other meshes' kept."""
-    old = load_inference_baselines(fleet)
-    merged = InferenceBaselines(meshes={**(old.meshes if old else {}), mesh: baseline})
-    write_text_atomic(inference_baseline_path(fleet), merged.model_dump_json(indent=2) + "\n")
+from .placed import (
+    BENCH_TOKENS,
+    Api,
+    by_model,
+    inference_baseline_path,
+    load_inference_baselines,
+    save_inference_baseline,
+)
 
 
 @dataclass
@@ -81,7 +68,7 @@ def bench_exo(fleet: Fleet, mesh: Mesh, api: Api, *, save_baseline: bool,
     base = baselines.meshes.get(mesh.name) if baselines else None
     fraction = mesh.settings.bench.inference_min_fraction
     bound = mesh.settings.probes.completion_timeout_s
-    measured = [(i, api.bench(i.model, bound)) for i in by_model(api.instances()).values()]
+    measured = [(i, api.bench(i.model, bound, BENCH_TOKENS)) for i in by_model(api.instances()).values()]
     findings = [f for i, c in measured for f in (completion_finding(c, nodes_of(i), bound),
                                                  slow_finding(c, nodes_of(i), base, fraction)) if f is not None]
     run = BenchExoRun(mesh=mesh.name, measured=measured, findings=findings, min_fraction=fraction,

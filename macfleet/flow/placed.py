@@ -8,18 +8,26 @@ it, and every placed model must give a token within the bound before the mesh co
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
+from macfleet.act.files import read_stored, write_text_atomic
 from macfleet.errors import MacfleetError
 from macfleet.inventory.model import Fleet, KeepPlaced, Mesh, ModelToStage
+from macfleet.judge.checks.base import NodeFacts
 from macfleet.judge.inference import (
+    BASELINE_FILE,
     Completion,
+    InferenceBaselines,
+    InferenceInput,
+    MeshInferenceBaseline,
     completion_finding,
     nodes_of,
     not_placed,
     not_placed_findings,
+    placed_on,
 )
 from macfleet.judge.model import Finding
 from macfleet.judge.placement import InstanceView
@@ -37,7 +45,7 @@ class Api(Protocol):
 
     def complete(self, model: str, timeout_s: float) -> Completion: ...  # one short completion, bounded
 
-    def bench(self, model: str, timeout_s: float) -> Completion: ...  # exo's bench endpoint: its tokens/s
+    def bench(self, model: str, timeout_s: float, max_tokens: int) -> Completion: ...  # exo's own tokens/s
 
 
 @dataclass
@@ -124,6 +132,26 @@ def models_answer(fleet: Fleet, mesh: Mesh, say: Callable[[str], None]) -> tuple
     return result.ok, result.detail
 
 
+# ------------------------------------------------------------------------------------- the baseline, kept
+
+
+def inference_baseline_path(fleet: Fleet) -> Path:
+    return fleet.root / BASELINE_FILE
+
+
+def load_inference_baselines(fleet: Fleet) -> InferenceBaselines | None:
+    """The saved baselines, None when there is none; UsageError naming the file when it is not one of ours."""
+    return read_stored(inference_baseline_path(fleet), InferenceBaselines, "an inference baseline",
+                       "remove it, then `macfleet bench exo --save-baseline` on a healthy mesh")
+
+
+def save_inference_baseline(fleet: Fleet, mesh: str, baseline: MeshInferenceBaseline) -> None:
+    """This mesh's baseline replaced (atomically), the other meshes' kept."""
+    old = load_inference_baselines(fleet)
+    merged = InferenceBaselines(meshes={**(old.meshes if old else {}), mesh: baseline})
+    write_text_atomic(inference_baseline_path(fleet), merged.model_dump_json(indent=2) + "\n")
+
+
 # ------------------------------------------------------------------------------------------- exo's API, for real
 
 PROBE_PROMPT = "Reply with the single word: ready"  # a short completion: is a token coming through at all?
@@ -143,12 +171,9 @@ class MeshApi:
 
     def instances(self) -> list[InstanceView]:
         from macfleet.flow import exo
-        from macfleet.judge.placement import node_names, view
 
         with exo.api_on(self.fleet, self.mesh) as api:
-            state = exo.cluster(api)
-        names = node_names(state, {n.name: n.address for n in self.mesh.nodes})
-        return [view(i, names) for i in state.instances]
+            return placed_on(self.mesh, exo.cluster(api))
 
     def place(self, model: ModelToStage, timeout_s: float) -> None:
         from macfleet.flow import exo
@@ -168,12 +193,12 @@ class MeshApi:
         return Completion(model_id=model, tokens=r.generation_tokens or 0, seconds=r.seconds,
                           prompt_tps=r.prompt_tps, generation_tps=r.generation_tps)
 
-    def bench(self, model: str, timeout_s: float) -> Completion:
+    def bench(self, model: str, timeout_s: float, max_tokens: int = BENCH_TOKENS) -> Completion:
         """exo's `/bench/chat/completions`: the tokens/s are exo's own figures, not timed here."""
         from macfleet.facts.exoapi import parse_bench_answer
         from macfleet.flow import exo
 
-        body = {"model": model, "messages": [{"role": "user", "content": BENCH_PROMPT}], "max_tokens": BENCH_TOKENS}
+        body = {"model": model, "messages": [{"role": "user", "content": BENCH_PROMPT}], "max_tokens": max_tokens}
         started = time.monotonic()
         try:
             with exo.api_on(self.fleet, self.mesh) as api:
@@ -187,3 +212,27 @@ class MeshApi:
 
 def api_for(fleet: Fleet, mesh: Mesh) -> Api:
     return MeshApi(fleet, mesh)
+
+
+def inference_inputs(fleet: Fleet, meshes: Sequence[Mesh], facts: Mapping[str, NodeFacts]
+                     ) -> dict[str, InferenceInput]:
+    """Doctor's inference check, per mesh: the instances the pass read on the mesh's reporting node (no second
+    read), then one short measured completion through each placed model (exo's bench endpoint, the same
+    prompt as `bench exo`, so its figures compare with that baseline). A mesh with nothing placed costs nothing."""
+    out: dict[str, InferenceInput] = {}
+    for mesh in meshes:
+        node = next((n for n in mesh.node_names if facts.get(n) is not None and facts[n].exo_cluster is not None),
+                    None)
+        if node is None:
+            continue  # exo's checks say why its /state could not be read
+        placed = placed_on(mesh, facts[node].exo_cluster)  # type: ignore[arg-type]
+        try:
+            baselines = load_inference_baselines(fleet)
+        except MacfleetError as exc:
+            out[mesh.name] = InferenceInput(node=node, placed=placed, problem=exc.message)
+            continue
+        api, bound = api_for(fleet, mesh), mesh.settings.probes.completion_timeout_s
+        answers = {model: api.bench(model, bound, PROBE_TOKENS) for model in by_model(placed)}
+        out[mesh.name] = InferenceInput(node=node, placed=placed, answers=answers,
+                                        baseline=baselines.meshes.get(mesh.name) if baselines else None)
+    return out

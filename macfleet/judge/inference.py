@@ -15,9 +15,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from macfleet.facts.exoapi import ExoCluster
 from macfleet.inventory.model import KeepPlaced, Mesh, ModelToStage, Sharding, Transport
 from macfleet.judge.model import Finding
-from macfleet.judge.placement import InstanceView
+from macfleet.judge.placement import InstanceView, node_names, view
 
 BASELINE_FILE = "bench-exo.baseline.json"  # beside the inventory's hosts.yml, as bench-links.baseline.json
 Phase = Literal["prompt", "generation"]
@@ -82,6 +83,12 @@ class InferenceInput(_Model):
 def nodes_of(instance: InstanceView) -> list[str]:
     """The nodes an instance's shards are on, in rank order (inventory names where exo's ids are known)."""
     return [s.node for s in sorted(instance.shards, key=lambda s: s.rank)]
+
+
+def placed_on(mesh: Mesh, cluster: ExoCluster) -> list[InstanceView]:
+    """exo's instances as `macfleet exo status` shows them: shards on inventory names where exo's ids are known."""
+    names = node_names(cluster, {n.name: n.address for n in mesh.nodes})
+    return [view(i, names) for i in cluster.instances]
 
 
 def not_placed(mesh: Mesh, placed: Sequence[InstanceView]) -> list[ModelToStage]:

@@ -3,7 +3,13 @@ baseline `bench exo` saved."""
 
 from __future__ import annotations
 
-from macfleet.inventory.model import KeepPlaced, Mesh, ModelToStage, Settings
+from datetime import UTC, datetime
+from pathlib import Path
+
+from macfleet.facts.exoapi import ExoCluster, ExoInstance, ExoShard
+from macfleet.inventory.model import Fleet, KeepPlaced, Mesh, ModelToStage, Settings
+from macfleet.judge.checks.base import HealthContext, NodeFacts, Unknown
+from macfleet.judge.checks.models import check_inference, check_model_placed
 from macfleet.judge.inference import (
     Completion,
     InferenceBaselines,
@@ -110,3 +116,44 @@ def test_doctor_names_a_placed_model_that_gave_no_token_on_its_nodes_and_a_slow_
     healthy = inp.model_copy(update={"answers": {LLAMA: Completion(model_id=LLAMA, tokens=16, prompt_tps=900.0,
                                                                    generation_tps=59.0)}})
     assert inference_findings(healthy, 60, 0.5) == []
+
+
+# ---------------------------------------------------------------------------------------- doctor's two checks
+
+
+def _ctx(m: Mesh, cluster: ExoCluster | None, inference=None) -> HealthContext:
+    facts = {n: NodeFacts(exo_cluster=cluster, problems={} if cluster else {"exo-state": "curl timed out"})
+             for n in m.node_names}
+    fleet = Fleet(root=Path("/nonexistent"), meshes=(m,), settings=m.settings)
+    return HealthContext(fleet=fleet, meshes=[m], facts=facts, now=datetime.now(UTC), inference=inference or {})
+
+
+def _cluster(*models: str) -> ExoCluster:
+    return ExoCluster(nodes=["id-a", "id-b"], names={"id-a": "a", "id-b": "b"}, instances=[
+        ExoInstance(instance_id=f"i{k}", model=model, kind="MlxRing", sharding="Pipeline", shards=[
+            ExoShard(node_id="id-a", runner_id="r1", rank=0, status="RunnerReady"),
+            ExoShard(node_id="id-b", runner_id="r2", rank=1, status="RunnerReady")]) for k, model in enumerate(models)])
+
+
+def test_doctor_says_once_on_the_first_node_read_that_a_declared_model_is_not_placed() -> None:
+    m = declaring(ModelToStage(name=LLAMA, place=KeepPlaced()))
+    ctx = _ctx(m, _cluster(QWEN))
+    (f,) = check_model_placed(ctx, "a")
+    assert (f.check, f.severity) == ("model-placed", "error") and LLAMA in f.message
+    assert check_model_placed(ctx, "b") == []  # mesh-wide: said once
+    assert check_model_placed(_ctx(m, _cluster(LLAMA)), "a") == []
+    assert check_model_placed(_ctx(declaring(), _cluster()), "a") == []  # nothing declared: nothing to say
+    unread = check_model_placed(_ctx(m, None), "a")
+    assert unread == Unknown(reason="exo-state: curl timed out")  # could not read is never "not placed"
+
+
+def test_doctor_reports_the_flows_completions_on_the_node_whose_exo_was_read() -> None:
+    m = declaring()
+    inp = InferenceInput(node="a", placed=[inst(LLAMA, nodes=("a", "b"))], baseline=BASE, answers={
+        LLAMA: Completion(model_id=LLAMA, tokens=16, prompt_tps=900.0, generation_tps=19.0)})
+    ctx = _ctx(m, _cluster(LLAMA), {m.name: inp})
+    (f,) = check_inference(ctx, "a")
+    assert (f.check, f.severity) == ("inference", "warning") and "32% of its baseline" in f.evidence
+    assert check_inference(ctx, "b") == []
+    broken = {m.name: InferenceInput(node="a", problem="bench-exo.baseline.json is not ours")}
+    assert check_inference(_ctx(m, _cluster(), broken), "a") == Unknown(reason="bench-exo.baseline.json is not ours")

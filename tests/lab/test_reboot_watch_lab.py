@@ -350,7 +350,8 @@ def test_a_reboot_killed_after_issuing_its_reboots_is_resumed_and_the_mesh_verif
         out = json.loads(p.stdout)
         assert out["result"] == "ok" and out["resumed"].startswith(f"resuming the reboot of reboot (pid {first.pid}")
         assert [ph["name"] for ph in out["phases"]] == ["wait for nodes", "verify RDMA, IP plan, cabling",
-                                                         "start exo", "verify exo /state"]
+                                                         "start exo", "verify exo /state",
+                                                         "models placed and answering"]
         assert out["phases"][2]["detail"] == f"started on {len(lab.nodes)} node(s)"  # exo ran everywhere before
         assert "took over a stale cluster lock held by reboot" in out["lock"] and "released (ok: clean" in out["lock"]
         after = boottimes(lab)

@@ -5,9 +5,10 @@ its API."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from macfleet.constants import EXO_MODELS_DIR
-from macfleet.facts.commands import exo_daemons_spec, exo_specs
+from macfleet.facts.commands import CommandSpec, exo_daemons_spec, exo_specs
 from macfleet.facts.daemons import (
     EXO_JOB_PLIST,
     NETWORKSETUP_LABEL,
@@ -22,6 +23,7 @@ from macfleet.facts.exo import (
     parse_http_response,
     parse_node_id,
 )
+from macfleet.facts.exoapi import parse_cluster
 from macfleet.inventory.model import Mesh
 from macfleet.judge.checks.base import (
     Answers,
@@ -30,6 +32,7 @@ from macfleet.judge.checks.base import (
     HealthFinding,
     NodeFacts,
     Probe,
+    Scope,
     Unknown,
     Verdict,
     parsed,
@@ -326,7 +329,7 @@ def check_exo_discovery(ctx: HealthContext, node: str) -> Verdict:
 CURL_REFUSED = 7  # curl: "Failed to connect": nothing listens on the port
 
 
-def _exo(kind: str) -> object:
+def _exo(kind: str) -> Callable[[Scope], tuple[CommandSpec, ...]]:
     """The exo read of this kind, at the mesh's exo port and install root."""
     return lambda s: pick(exo_specs(s.mesh.settings.exo.port, s.mesh.settings.exo.install_root), kind)
 
@@ -356,11 +359,13 @@ def _read_log(answers: Answers) -> dict[str, object]:
 
 
 def _read_state(answers: Answers) -> dict[str, object]:
-    """exo's /state and its instances' rank-0 addresses (facts/discovery.py)."""
+    """exo's /state, once read: what the exo checks judge, its instances' rank-0 addresses (facts/discovery.py)
+    and its instances as `macfleet exo` reads them (the models checks')."""
     state = parsed(answers, "exo-state", parse_exo_state)
     if state is None:
         return {}
-    return {"exo_state": state, "exo_coordinators": parsed(answers, "exo-state", parse_coordinators)}
+    return {"exo_state": state, "exo_coordinators": parsed(answers, "exo-state", parse_coordinators),
+            "exo_cluster": parsed(answers, "exo-state", parse_cluster)}
 
 
 def _read_release(answers: Answers) -> dict[str, object]:
@@ -376,7 +381,8 @@ def _read_release(answers: Answers) -> dict[str, object]:
 PROBES = (
     Probe(key="exo-node-id", command=_exo("exo-node-id"), read=_read_node_id,
           fills=("exo_api", "exo_node_id")),
-    Probe(key="exo-state", command=_exo("exo-state"), read=_read_state, fills=("exo_state", "exo_coordinators")),
+    Probe(key="exo-state", command=_exo("exo-state"), read=_read_state,
+          fills=("exo_state", "exo_coordinators", "exo_cluster")),
     Probe(key="exo-log", command=_exo("exo-log"), read=_read_log, fills=("exo_log", "exo_master")),
     Probe(key="exo-release", command=_exo("exo-release"), read=_read_release,
           fills=("exo_version",)),
