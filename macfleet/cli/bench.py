@@ -6,7 +6,16 @@ from typing import Annotated
 
 import typer
 
-from macfleet.cli.options import InventoryOpt, JsonOpt, MeshOpt, count_option, inventory_path
+from macfleet.cli.options import (
+    EventsOpt,
+    InventoryOpt,
+    JsonOpt,
+    LimitOpt,
+    MeshOpt,
+    count_option,
+    inventory_path,
+    whole_mesh,
+)
 from macfleet.render.output import emit, info
 from macfleet.render.text import text
 
@@ -17,11 +26,13 @@ app = typer.Typer(no_args_is_help=True, help="Measure the mesh: every Thunderbol
 def links_cmd(
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
+    limit: LimitOpt = None,
     duration: Annotated[int, count_option("--duration", low=1, high=600, what="seconds",
                                           help="Seconds of iperf3 per link (both directions at once).")] = 5,
     save_baseline: Annotated[bool, typer.Option("--save-baseline", help="Keep these results beside the "
                                                 "inventory as the baseline later runs are compared with.")] = False,
     json_output: JsonOpt = False,
+    events: EventsOpt = False,
 ) -> None:
     """Every Thunderbolt link measured each way with iperf3 between the two ends' link addresses, and its latency
     with ping, in rounds of links that share no Mac. With a baseline, each direction below the mesh's
@@ -34,7 +45,8 @@ def links_cmd(
     from macfleet.render.bench import baseline_note, render_bench
 
     fleet = load_inventory(inventory_path(inventory))
-    m = one_mesh(fleet, mesh)
+    m = one_mesh(fleet, whole_mesh(fleet, mesh, limit, "every link of the mesh is measured, in rounds of links "
+                                   "that share no Mac"))
     info(f"measuring the links of mesh {m.name} ({duration} s each, links sharing no Mac at once)…")
 
     def progress(i: int, rnd) -> None:

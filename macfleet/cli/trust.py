@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from macfleet.cli import complete
 from macfleet.cli.options import InventoryOpt, JsonOpt, LimitOpt, inventory_path
 from macfleet.errors import UsageError, most_severe_exit
 from macfleet.render import output
@@ -14,8 +15,9 @@ from macfleet.render.output import emit
 
 
 def command(
-    nodes: Annotated[list[str] | None, typer.Argument(help="Nodes (default: every node of the inventory).",
-                                                      show_default=False)] = None,
+    nodes: Annotated[list[str] | None, typer.Argument(
+        help="Nodes (default: every node of the inventory).",
+        autocompletion=complete.nodes, show_default=False)] = None,
     inventory: InventoryOpt = None,
     limit: LimitOpt = None,
     fingerprint: Annotated[list[str] | None, typer.Option(

@@ -242,10 +242,16 @@ def push_model(fleet: Fleet, model: str, source: Path | None, *, hf: bool = Fals
             return _push(fleet, m, targets, model, name, source, manifest, pre, say, progress, links, t0)
 
 
-def _push(fleet: Fleet, m: Mesh, targets: list[str], model: str, name: str, source: Path, manifest: Manifest,
-          pre: dict[str, dict], say: Say, progress: Progress | None, links: _Links, t0: float) -> ModelPushReport:
+def _what_each_lacks(manifest: Manifest, pre: dict[str, dict], targets: list[str]) -> tuple[dict, dict[str, int]]:
+    """Per node: the files it lacks (by digest), and the bytes still to send (less what is already staged)."""
     lacking = {n: missing_files(manifest, {k: (v[0], v[1]) for k, v in pre[n]["have"].items()}) for n in targets}
     need = {n: sum(f.size - min(pre[n]["staged"].get(f.path, 0), f.size) for f in lacking[n]) for n in targets}
+    return lacking, need
+
+
+def _push(fleet: Fleet, m: Mesh, targets: list[str], model: str, name: str, source: Path, manifest: Manifest,
+          pre: dict[str, dict], say: Say, progress: Progress | None, links: _Links, t0: float) -> ModelPushReport:
+    lacking, need = _what_each_lacks(manifest, pre, targets)
     refusals = _free_space_refusals(pre, need)
     if refusals:
         raise Refused("not enough disk space; nothing was sent: " + "; ".join(f"{n}: {w}" for n, w in
@@ -501,3 +507,34 @@ def _targets(m: Mesh, nodes: list[str] | None) -> list[str]:
 
 def transfer_cache(fleet: Fleet) -> Path:
     return model_cache_dir()
+
+
+def plan_model_push(fleet: Fleet, model: str, source: Path | None, *, hf: bool = False, mesh: str | None = None,
+                    nodes: list[str] | None = None) -> dict[str, Any]:
+    """`rollout model --check`: what a push would send where, with sizes, from each node's read-only preflight.
+    Nothing is sent, downloaded, staged or locked. The `rollout model --check --json` shape (docs/cli.md)."""
+    name = _checked_name(model)
+    m = one_mesh(fleet, mesh)
+    targets = _targets(m, nodes)
+    plan: dict[str, Any] = {"result": "check", "model": model, "directory": name, "mesh": m.name,
+                            "download": None, "files": None, "bytes": None, "seed": None,
+                            "nodes": {n: None for n in targets}}
+    if hf:
+        cached = transfer_cache(fleet) / name
+        if not cached.is_dir():  # sizes are known only once it is downloaded, which --check does not do
+            plan["download"] = {"from": "huggingface", "into": str(cached)}
+            return plan
+        source = cached
+    if source is None or not source.is_dir():
+        raise UsageError(f"--from {source}: not a directory")
+    manifest = transfer.local_manifest(source)
+    pre = _preflight(fleet, targets, m.settings.exo.models_dir, name, manifest)
+    lacking, need = _what_each_lacks(manifest, pre, targets)
+    refusals = _free_space_refusals(pre, need)
+    needing = [n for n in targets if lacking[n]]
+    holders = [n for n in targets if not lacking[n]]
+    plan.update(files=len(manifest.files), bytes=manifest.total_bytes,
+                seed=(holders[0] if holders else needing[0]) if needing else None,
+                nodes={n: {"has_files": len(manifest.files) - len(lacking[n]), "would_send_files": len(lacking[n]),
+                           "would_send_bytes": need[n], "refused": refusals.get(n)} for n in targets})
+    return plan

@@ -1,0 +1,134 @@
+"""Previews (`--check`) where there were none (issue 30): `doctor --fix --check` runs each fix's playbook in
+Ansible's check mode, on a private copy of the inventory, and judges once; `rollout model --check` says what would
+be sent where, with sizes, and sends nothing. And -l/--limit on a command that needs the whole mesh."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from macfleet.errors import UsageError
+from tests.test_doctor_cli import finding, report
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_doctor_fix_check_runs_each_fix_in_check_mode_once_and_changes_nothing(cli, example_inventory,
+                                                                               monkeypatch) -> None:
+    from macfleet.act import ansible
+    from macfleet.flow import doctor, topology
+
+    before = _tree(example_inventory)
+    looks: list[int] = []
+    runs: list[ansible.PlaybookRun] = []
+
+    def judged(fleet, meshes, **_):
+        looks.append(1)
+        return SimpleNamespace(report=report([finding("studio-1", "ip-plan"), finding("studio-2", "power"),
+                                              finding("studio-2", "rdma")]), facts={})
+
+    def ran(run, **_):
+        runs.append(run)
+        assert run.inventory != example_inventory or run.playbook != "network"  # the plan goes into a copy
+        return SimpleNamespace(changes={run.limit[0]: [f"{run.playbook}: a task"]})
+
+    monkeypatch.setattr(doctor, "run_doctor", judged)
+    monkeypatch.setattr(doctor, "fix_vars", lambda *a: {})
+    monkeypatch.setattr(topology, "prepare_apply", lambda fleet, meshes: SimpleNamespace(
+        nodes=["studio-1"], hostvars={"studio-1": {"x": 1}}))
+    monkeypatch.setattr(ansible, "run_playbook", ran)
+    result = cli("doctor", "-i", str(example_inventory), "--fix", "--check", "--diff", "--json")
+    assert result.exit_code == 1, result.output  # the findings are still there: nothing was fixed
+    payload = json.loads(result.stdout)
+    assert len(looks) == 1 and payload["after"] is None
+    assert {(f["playbook"], f["status"]) for f in payload["fixes"]} == {("network", "would apply"),
+                                                                       ("power", "would apply")}
+    assert {f["playbook"]: f["changes"] for f in payload["fixes"]}["power"] == {"studio-2": ["power: a task"]}
+    assert all(r.check and r.diff for r in runs) and len(runs) == 2
+    assert payload["not_fixed"][0]["check"] == "rdma"
+    assert _tree(example_inventory) == before
+
+
+def _model(tmp_path: Path) -> tuple[Path, dict[str, tuple[int, str]]]:
+    src = tmp_path / "model"
+    src.mkdir()
+    files = {"config.json": b"{}", "weights.safetensors": b"w" * 5000}
+    for name, data in files.items():
+        (src / name).write_bytes(data)
+    return src, {n: (len(d), hashlib.sha256(d).hexdigest()) for n, d in files.items()}
+
+
+DF = ("Filesystem 1024-blocks Used Available Capacity Mounted on\n"
+      "/dev/disk3s5 {size} 100 {free} 1% /System/Volumes/Data\n")
+
+
+def test_rollout_model_check_says_what_each_node_would_get_and_sends_nothing(cli, example_inventory, tmp_path,
+                                                                             monkeypatch) -> None:
+    from macfleet.act import transfer
+    from macfleet.flow import models
+
+    src, files = _model(tmp_path)
+    real = {f.path: f.digest for f in transfer.local_manifest(src).files}  # the digests the push compares
+
+    def preflight(fleet, nodes, models_dir, name, manifest):
+        assert nodes == ["studio-1", "studio-2", "studio-3"]
+        answers = {
+            "studio-1": {"have": {p: [s, real[p]] for p, (s, _) in files.items()}, "staged": {}},  # has it all
+            "studio-2": {"have": {"config.json": [2, real["config.json"]]}, "staged": {"weights.safetensors": 1000}},
+            "studio-3": {"have": {}, "staged": {}},
+        }
+        return {n: {**a, "df": DF.format(size=10**9, free=1 if n == "studio-3" else 10**8), "df_rc": 0,
+                    "final": "/x", "staging": "/y"} for n, a in answers.items()}
+
+    monkeypatch.setattr(models, "_preflight", preflight)
+    monkeypatch.setattr(transfer, "node_sessions", lambda *a, **k: pytest.fail("a session was opened"))
+    result = cli("rollout", "model", "org/m", "--from", str(src), "-i", str(example_inventory), "-l",
+                 "studio-1,studio-2,studio-3", "--check", "--json")
+    plan = json.loads(result.stdout)
+    assert result.exit_code == 1, result.output  # studio-3 has no room: the push would be refused
+    assert plan["result"] == "check" and plan["files"] == 2 and plan["bytes"] == 5002 and plan["seed"] == "studio-1"
+    assert plan["nodes"]["studio-1"] == {"has_files": 2, "would_send_files": 0, "would_send_bytes": 0,
+                                        "refused": None}
+    assert plan["nodes"]["studio-2"]["would_send_bytes"] == 4000  # 5000 less the 1000 already staged
+    assert "needs" in plan["nodes"]["studio-3"]["refused"]
+    assert not list(example_inventory.glob("*lock*"))
+
+
+def test_rollout_model_check_with_hf_downloads_nothing(cli, example_inventory, monkeypatch, tmp_path) -> None:
+    from macfleet.flow import models
+
+    monkeypatch.setattr(models, "transfer_cache", lambda fleet: tmp_path / "cache")
+    monkeypatch.setattr(models, "fetch_hf", lambda *a: pytest.fail("downloaded"))
+    result = cli("rollout", "model", "org/m", "--hf", "-i", str(example_inventory), "--check", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["download"]["from"] == "huggingface"
+
+
+@pytest.mark.parametrize(("limit", "mesh"), [("mesh1", "mesh1"), ("studio-*", "mesh1"), ("all", "mesh1"),
+                                             ("studio-1,studio-2,studio-3,studio-4", "mesh1")])
+def test_a_limit_naming_one_whole_mesh_is_that_mesh(limit: str, mesh: str) -> None:
+    from macfleet.cli.options import whole_mesh
+    from macfleet.inventory.load import load_inventory
+    from tests.conftest import EXAMPLE_INVENTORY
+
+    assert whole_mesh(load_inventory(EXAMPLE_INVENTORY), None, limit, "why") == mesh
+
+
+def test_a_limit_on_part_of_a_mesh_is_refused_with_the_reason(cli) -> None:
+    from tests.conftest import EXAMPLE_INVENTORY
+
+    result = cli("topology", "ipplan", "-i", str(EXAMPLE_INVENTORY), "-l", "studio-1", "--json")
+    assert result.exit_code == 2
+    error = json.loads(result.stdout)["error"]
+    assert "not every node of one mesh" in error["message"] and "one subnet per pair" in error["hint"]
+    with pytest.raises(UsageError, match="another"):
+        from macfleet.cli.options import whole_mesh
+        from macfleet.inventory.load import load_inventory
+
+        whole_mesh(load_inventory(EXAMPLE_INVENTORY), "other", "mesh1", "why")
