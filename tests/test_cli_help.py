@@ -68,7 +68,8 @@ IDS = [" ".join(words) for words, _ in COMMANDS]
 
 # What each command does, which decides the options it must take (docs/cli.md "What a new command must have"):
 # "nodes": it acts on the inventory's nodes (-l/--limit, and -i); "changes": it changes something (--check);
-# "long": it runs long enough to follow (--events); "no-inventory": it reads no inventory (no -i).
+# "long": it runs long enough to follow (--events); "playbook": its changes are a playbook's (--diff);
+# "no-inventory": it reads no inventory (no -i).
 # A command missing here fails below: a new command is classified when it is added.
 KINDS: dict[str, set[str]] = {
     "inventory check": set(), "inventory show": set(), "config show": {"no-inventory"},
@@ -76,9 +77,9 @@ KINDS: dict[str, set[str]] = {
     "facts parse": {"no-inventory"}, "facts kinds": {"no-inventory"},
     "topology links": {"no-inventory"}, "topology plan": set(),
     "topology check": {"nodes"}, "topology show": {"nodes"}, "topology watch": {"nodes", "long"},
-    "topology ipplan": {"nodes"}, "topology apply": {"nodes", "changes", "long"},
-    "bootstrap": {"nodes", "changes", "long"},
-    "doctor": {"nodes", "changes", "long"},  # changes with --fix
+    "topology ipplan": {"nodes"}, "topology apply": {"nodes", "changes", "long", "playbook"},
+    "bootstrap": {"nodes", "changes", "long", "playbook"},
+    "doctor": {"nodes", "changes", "long", "playbook"},  # changes with --fix
     "rollout exo": {"nodes", "changes", "long"}, "rollout llama-rpc": {"nodes", "changes", "long"},
     "rollout rollback": {"nodes", "changes", "long"}, "rollout status": {"nodes"}, "rollout history": set(),
     "rollout model": {"nodes", "changes", "long"},
@@ -99,7 +100,7 @@ NOT_YET: dict[tuple[str, str], str] = {
 }
 # Commands whose --json is refused because what they print is not a result (a shell, a build on disk).
 JSON_REFUSED = {"lab down", "lab ssh", "lab recovery", "lab exo-build", "lab llama-build"}
-REQUIRED = {"nodes": ("-l", "--limit"), "changes": ("--check",), "long": ("--events",)}
+REQUIRED = {"nodes": ("-l", "--limit"), "changes": ("--check",), "long": ("--events",), "playbook": ("--diff",)}
 
 
 def _kinds(words: tuple[str, ...]) -> set[str]:

@@ -132,3 +132,38 @@ def test_a_limit_on_part_of_a_mesh_is_refused_with_the_reason(cli) -> None:
         from macfleet.inventory.load import load_inventory
 
         whole_mesh(load_inventory(EXAMPLE_INVENTORY), "other", "mesh1", "why")
+
+
+def test_ansible_diffs_are_shown_as_ansible_shows_them() -> None:
+    """The shapes of a task result's `diff` (ansible-core's lineinfile/template/copy give before/after texts with
+    headers; file gives states; some modules a `prepared` text)."""
+    from macfleet.act.ansible import MAX_DIFF_CHARS, diff_text
+
+    text = diff_text({"diff": [{"before": "a\nb\n", "after": "a\nc\n", "before_header": "/etc/pf.anchors/x",
+                                "after_header": "/etc/pf.anchors/x"}]})
+    assert text is not None and "--- /etc/pf.anchors/x" in text and "-b\n" in text and "+c\n" in text
+    assert diff_text({"diff": {"before": {"state": "absent"}, "after": {"state": "file"}}}) == (
+        "- {'state': 'absent'}\n+ {'state': 'file'}\n")
+    assert diff_text({"diff": [{"prepared": "changed: 1 line"}]}) == "changed: 1 line\n"
+    assert diff_text({"diff": [{"before": "same", "after": "same"}]}) is None
+    assert diff_text({"changed": True}) is None
+    long = diff_text({"diff": {"before": "", "after": "x\n" * MAX_DIFF_CHARS}})
+    assert long is not None and long.endswith("… (cut)\n") and len(long) < MAX_DIFF_CHARS + 20
+
+
+def test_bootstrap_diff_is_asked_of_ansible_and_shown_as_text(cli, example_inventory, monkeypatch) -> None:
+    from macfleet.flow import bootstrap as flow
+
+    asked: dict = {}
+
+    def fake(fleet, meshes, *, check, diff, on_diff, **_):
+        asked.update(check=check, diff=diff)
+        on_diff("studio-1", "pf anchor", "--- a\n+++ b\n-[red]old\n+new\n")
+        return SimpleNamespace(json_payload=lambda: {"changed": 0, "nodes": {}}, exit_code=0, nodes={},
+                               unreachable={})
+
+    monkeypatch.setattr(flow, "bootstrap", fake)
+    result = cli("bootstrap", "-i", str(example_inventory), "--check", "--diff", "--non-interactive", "--json")
+    assert result.exit_code == 0, result.output
+    assert asked == {"check": True, "diff": True}
+    assert "--- studio-1: pf anchor" in result.stderr and "-[red]old" in result.stderr  # data, not markup

@@ -9,7 +9,17 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from macfleet.cli.options import CheckOpt, EventsOpt, InventoryOpt, JsonOpt, LimitOpt, MeshOpt, inventory_path
+from macfleet.cli.options import (
+    CheckOpt,
+    DiffOpt,
+    EventsOpt,
+    InventoryOpt,
+    JsonOpt,
+    LimitOpt,
+    MeshOpt,
+    inventory_path,
+    show_diff,
+)
 from macfleet.render import events as stream
 from macfleet.render import output
 from macfleet.render.output import emit
@@ -30,6 +40,7 @@ def command(
     mesh: MeshOpt = None,
     limit: LimitOpt = None,
     check: CheckOpt = False,
+    diff: DiffOpt = False,
     non_interactive: Annotated[bool, typer.Option(
         "--non-interactive", help="Never prompt: nodes that need a person are listed with what to do.")] = False,
     become_password_file: Annotated[Path | None, typer.Option(
@@ -81,7 +92,7 @@ def command(
 
     try:
         report = bootstrap(fleet, meshes, check=check, become_password=ask_password, on_step=on_step,
-                           partial=tuple(partial))
+                           partial=tuple(partial), diff=diff, on_diff=show_diff)
     finally:
         if live:
             live[0].stop()

@@ -7,7 +7,16 @@ from typing import Annotated
 
 import typer
 
-from macfleet.cli.options import DiffOpt, EventsOpt, InventoryOpt, JsonOpt, LimitOpt, MeshOpt, inventory_path
+from macfleet.cli.options import (
+    DiffOpt,
+    EventsOpt,
+    InventoryOpt,
+    JsonOpt,
+    LimitOpt,
+    MeshOpt,
+    inventory_path,
+    show_diff,
+)
 from macfleet.errors import UsageError
 from macfleet.render import events as stream
 from macfleet.render.output import emit, info, mode
@@ -80,9 +89,10 @@ def doctor(
         from macfleet.render.doctor import render_fix
 
         if check:
-            run = preview_fixes(fleet, meshes, only=codes, fresh=fresh, diff=diff)
+            run = preview_fixes(fleet, meshes, only=codes, fresh=fresh, diff=diff, on_diff=show_diff)
         else:
-            run = fix_doctor(fleet, meshes, functools.partial(apply_fix_step, diff=diff), only=codes, fresh=fresh)
+            apply = functools.partial(apply_fix_step, diff=diff, on_diff=show_diff)
+            run = fix_doctor(fleet, meshes, apply, only=codes, fresh=fresh)
         final = run.after or run.before
         _node_events(final.json_payload())
         emit(fix_payload(run), human=lambda _: render_fix(run.before, run.after, run.steps, run.not_fixed),

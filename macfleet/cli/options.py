@@ -106,6 +106,16 @@ DiffOpt = Annotated[
                  "Ansible's --diff does."),
 ]
 
+def show_diff(node: str, task: str, diff: str) -> None:
+    """--diff: what a playbook task changed (or would) inside files, on stderr and on the --events stream."""
+    from macfleet.render.output import err_console
+    from macfleet.render.text import text
+
+    err_console.print(text(f"--- {node}: {task}", style="bold"), highlight=False)
+    err_console.print(text(diff.rstrip("\n")), highlight=False)
+    events.progress(node=node, status="diff", detail=task, diff=diff)
+
+
 inventory_path = shared.inventory_path  # its own -i, the -i before the command, $MACFLEET_INVENTORY, the default
 
 

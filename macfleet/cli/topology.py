@@ -11,6 +11,7 @@ import typer
 
 from macfleet.cli.options import (
     CheckOpt,
+    DiffOpt,
     EventsOpt,
     InventoryOpt,
     JsonOpt,
@@ -19,6 +20,7 @@ from macfleet.cli.options import (
     count_option,
     inventory_path,
     seconds_option,
+    show_diff,
     whole_mesh,
 )
 from macfleet.errors import UsageError
@@ -243,6 +245,7 @@ def apply_cmd(
     mesh: MeshOpt = None,
     limit: LimitOpt = None,
     check: CheckOpt = False,
+    diff: DiffOpt = False,
     json_output: JsonOpt = False,
     events: EventsOpt = False,
 ) -> None:
@@ -263,11 +266,13 @@ def apply_cmd(
             info(line)
 
     def progress(e) -> None:
+        if diff and e.diff:
+            show_diff(e.host, e.task, e.diff)
         line = progress_line(e.host, e.status, e.task, output.mode.verbose)
         if line is not None:
             info(line)
 
-    applied = apply_network(fleet, meshes, check=check, on_prepared=notes, on_event=progress)
+    applied = apply_network(fleet, meshes, check=check, on_prepared=notes, on_event=progress, diff=diff)
     stream.nodes_from(applied.summary)
     human = {**applied.summary, "changes": applied.changes}
     if applied.failed:

@@ -503,7 +503,7 @@ def fix_doctor(fleet: Fleet, meshes: list[Mesh], apply: Callable[[FixStep, Fleet
 
 
 def apply_fix_step(step: FixStep, fleet: Fleet, meshes: list[Mesh], *, check: bool = False,
-                   diff: bool = False) -> None:
+                   diff: bool = False, on_diff: Callable[[str, str, str], None] | None = None) -> None:
     """Run one fix's playbook on its nodes. The IP plan is written as generated host_vars first (the same
     `prepare_apply` as `topology apply`), so the playbook applies exactly the plan doctor judged against.
     `check`: Ansible's check mode, against a private copy of the inventory (as `topology apply --check`), so
@@ -521,12 +521,13 @@ def apply_fix_step(step: FixStep, fleet: Fleet, meshes: list[Mesh], *, check: bo
             if check:
                 inventory = stack.enter_context(inventory_for_run(fleet, prepared, check=True))
         result = run_playbook(PlaybookRun(playbook=step.playbook, inventory=inventory, limit=tuple(step.nodes),
-                                          extravars=step.extravars, check=check, diff=diff))
+                                          extravars=step.extravars, check=check, diff=diff),
+                              on_event=lambda e: on_diff(e.host, e.task, e.diff) if e.diff and on_diff else None)
     step.changes = result.changes
 
 
 def preview_fixes(fleet: Fleet, meshes: list[Mesh], *, only: list[str] | None = None, fresh: bool = False,
-                  diff: bool = False) -> FixRun:
+                  diff: bool = False, on_diff: Callable[[str, str, str], None] | None = None) -> FixRun:
     """`doctor --fix --check`: judge once, then run each fix's playbook in check mode on its nodes: which
     playbooks would run where, and the tasks that would change. Nothing changes; no second look."""
     first = run_doctor(fleet, meshes, only=only, fresh=fresh)
@@ -534,7 +535,7 @@ def preview_fixes(fleet: Fleet, meshes: list[Mesh], *, only: list[str] | None = 
     for step in steps:
         step.extravars = fix_vars(step, meshes, first.facts)
         try:
-            apply_fix_step(step, fleet, meshes, check=True, diff=diff)
+            apply_fix_step(step, fleet, meshes, check=True, diff=diff, on_diff=on_diff)
             step.status = "would apply"
         except Exception as exc:  # reported with the rest, as a real run reports a failed fix
             step.status = f"failed: {getattr(exc, 'message', exc)}"
