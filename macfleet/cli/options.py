@@ -39,8 +39,8 @@ InventoryOpt = Annotated[
 
 MeshOpt = Annotated[
     str | None,
-    typer.Option("--mesh", help="Only this mesh (an inventory group under `macfleet`).", show_default=False,
-                 autocompletion=complete.meshes),
+    typer.Option("--mesh", metavar="NAME", help="Only this mesh (an inventory group under `macfleet`).",
+                 show_default=False, autocompletion=complete.meshes),
 ]
 
 LimitOpt = Annotated[

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import signal
 import threading
 from pathlib import Path
@@ -10,7 +9,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from macfleet.cli.options import EventsOpt, InventoryOpt, LimitOpt, MeshOpt, inventory_path, whole_mesh
+from macfleet.cli.options import (
+    EventsOpt,
+    InventoryOpt,
+    LimitOpt,
+    MeshOpt,
+    inventory_path,
+    seconds_option,
+    whole_mesh,
+)
 from macfleet.errors import UsageError
 from macfleet.render import events as stream
 from macfleet.render.output import emit, info
@@ -35,9 +42,9 @@ def watch(
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
     limit: LimitOpt = None,
-    interval: Annotated[float | None, typer.Option("--interval", min=0.2, help="Seconds between probes "
-                                                   "(default: macfleet_probes.interval_s).", show_default=False)]
-    = None,
+    interval: Annotated[float | None, seconds_option("--interval", low=0.2, high=86400, help="Seconds between "
+                                                     "probes (default: macfleet_probes.interval_s).",
+                                                     show_default=False)] = None,
     once: Annotated[bool, typer.Option("--once", help="One probe, one decision, then exit.")] = False,
     reset_breaker: Annotated[bool, typer.Option("--reset", help="Close the circuit breaker, forget the streaks, "
                                                 "and exit.")] = False,
@@ -72,8 +79,6 @@ def watch(
     if listen is not None and (":" not in listen or not port.isascii() or not port.isdigit()
                                or not 0 < int(port) < 65536 or len(listen) > 300):
         raise UsageError(f"--listen {listen!r}: expected ADDR:PORT with a port from 1 to 65535, e.g. 127.0.0.1:9464")
-    if interval is not None and not math.isfinite(interval):
-        raise UsageError(f"--interval {interval}: expected a finite number of seconds")
     if listen_token_file is not None and listen is None:
         raise UsageError("--listen-token-file needs --listen")
     token = read_token(listen_token_file) if listen_token_file is not None else None
