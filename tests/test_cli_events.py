@@ -89,3 +89,23 @@ def test_nothing_is_written_without_events(capsys) -> None:
     events.node_status("a", "done")
     events.finished(0)
     assert capsys.readouterr().out == ""
+
+
+def test_topology_watch_json_is_its_stream_of_changes(cli, monkeypatch) -> None:
+    """A live command has no single result: its --json is the event stream, the final check in `finished`."""
+    from types import SimpleNamespace
+
+    from macfleet.flow import topology
+
+    def watch(fleet, mesh, *, interval_s, timeout_s, on_look):
+        plugged = SimpleNamespace(kind="plugged", model_dump=lambda **_: {"kind": "plugged", "link": {"a": "x"}})
+        on_look(SimpleNamespace(report=None, events=[plugged], missing_changed=False))
+        return SimpleNamespace(clean=True, links=[1], findings=[], json_payload=lambda: {"nodes": [], "links": [],
+                                                                                          "findings": []})
+
+    monkeypatch.setattr(topology, "watch_topology", watch)
+    result = cli("topology", "watch", "-i", EXAMPLE, "--json")
+    lines = _lines(result)
+    assert result.exit_code == 0, result.output
+    assert any(x.get("change") == {"kind": "plugged", "link": {"a": "x"}} for x in lines)
+    assert lines[-1]["result"] == {"nodes": [], "links": [], "findings": []}
