@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -167,3 +168,22 @@ def test_bootstrap_diff_is_asked_of_ansible_and_shown_as_text(cli, example_inven
     assert result.exit_code == 0, result.output
     assert asked == {"check": True, "diff": True}
     assert "--- studio-1: pf anchor" in result.stderr and "-[red]old" in result.stderr  # data, not markup
+
+
+@pytest.mark.skipif(not __import__("tests.sshd").sshd.available(), reason="needs root and OpenSSH")
+def test_trust_check_shows_each_key_and_writes_and_asks_nothing(cli, server, tmp_path: Path) -> None:
+    """A real OpenSSH server: `trust --check` fetches the key and says what `trust` would do with it."""
+    inv = tmp_path / "inv"
+    shutil.copytree(server.inventory, inv)
+    (inv / "known_hosts").write_text("")
+    would = cli("trust", "-i", str(inv), "--check", "--yes", "--json")
+    assert would.exit_code == 0, would.output
+    payload = json.loads(would.stdout)
+    assert payload["check"] is True and payload["nodes"][0]["recorded"] is True
+    asks = cli("trust", "-i", str(inv), "--check", "--json")
+    assert asks.exit_code == 0, asks.output
+    node = json.loads(asks.stdout)["nodes"][0]
+    assert node["to_confirm"] is True and node["recorded"] is False and node["refused"] is None
+    assert (inv / "known_hosts").read_text() == ""
+    human = cli("trust", "-i", str(inv), "--check")
+    assert "nothing written" in human.stdout and "to confirm" in human.stdout
