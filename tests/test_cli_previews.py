@@ -187,3 +187,23 @@ def test_trust_check_shows_each_key_and_writes_and_asks_nothing(cli, server, tmp
     assert (inv / "known_hosts").read_text() == ""
     human = cli("trust", "-i", str(inv), "--check")
     assert "nothing written" in human.stdout and "to confirm" in human.stdout
+
+
+def test_rollout_rollback_check_names_the_release_and_takes_no_lock(cli, example_inventory, monkeypatch,
+                                                                   tmp_path) -> None:
+    from macfleet.act import lock as lock_mod
+    from macfleet.act import release
+    from macfleet.flow import rollout
+    from macfleet.judge.rollout import RolloutStatus
+
+    monkeypatch.setenv("MACFLEET_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setattr(release, "read_nodes", lambda fleet, names, root: {
+        n: SimpleNamespace(current="1.0.72", releases=["1.0.70", "1.0.71", "1.0.72"]) for n in names})
+    monkeypatch.setattr(rollout, "rollout_status", lambda fleet, mesh: RolloutStatus(current="1.0.72", nodes={}))
+    monkeypatch.setattr(lock_mod.ClusterLock, "hold", lambda *a, **k: pytest.fail("the lock was taken"))
+    result = cli("rollout", "rollback", "-i", str(example_inventory), "--check", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert (report["result"], report["previous"], report["release"]) == ("check", "1.0.72", "1.0.71")
+    human = cli("rollout", "rollback", "-i", str(example_inventory), "--check")
+    assert "would switch back from 1.0.72 to 1.0.71" in human.stdout

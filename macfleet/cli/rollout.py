@@ -110,13 +110,15 @@ def rollback_cmd(
     mesh: MeshOpt = None,
     limit: LimitOpt = None,
     timeout: TimeoutOpt = EXO_HEALTH_TIMEOUT_S,
+    check: Annotated[bool, typer.Option("--check", help="Say which release it would switch back to; change "
+                                        "nothing, take no lock.")] = False,
     json_output: JsonOpt = False,
     events: EventsOpt = False,
 ) -> None:
     """Switch the whole mesh back to the release it ran before."""
     fleet = load_inventory(inventory_path(inventory))
     mesh = whole_mesh(fleet, mesh, limit, "a release is switched back on the whole mesh at once")
-    emit(flow.rollback_exo(fleet, mesh=mesh, timeout_s=timeout, say=info), human=render.render_report)
+    emit(flow.rollback_exo(fleet, mesh=mesh, timeout_s=timeout, say=info, check=check), human=render.render_report)
 
 
 @app.command("status")

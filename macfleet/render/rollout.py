@@ -41,6 +41,7 @@ def render_report(report: RolloutReport) -> RenderableType:
         "switched": f"switched to {report.release}" + (f" (from {report.previous})" if report.previous else ""),
         "already": f"already on {report.release}, healthy: nothing to do",
         "repaired": f"repaired an interrupted switch: back on {report.release}",
+        "check": f"would switch back from {report.previous} to {report.release} (--check: nothing changed)",
     }.get(report.result, report.result)
     line = Text(what + (f" in {report.took_s:g} s" if report.took_s else ""), style="bold green")
     if report.staged:
