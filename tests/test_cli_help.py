@@ -93,7 +93,6 @@ KINDS: dict[str, set[str]] = {
 LAB = {"no-inventory"}
 # Options a command lacks today, each with why; an entry that is no longer true fails (remove it then).
 NOT_YET: dict[tuple[str, str], str] = {
-    ("rdma enable", "--check"): "its --non-interactive already changes nothing; not yet under the shared name",
     ("watch", "--check"): "the watcher has no decide-only mode yet (watch --once acts)",
 }
 # Commands whose --json is refused because what they print is not a result (a shell, a build on disk).

@@ -207,3 +207,21 @@ def test_rollout_rollback_check_names_the_release_and_takes_no_lock(cli, example
     assert (report["result"], report["previous"], report["release"]) == ("check", "1.0.72", "1.0.71")
     human = cli("rollout", "rollback", "-i", str(example_inventory), "--check")
     assert "would switch back from 1.0.72 to 1.0.71" in human.stdout
+
+
+def test_rdma_enable_check_is_its_non_interactive_walk_and_writes_nothing(cli, example_inventory) -> None:
+    import re
+    import socket
+
+    with socket.socket() as s:  # every Mac on a port nothing listens on: real SSH, refused at once
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    hosts = example_inventory / "hosts.yml"
+    n = iter(range(2, 10))  # one loopback address per Mac
+    hosts.write_text(re.sub(r"ansible_host: \S+", lambda m: f"ansible_host: 127.0.0.{next(n)}\n"
+                            f"          ansible_port: {port}", hosts.read_text()))
+    before = _tree(example_inventory)
+    result = cli("rdma", "enable", "-i", str(example_inventory), "--check")
+    assert result.exit_code == 3, result.output
+    assert "could not read whether RDMA is on" in result.stdout + result.stderr
+    assert _tree(example_inventory) == before

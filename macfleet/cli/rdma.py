@@ -47,9 +47,9 @@ def enable_cmd(
     limit: LimitOpt = None,
     all_at_once: Annotated[bool, typer.Option("--all-at-once", help="Shut every node down together and walk "
                                               "them through Recovery at once.")] = False,
-    non_interactive: Annotated[bool, typer.Option("--non-interactive", help="Print the status and the steps only "
-                                                  "(for a runbook or a ticket); change nothing; exit 1 while work "
-                                                  "remains.")] = False,
+    non_interactive: Annotated[bool, typer.Option("--non-interactive", "--check", help="Print the status and "
+                                                  "the steps only (for a runbook or a ticket); change nothing; exit 1 "
+                                                  "while work remains.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", min=5, help="Seconds to wait for a node to shut down, and "
                                            "again to come back from Recovery.")] = 900.0,
     json_output: JsonOpt = False,
