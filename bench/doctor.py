@@ -62,9 +62,9 @@ def _children_cpu_s() -> float:
 def probe_script(fleet, meshes, node: str) -> str:
     """doctor's probe commands for `node` in one shell (its pings to its peers included), each output kept
     apart (what a pssh script would run)."""
-    from macfleet.flow.doctor import doctor_specs, ping_specs
+    from macfleet.flow.checks import CheckPlan
 
-    specs = doctor_specs(meshes) + ping_specs(fleet, meshes).get(node, ())
+    specs = CheckPlan.of(fleet, list(meshes), None).specs(node)
     return "; ".join(f"echo @@@ {shlex.quote(s.key)}; {s.command_line}" for s in specs)
 
 

@@ -1,9 +1,9 @@
 """Benchmark: what one call of a lab stand-in (the simulated Mac's `pmset`, `ifconfig`, ...) costs on its node.
 
 Brings a small prepared lab up (2 nodes, no exo stand-in, so nothing else runs on the nodes) and, in ONE ssh
-session to its first node, runs each command doctor runs (`doctor_specs` + that node's `ping_specs`, as
-bench/doctor.py's `probe_script` does) and bootstrap's probe reads, --repeat times each, timing every call with
-bash's $EPOCHREALTIME (the lab's `date` is a BSD-date stand-in, without %N) and its CPU with bash's `times`
+session to its first node, runs each command doctor runs (every check's probes, that node's pings to its peers
+included, as bench/doctor.py's `probe_script` does) and bootstrap's probe reads, --repeat times each, timing every
+call with bash's $EPOCHREALTIME (the lab's `date` is a BSD-date stand-in, without %N) and its CPU with bash's `times`
 (user+sys of the children), in rounds: every command once per round. The floor is the interpreter every
 stand-in runs on, `python3.11 -S -E -c pass`, timed the same way in the same session. Prints per-command
 medians in ms; the mean ratio to the floor is taken over the stand-in commands only (curl and tail are the
@@ -48,10 +48,9 @@ def _run(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.Complet
 def commands(fleet, node: str) -> list[tuple[str, str]]:
     """(key, shell line) of what doctor runs on `node` (its pings to its peers included), then bootstrap's
     probe reads."""
-    from macfleet.flow.doctor import doctor_specs, ping_specs
+    from macfleet.flow.checks import CheckPlan
 
-    meshes = list(fleet.meshes)
-    specs = doctor_specs(meshes) + ping_specs(fleet, meshes).get(node, ())
+    specs = CheckPlan.of(fleet, list(fleet.meshes), None).specs(node)
     seen, out = set(), []
     for s in specs:
         key = s.key if s.key not in seen else f"{s.key}:{s.variant}"

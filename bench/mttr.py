@@ -39,7 +39,7 @@ def _run(args: list[str], cwd: Path, env: dict, timeout: float = 600) -> subproc
 
 
 def _audit(state: Path) -> list[dict]:
-    return [json.loads(line) for f in state.glob("macfleet/watch/*.audit.jsonl") for line in f.read_text().splitlines()]
+    return [json.loads(line) for f in state.glob("*/audit.jsonl") for line in f.read_text().splitlines()]
 
 
 def _at(iso: str) -> float:
@@ -51,7 +51,7 @@ def timeline(state: Path, t0_wall: float) -> list[str]:
     the reboot (from the lock history beside the lock)."""
     lines = [f"{_at(e['time']) - t0_wall:7.2f}  watch: {e['action']}: {e['decision'][:90]}"
              for e in _audit(state) if _at(e["time"]) >= t0_wall]
-    for f in state.glob("macfleet/locks/*.history.jsonl"):
+    for f in state.glob("*/history.jsonl"):
         for entry in map(json.loads, f.read_text().splitlines()):
             lines += [f"{_at(p['at']) - t0_wall:7.2f}  reboot: {p['name']} ({p['took_s']:g} s: {p['detail'][:60]})"
                       for p in entry["phases"] if p.get("at")]
@@ -88,7 +88,7 @@ def main() -> None:
     ap.add_argument("--name", default=os.environ.get("MACFLEET_TEST_LAB_PREFIX", "") + "bm4")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="mttr-"))
-    env = {**os.environ, "MACFLEET_STATE_DIR": str(work / "state")}
+    env = {**os.environ, "MACFLEET_STATE_DIR": str(work / "state"), "MACFLEET_CLUSTER_STATE_DIR": str(work / "cluster")}
     _run(["lab", "down", "--name", a.name], work, env)
     up = _run(["lab", "up", "--name", a.name, "--nodes", "4", "--no-exo", "--boot-seconds", f"{a.boot_seconds:g}"],
               work, env)
@@ -103,7 +103,7 @@ def main() -> None:
                                   f"{a.interval:g}"], cwd=work, env=env, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60
-        while not any(e["decision"] == "healthy" for e in _audit(work / "state")):  # watching a healthy mesh
+        while not any(e["decision"] == "healthy" for e in _audit(work / "cluster")):  # watching a healthy mesh
             if time.monotonic() > deadline:
                 sys.exit("watch never judged the mesh healthy")
             time.sleep(0.2)
@@ -111,7 +111,7 @@ def main() -> None:
         _run(["lab", "fault", "--name", a.name, "rdma-wedge", "studio-2"], work, env)
         t0_wall = wedge_since(a.name, before_fault)
         deadline = time.monotonic() + 600
-        while not (healed := [e for e in _audit(work / "state") if e["decision"].startswith("healthy (recovered")]):
+        while not (healed := [e for e in _audit(work / "cluster") if e["decision"].startswith("healthy (recovered")]):
             if time.monotonic() > deadline:
                 sys.exit("not healed within 600 s")
             time.sleep(0.2)
@@ -121,10 +121,10 @@ def main() -> None:
             watch.send_signal(signal.SIGTERM)
             watch.communicate(timeout=60)
         _run(["lab", "down", "--name", a.name], work, env)
-    reboot = next(e for e in _audit(work / "state") if e["action"] == "reboot")
+    reboot = next(e for e in _audit(work / "cluster") if e["action"] == "reboot")
     floor = a.debounce * (a.interval + a.command_timeout) + a.boot_seconds
     print(f"reboot: {reboot['result']}")
-    for line in timeline(work / "state", t0_wall):
+    for line in timeline(work / "cluster", t0_wall):
         print(line)
     print(json.dumps({"mttr_s": round(mttr, 2), "floor_s": round(floor, 2), "vs_floor": round(mttr / floor, 2),
                       "interval_s": a.interval, "debounce": a.debounce, "boot_s": a.boot_seconds,

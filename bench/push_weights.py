@@ -154,7 +154,8 @@ def _naive(inv: Path, nodes: list[str], src: Path) -> float:
 
 def bench(size: int, mb: int, work: Path, mgmt_rate: str, tb_rate: str, trace: bool = False) -> dict:
     name = f"{PREFIX}pw{size}"
-    env = {**os.environ, "MACFLEET_STATE_DIR": str(work / f"state{size}")}
+    env = {**os.environ, "MACFLEET_STATE_DIR": str(work / f"state{size}"),
+           "MACFLEET_CLUSTER_STATE_DIR": str(work / f"cluster{size}")}
     _macfleet(["lab", "down", "--name", name], work, env)
     _macfleet(["lab", "up", "--name", name, "--nodes", str(size), "--no-exo", "--mgmt-rate", mgmt_rate,
                "--tb-rate", tb_rate], work, env, timeout=600)

@@ -9,8 +9,8 @@ Not part of the test suite (it takes as long as you give it). What it does, ever
   - its page: 300 idle connections held open (watch runs with a 256-descriptor limit, launchd's default), a
     client dripping its request one byte every 3 s, a client reading the answer one byte a second, and a
     scraper of /metrics every 2 s whose answers are counted;
-  - its state directory (MACFLEET_STATE_DIR on a 4 MB tmpfs) filled to the last byte for half of every other
-    cycle (ENOSPC on the state file, the audit log and the cluster lock), then freed.
+  - its state directories (MACFLEET_STATE_DIR, MACFLEET_CLUSTER_STATE_DIR: one 4 MB tmpfs) filled to the last
+    byte for half of every other cycle (ENOSPC on the state file, the audit log and the cluster lock), then freed.
 At the end (SIGTERM) it checks: watch never died and said no `internal error`; the audit log parses, is in
 time order, and holds exactly the decisions watch printed (none lost to the full disk, none twice); every
 restart the audit log calls carried out came while a fault it can fix was on; the metrics' actions agree with
@@ -249,7 +249,7 @@ def main() -> None:
     state.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(state)], check=True)
     disk = Disk(state)
-    env = {**os.environ, "MACFLEET_STATE_DIR": str(state)}
+    env = {**os.environ, "MACFLEET_STATE_DIR": str(state), "MACFLEET_CLUSTER_STATE_DIR": str(state)}
     mf(["lab", "down", "--name", a.name], work)
     up = mf(["lab", "up", "--name", a.name, "--nodes", "4"], work)
     if up.returncode != 0:
@@ -314,7 +314,7 @@ def main() -> None:
         except subprocess.TimeoutExpired:
             watch.kill()
         reader.join(10)
-        audit_files = list(state.glob("macfleet/watch/*.audit.jsonl"))
+        audit_files = list(state.glob("*/audit.jsonl"))
         audit_text = "".join(f.read_text() for f in audit_files)
         mf(["lab", "down", "--name", a.name], work)
         subprocess.run(["umount", str(state)], check=False)

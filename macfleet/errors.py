@@ -148,6 +148,17 @@ class Cancelled(MacfleetError):
     code = "cancelled"
 
 
+class ExoApiError(MacfleetError):
+    """exo's API refused a request or gave no answer (its own message is in the text)."""
+
+    code = "exo_api"
+
+    def __init__(self, message: str, *, node: str, status: int | None = None, hint: str | None = None,
+                 exo_says: str | None = None):
+        self.node, self.status, self.exo_says = node, status, exo_says  # exo_says: exo's own error message
+        super().__init__(message, hint=hint, details={"node": node, "status": status, "exo_says": exo_says})
+
+
 class LabError(MacfleetError):
     """The lab could not do what was asked (a failed `ip`, a node that did not come up...)."""
 
@@ -169,6 +180,7 @@ ERROR_CODES = frozenset(
         RolloutFailed,
         Cancelled,
         LabError,
+        ExoApiError,
     )
 )
 

@@ -1,11 +1,23 @@
-"""Where macfleet keeps its own state on the controller (crash reports, ansible-runner artifacts, each
-inventory's lock, history and watch state, the model cache): named here once."""
+"""Where macfleet keeps its own state on the controller, named here once.
+
+Two places. The user's own (`state_dir`: crash reports, ansible-runner artifacts, the probe cache, the model
+cache). And each inventory's cluster state, shared by every user who drives that cluster and by the healer
+(`cluster_dir`: the cluster lock, the history, the healer's state and audit log, maintenance): one directory
+per inventory under a system path, so an operator's `macfleet reboot` and the healer running as its own user
+see the same lock, and `macfleet watch --reset` clears what the healer reads (act/statedir.py creates and
+checks it)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from pathlib import Path
+
+CLUSTER_STATE_ENV = "MACFLEET_CLUSTER_STATE_DIR"
+# the FHS's place for a program's state (/var/lib); on a macOS controller, the system's Application Support
+DEFAULT_CLUSTER_STATE = (Path("/Library/Application Support/macfleet") if sys.platform == "darwin"
+                         else Path("/var/lib/macfleet"))
 
 
 def state_dir() -> Path:
@@ -21,13 +33,44 @@ def inventory_tag(inventory_root: Path) -> str:
     return f"{root.name}-{hashlib.blake2b(str(root).encode(), digest_size=6).hexdigest()}"
 
 
+def cluster_state_root() -> Path:
+    """$MACFLEET_CLUSTER_STATE_DIR (the config file's `cluster_state_dir` sets it), else DEFAULT_CLUSTER_STATE."""
+    explicit = os.environ.get(CLUSTER_STATE_ENV, "").strip()
+    return Path(explicit).expanduser() if explicit else DEFAULT_CLUSTER_STATE
+
+
+def cluster_dir(inventory_root: Path) -> Path:
+    """The inventory's shared state: one directory, whoever runs the command."""
+    return cluster_state_root() / inventory_tag(inventory_root)
+
+
 def lock_file(inventory_root: Path) -> Path:
-    return state_dir() / "locks" / f"{inventory_tag(inventory_root)}.lock.json"
+    return cluster_dir(inventory_root) / "lock.json"
 
 
 def history_file(inventory_root: Path) -> Path:
     """Beside the lock: what rollouts and reboots did, one JSON object a line (act/lock.py `append_history`)."""
-    return state_dir() / "locks" / f"{inventory_tag(inventory_root)}.history.jsonl"
+    return cluster_dir(inventory_root) / "history.jsonl"
+
+
+def legacy_lock_file(tag: str) -> Path:
+    """Where a cluster lock was kept before the shared cluster state (the invoking user's own state)."""
+    return state_dir() / "locks" / f"{tag}.lock.json"
+
+
+def watch_state_file(inventory_root: Path) -> Path:
+    """The healer's streaks, rungs and breaker (what `macfleet watch --reset` clears)."""
+    return cluster_dir(inventory_root) / "watch-state.json"
+
+
+def audit_file(inventory_root: Path) -> Path:
+    """Every decision of the healer, and every maintenance started or ended, one JSON object a line."""
+    return cluster_dir(inventory_root) / "audit.jsonl"
+
+
+def maintenance_file(inventory_root: Path) -> Path:
+    """The maintenance under way on each mesh (act/maintenance.py)."""
+    return cluster_dir(inventory_root) / "maintenance.json"
 
 
 def model_cache_dir() -> Path:

@@ -32,6 +32,17 @@ def capture(name: str) -> str:
     return found[0].read_text(encoding="utf-8")
 
 
+@pytest.fixture(autouse=True)
+def cluster_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test's own shared cluster state (paths.cluster_state_root), never the machine's /var/lib/macfleet;
+    the processes a test starts inherit it."""
+    from macfleet.paths import CLUSTER_STATE_ENV
+
+    path = tmp_path_factory.mktemp("cluster-state")
+    monkeypatch.setenv(CLUSTER_STATE_ENV, str(path))
+    return path
+
+
 @pytest.fixture
 def example_inventory(tmp_path: Path) -> Path:
     """A private copy of inventories/example, to break on purpose."""

@@ -13,6 +13,7 @@ import pytest
 from macfleet.act import probecache
 from macfleet.collect.gather import Gathered
 from macfleet.collect.ssh import Raw
+from macfleet.flow import checks
 from macfleet.flow import doctor as flow
 from macfleet.inventory.load import load_inventory
 from macfleet.render.doctor import render_doctor
@@ -54,7 +55,7 @@ def fake_pass(monkeypatch, tmp_path):
         asked.append(keys)
         return Answering(nodes, keys, answer["updates"], answer["rc"])
 
-    monkeypatch.setattr(flow, "start_gather", start_gather)
+    monkeypatch.setattr(checks, "start_gather", start_gather)
     return asked, answer
 
 
@@ -136,7 +137,7 @@ def test_an_unreachable_node_is_not_judged_from_its_kept_answer(fake_pass, monke
             kw["per_node"](n.name)
         return Answering([], {}, "")
 
-    monkeypatch.setattr(flow, "start_gather", lambda *a, **kw: _all_down(unreachable(*a, **kw), a[1]))
+    monkeypatch.setattr(checks, "start_gather", lambda *a, **kw: _all_down(unreachable(*a, **kw), a[1]))
     run = flow.run_doctor(fleet, list(fleet.meshes), only=["updates"])
     assert run.cached == {} and all(not f.reachable for f in run.facts.values())
 
@@ -153,7 +154,7 @@ def test_doctor_bounds_each_command_by_probes_command_timeout_as_watch_does(tmp_
     m = fleet.meshes[0]
     probes = m.settings.probes.model_copy(update={"command_timeout_s": 7.0})
     mesh = m.model_copy(update={"settings": m.settings.model_copy(update={"probes": probes})})
-    specs = {s.key: s.timeout_s for s in flow.doctor_specs([mesh])}
+    specs = {s.key: s.timeout_s for s in checks.CheckPlan.of(fleet, [mesh], None).specs(mesh.node_names[0])}
     assert specs["thunderbolt"] == 7.0 and specs["ibv-devices"] <= 7.0
-    assert all(t <= 7.0 for k, t in specs.items() if k not in flow.CACHED_PROBES)
+    assert all(t <= 7.0 for k, t in specs.items() if k != "softwareupdate")
     assert specs["softwareupdate"] > 7.0

@@ -6,8 +6,8 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from macfleet.flow.doctor import FIX_PLAYBOOKS, plan_fixes
 from macfleet.flow.doctor import doctor_exit_code as exit_code
+from macfleet.flow.doctor import plan_fixes
 from macfleet.judge.health import CHECK_CODES, CheckResult, HealthFinding, HealthReport, HealthSummary
 from tests.conftest import EXAMPLE_INVENTORY
 
@@ -52,13 +52,15 @@ def test_fix_plan_groups_by_playbook_and_never_reboots() -> None:
     assert {(s.playbook, tuple(s.nodes)) for s in steps} == {("network", ("a",)), ("power", ("b", "c")),
                                                             ("exo-service", ("b",))}
     assert {(n, c) for n, c, _ in left} == {("c", "rdma"), ("a", "cabling")}
-    assert "rdma" not in FIX_PLAYBOOKS and "reachable" not in FIX_PLAYBOOKS
+    from macfleet.judge.checks.catalogue import BY_CODE
+
+    assert BY_CODE["rdma"].fix is None and BY_CODE["reachable"].fix is None
 
 
 def test_node_facts_keep_why_a_fact_is_missing() -> None:
     from macfleet.collect.gather import Gathered
     from macfleet.collect.ssh import Raw
-    from macfleet.flow.doctor import node_facts
+    from macfleet.flow.checks import node_facts
 
     rdma = (FIXTURES / "rdma-ctl" / "macos__rdma_ctl_status_enabled_1.txt").read_text()
     g = Gathered(outputs={"a": {"rdma-ctl": Raw(stdout=rdma, stderr="", rc=0, took_s=0.1),
@@ -98,7 +100,7 @@ def test_node_facts_of_the_small_probes() -> None:
     under the peer address it went to; a probe not answered is a problem, never an empty fact."""
     from macfleet.collect.gather import Gathered
     from macfleet.collect.ssh import Raw
-    from macfleet.flow.doctor import node_facts
+    from macfleet.flow.checks import node_facts
 
     probes = FIXTURES.parent / "probes"
     g = Gathered(outputs={"a": {
@@ -121,6 +123,7 @@ def test_node_facts_of_the_small_probes() -> None:
 def test_only_leaves_out_the_probes_no_selected_check_reads(monkeypatch, tmp_path) -> None:
     """`--only rdma` (what `watch` runs) does not ask softwareupdate, pfctl, date, df or ping."""
     from macfleet.collect.gather import Gathered
+    from macfleet.flow import checks
     from macfleet.flow import doctor as flow
     from macfleet.inventory.load import load_inventory
 
@@ -145,7 +148,7 @@ def test_only_leaves_out_the_probes_no_selected_check_reads(monkeypatch, tmp_pat
         return NotDialled(nodes)
 
     monkeypatch.setenv("MACFLEET_STATE_DIR", str(tmp_path))
-    monkeypatch.setattr(flow, "start_gather", fake_start_gather)
+    monkeypatch.setattr(checks, "start_gather", fake_start_gather)
     fleet = load_inventory(EXAMPLE_INVENTORY)
     flow.run_doctor(fleet, list(fleet.meshes), only=["rdma"])
     assert not asked["keys"] & {"date", "df", "softwareupdate", "pf-info", "pf-rules"} and not asked["pings"]

@@ -213,7 +213,7 @@ def test_an_inventorys_state_files_share_one_tag_and_one_history(tmp_path: Path,
     from macfleet.act.lock import ClusterLock, lock_path, read_history
     from macfleet.flow import reboot as flow_reboot
     from macfleet.flow.models import transfer_cache
-    from macfleet.paths import history_file, inventory_tag, model_cache_dir, state_dir
+    from macfleet.paths import cluster_dir, history_file, inventory_tag, model_cache_dir, state_dir
     from macfleet.watch.loop import watch_paths
 
     monkeypatch.setenv("MACFLEET_STATE_DIR", str(tmp_path / "state"))
@@ -221,8 +221,8 @@ def test_an_inventorys_state_files_share_one_tag_and_one_history(tmp_path: Path,
     inv.mkdir(parents=True)
     tag = inventory_tag(inv)
     fleet = SimpleNamespace(root=inv)
-    assert lock_path(inv).name == f"{tag}.lock.json" and history_file(inv).parent == lock_path(inv).parent
-    assert [p.name for p in watch_paths(fleet)] == [f"{tag}.state.json", f"{tag}.audit.jsonl"]
+    assert lock_path(inv).parent == history_file(inv).parent == cluster_dir(inv) and cluster_dir(inv).name == tag
+    assert {p.parent for p in watch_paths(fleet)} == {cluster_dir(inv)}
     assert transfer_cache(fleet) == model_cache_dir() == state_dir() / "models"
 
     lock = ClusterLock(lock_path(inv))

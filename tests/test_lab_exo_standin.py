@@ -216,6 +216,8 @@ class Mesh:
         self.blocked: set[frozenset] = set()  # cable looks fine, traffic does not pass
         self.port_down: set[tuple[int, str]] = set()
         self.wedged: set[int] = set()
+        self.slow: set[frozenset] = set()
+        self.memory = 64 * 1024**3  # bytes of RAM per node
         self.links: dict[frozenset, int] = {}
         for k, pair in enumerate((a, b) for a in range(n) for b in range(a + 1, n)):
             self.links[frozenset(pair)] = k
@@ -257,7 +259,8 @@ class Mesh:
             else:
                 bus = copy.deepcopy(connected)
                 bus["_items"][0]["domain_uuid_key"] = _uuid(peer, self.receptacle(peer, node))
-                bus["receptacle_1_tag"]["current_speed_key"] = "80 Gb/s"
+                slow = frozenset((node, peer)) in self.slow  # a TB4 cable (lab fault slow-cable)
+                bus["receptacle_1_tag"]["current_speed_key"] = "40 Gb/s" if slow else "80 Gb/s"
             bus["_name"] = f"thunderboltusb4_bus_{r - 1}"
             bus["domain_uuid_key"] = _uuid(node, r)
             bus["receptacle_1_tag"]["receptacle_id_key"] = str(r)
@@ -299,6 +302,7 @@ class Mesh:
                 "ifconfig": self.ifconfig(node),
                 "system_profiler SPThunderboltDataType -json": self.sp_thunderbolt(node),
                 "rdma_ctl status": RDMA_CTL_ENABLED,
+                "sysctl -n hw.memsize": f"{self.memory}\n",  # samples macos__sysctl_n_memsize_ncpu_brand_*
                 "ibv_devinfo": self.ibv_devinfo(node),
             }
             return (0, outputs[cmd]) if cmd in outputs else (127, "")

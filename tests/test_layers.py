@@ -269,3 +269,43 @@ def test_the_program_check_sees_a_fragment_and_passes_prose_and_shell() -> None:
     prose = '"""One line of prose.\n\nAnd another: with a colon, and (brackets).\nThird."""\n'
     shell = 'S = """\nfor f in /a/*; do\n  echo $f\ndone\n"""\n'
     assert programs_in_strings(prose) == [] and programs_in_strings(shell) == []
+
+
+def private_flow_names(source: str, me: str, is_package: bool = False) -> list[str]:
+    """`flow/` composes through public functions (issue 26 item 5): the private names (`_x`) a flow module takes
+    from another flow module, by `from … import _x` or as `module._x` on a flow module it imported."""
+    if not _within(me, "macfleet.flow"):
+        return []
+    tree = ast.parse(source)
+    out, aliases = [], {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            module = _absolute(me, is_package, node)
+            for a in node.names:
+                sub = f"{module}.{a.name}"
+                if _is_module(sub) and _within(sub, "macfleet.flow"):
+                    aliases[a.asname or a.name] = sub
+                elif module and _within(module, "macfleet.flow") and module != me and a.name.startswith("_"):
+                    out.append(f"{me} imports {module}.{a.name}")
+        elif isinstance(node, ast.Import):
+            aliases.update({a.asname: a.name for a in node.names if a.asname and _within(a.name, "macfleet.flow")})
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and isinstance(node.value, ast.Name)
+                and aliases.get(node.value.id, me) != me):
+            out.append(f"{me} uses {aliases[node.value.id]}.{node.attr}")
+    return out
+
+
+@pytest.mark.parametrize("path", [p for p in _modules() if _within(_name(p), "macfleet.flow")], ids=_name)
+def test_a_flow_takes_no_private_name_of_another_flow(path: Path) -> None:
+    assert private_flow_names(path.read_text(), _name(path), path.name == "__init__.py") == []
+
+
+def test_the_private_name_check_sees_both_spellings() -> None:
+    src = ("from macfleet.flow.rollout import Say, _history\nfrom .doctor import _read\n"
+           "from macfleet.flow import reboot\n\ndef f():\n    return reboot._lock_holder, _history\n")
+    assert private_flow_names(src, "macfleet.flow.models") == [
+        "macfleet.flow.models imports macfleet.flow.rollout._history",
+        "macfleet.flow.models imports macfleet.flow.doctor._read",
+        "macfleet.flow.models uses macfleet.flow.reboot._lock_holder"]
+    assert private_flow_names("from macfleet.act.transfer import _x\n", "macfleet.flow.models") == []

@@ -87,9 +87,11 @@ def test_limit_narrows_meshes_and_names_the_partial_ones() -> None:
 
 
 def test_part_of_a_mesh_leaves_out_exactly_the_mesh_wide_checks() -> None:
-    from macfleet.flow.doctor import MESH_WIDE_CHECKS, limited_checks
-    from macfleet.judge.health import CHECK_CODES
+    from macfleet.flow.doctor import limited_checks
+    from macfleet.judge.health import CHECK_CODES, CHECKS
 
-    assert set(MESH_WIDE_CHECKS) <= set(CHECK_CODES)
-    assert limited_checks(None) == [c for c in CHECK_CODES if c not in MESH_WIDE_CHECKS]
+    mesh_wide = ("macos-build", "cabling", "rdma", "ip-plan", "exo-version", "exo-peers", "exo-rdma", "tb-ping",
+                 "exo-api-exposure", "llama-rpc", "links-bench", "exo-discovery")
+    assert {c.code for c in CHECKS if c.mesh_wide} == set(mesh_wide)
+    assert limited_checks(None) == [c for c in CHECK_CODES if c not in mesh_wide]
     assert limited_checks(["cabling", "power"]) == ["power"]

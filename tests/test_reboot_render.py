@@ -57,3 +57,23 @@ def test_terminal_controls_from_a_node_never_reach_the_terminal() -> None:
     board.update("studio-1", "waiting", "down: \x1b[2J gone")
     assert "\x1b" not in _text(board)
     assert "\x1b" not in _text(progress_line("studio-1", "waiting", "\x1b]0;title\x07"))
+
+
+def test_check_with_a_hung_node_shows_the_plan_and_the_refusal(example_inventory) -> None:
+    """sysadmin-walk: `reboot --dry-run` with a hung Mac printed only `refused: could not read FileVault…`."""
+    from macfleet.act.reboot import BeforeReboot
+    from macfleet.facts.system import FdesetupFacts
+    from macfleet.flow.reboot import reboot_mesh
+    from macfleet.inventory.load import load_inventory
+
+    fleet = load_inventory(example_inventory)
+    mesh = fleet.meshes[0]
+    hung, *rest = mesh.node_names
+    before = BeforeReboot(filevault={hung: "timed out after 30 s", **{n: FdesetupFacts(
+        filevault_on=False, status_line="FileVault is Off.") for n in rest}})
+    r = reboot_mesh(fleet, mesh, list(mesh.node_names), "wedged", dry_run=True, sessions=object(), before=before)
+    assert r.result == "refused" and f"could not read FileVault on {hung}" in r.refusal
+    assert [p["method"] for p in r.plan] == ["unknown", *["shutdown"] * len(rest)]
+    assert "power-cycle it at the rack" in r.plan[0]["why"] and r.steps
+    shown = _text(render_reboot(r.payload()))
+    assert "refused:" in shown and "plan" in shown and "power-cycle" in shown

@@ -16,8 +16,11 @@ from macfleet.flow.rollout import read_source_version
 from tests.conftest import EXAMPLE_INVENTORY
 
 
-def _no_lock(state: Path) -> bool:
-    return not (state / "macfleet" / "locks").exists() or not list((state / "macfleet" / "locks").glob("*.json"))
+def _no_lock(_state: Path) -> bool:
+    """No cluster lock left in the test's shared cluster state (tests/conftest.py `cluster_state`)."""
+    import os
+
+    return not list(Path(os.environ["MACFLEET_CLUSTER_STATE_DIR"]).glob("*/lock.json"))
 
 
 @pytest.mark.parametrize(

@@ -16,12 +16,12 @@ from tests.conftest import EXAMPLE_INVENTORY
         (("exo", "--source", "/nonexistent/build"), "no such directory or file"),
     ],
 )
-def test_bad_input_exit_2_nothing_locked(cli, tmp_path, args, says) -> None:
+def test_bad_input_exit_2_nothing_locked(cli, tmp_path, cluster_state, args, says) -> None:
     env = {"MACFLEET_STATE_DIR": str(tmp_path)}
     result = cli("rollout", *args, "-i", str(EXAMPLE_INVENTORY), env=env)
     assert result.exit_code == 2, result.stderr
     assert says in result.stderr
-    assert not (tmp_path / "macfleet" / "locks").exists() or not list((tmp_path / "macfleet" / "locks").glob("*.json"))
+    assert not list(cluster_state.glob("*/lock.json"))
 
 
 def test_help_lists_the_commands(cli) -> None:
@@ -69,7 +69,7 @@ time.sleep(300)
 """
 
 
-def test_a_killed_switch_refuses_rollout_model_naming_the_repair(cli, tmp_path) -> None:
+def test_a_killed_switch_refuses_rollout_model_naming_the_repair(cli, tmp_path, cluster_state) -> None:
     """hostile.md row 8: `rollout model` after a kill -9 of `rollout exo` mid-switch took over its lock and threw
     away the repair record; it must refuse (before dialling a node), naming the repair."""
     import json
@@ -83,7 +83,7 @@ def test_a_killed_switch_refuses_rollout_model_naming_the_repair(cli, tmp_path) 
     assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
     holder.kill()
     holder.wait()
-    lock = next((tmp_path / "macfleet" / "locks").glob("*.lock.json"))
+    lock = next(cluster_state.glob("*/lock.json"))
     left = lock.read_text()
     model = tmp_path / "m"
     model.mkdir()
@@ -117,14 +117,14 @@ def _tarball(path, members: list[tuple[str, bytes | None, str | None]]):
     ([("b/VERSION", b"1.0.73\n", None), ("b/lib", None, "/etc/passwd")], "would land outside the build"),
     ([("c/VERSION", b"1.0; rm -rf /\n", None), ("c/bin/exo", b"#!/bin/sh\n", None)], "is not a version"),
 ])
-def test_a_tampered_tarball_is_bad_input(cli, tmp_path, members, says) -> None:
+def test_a_tampered_tarball_is_bad_input(cli, tmp_path, cluster_state, members, says) -> None:
     """hostile.md row 15: refused, but as `internal error … please report it`, exit 1."""
     env = {"MACFLEET_STATE_DIR": str(tmp_path)}
     evil = _tarball(tmp_path / "evil.tar.gz", members)
     result = cli("rollout", "exo", "--source", str(evil), "--no-build", "-i", str(EXAMPLE_INVENTORY), env=env)
     assert result.exit_code == 2, result.stderr
     assert says in result.stderr and "internal error" not in result.stderr
-    assert not (tmp_path / "macfleet" / "locks").exists() or not list((tmp_path / "macfleet" / "locks").glob("*.json"))
+    assert not list(cluster_state.glob("*/lock.json"))
 
 
 def test_a_model_file_name_with_a_newline_is_bad_input(cli, tmp_path) -> None:

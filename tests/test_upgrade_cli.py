@@ -19,12 +19,12 @@ def _inventory(tmp_path: Path, build: str | None) -> Path:
     return inv
 
 
-def test_no_target_build_is_refused_naming_the_key(cli, tmp_path: Path) -> None:
+def test_no_target_build_is_refused_naming_the_key(cli, tmp_path: Path, cluster_state: Path) -> None:
     result = cli("upgrade", "-i", str(_inventory(tmp_path, None)), "--check", "--json",
                  env={"MACFLEET_STATE_DIR": str(tmp_path / "state")})
     assert result.exit_code == 1, result.stderr
     assert "macfleet_macos.build" in result.stdout
-    assert not list((tmp_path / "state").rglob("*.lock.json"))
+    assert not list(cluster_state.glob("*/lock.json"))
 
 
 def test_without_a_password_file_it_is_bad_input(cli, tmp_path: Path) -> None:

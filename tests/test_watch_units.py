@@ -32,6 +32,10 @@ def test_systemd_unit_runs_watch():
     exec_start = re.search(r"^ExecStart=(.+)$", text, re.M).group(1)
     _help_ok(shlex.split(exec_start))
     assert "MACFLEET_INVENTORY=" in text and "Restart=on-failure" in text
+    # the healer's cluster state is the default every operator's command uses, shared by group (issue 28)
+    state = re.search(r"^StateDirectory=(.+)$", text, re.M).group(1)
+    assert Path("/var/lib") / state == Path("/var/lib/macfleet") and "StateDirectoryMode=2770" in text
+    assert re.search(r"^Group=\S+$", text, re.M) and "UMask=0007" in text
 
 
 def test_launchd_plist_runs_watch():
@@ -39,6 +43,7 @@ def test_launchd_plist_runs_watch():
     assert plist["Label"] == "org.macfleet.watch" and plist["RunAtLoad"] is True
     _help_ok(plist["ProgramArguments"])
     assert "MACFLEET_INVENTORY" in plist["EnvironmentVariables"]
+    assert plist["GroupName"] and plist["Umask"] == 0o007  # the cluster state is shared by group (issue 28)
 
 
 def test_dashboard_uses_only_exported_metrics():

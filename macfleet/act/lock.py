@@ -17,6 +17,10 @@ every node's exo release) is taken over only by one of those commands, or with a
 is lost; every other command refuses, naming the repair. A stale lock with no repair pending is explained and
 taken over. A live lock refuses, naming its holder. Reading, judging and replacing the file happen under an
 flock on a guard file beside it, so two takers never both win.
+
+The file lives in the inventory's shared directory (paths.cluster_dir, act/statedir.py), so every user who
+drives the cluster and the healer's own user take the same lock; a holder of another user is judged alive as
+one of ours is (its pid answers kill(pid, 0) with EPERM, and its start time is public).
 """
 
 from __future__ import annotations
@@ -34,8 +38,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from macfleet.errors import LockHeld
-from macfleet.paths import history_file, lock_file
+from macfleet.act.statedir import ensure, open_shared
+from macfleet.errors import LockHeld, MacfleetError
+from macfleet.paths import history_file, legacy_lock_file, lock_file
 
 DEFAULT_TTL_S = 3600.0
 MAX_LOCK_BYTES = 64 * 1024  # a lock file is a few hundred bytes; anything larger is not ours
@@ -141,10 +146,19 @@ def process_started(pid: int) -> str:
     return f"ps:{' '.join(p.stdout.split())}" if p.returncode == 0 and p.stdout.strip() else ""
 
 
+def process_alive(pid: int, started: str) -> bool:
+    """Whether process `pid` of this controller, which started at `started` (process_started; "" unknown),
+    still runs: a pid now given to a later process is not it."""
+    if not _pid_alive(pid):
+        return False
+    now_started = process_started(pid) if started else ""
+    return not now_started or now_started == started
+
+
 _MY_START = ""
 
 
-def _my_start() -> str:
+def my_start() -> str:
     global _MY_START
     if not _MY_START:
         _MY_START = process_started(os.getpid())
@@ -186,8 +200,8 @@ def append_history(inventory_root: Path, entry: dict) -> None:
     if "action" not in entry or "healthy" not in entry:
         raise ValueError("a history entry names its action and whether it left the mesh healthy")
     path = history_file(inventory_root)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with path.open("a") as fh:
+    ensure(path.parent)
+    with os.fdopen(open_shared(path, os.O_WRONLY | os.O_APPEND), "a") as fh:
         fh.write(json.dumps({"time": datetime.now(UTC).isoformat(), **entry}) + "\n")
 
 
@@ -244,7 +258,7 @@ class _Heartbeat:
                 if not self.lock.refresh(self.held):
                     self.lost = True
                     return
-            except (OSError, LockHeld):  # a full disk, a garbled file: try again at the next beat
+            except (OSError, MacfleetError):  # a full disk, a garbled file: try again at the next beat
                 continue
 
     def end(self) -> None:
@@ -266,9 +280,9 @@ class ClusterLock:
 
     @contextlib.contextmanager
     def _guarded(self) -> Iterator[None]:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        ensure(self.path.parent)
         with self._mutex:
-            fd = os.open(self.guard, os.O_RDWR | os.O_CREAT, 0o600)
+            fd = open_shared(self.guard, os.O_RDWR)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 yield
@@ -276,10 +290,13 @@ class ClusterLock:
                 os.close(fd)
 
     def read(self) -> LockRecord | None:
+        """The record, from a directory found safe first (a world-writable one could hold anyone's lock)."""
+        ensure(self.path.parent)
         try:
             with self.path.open("rb") as fh:
                 raw = fh.read(MAX_LOCK_BYTES + 1)
         except FileNotFoundError:
+            self._no_legacy()
             return None
         if len(raw) > MAX_LOCK_BYTES:
             raise LockHeld(f"{self.path} is not a cluster lock (over {MAX_LOCK_BYTES} bytes)",
@@ -290,9 +307,19 @@ class ClusterLock:
             raise LockHeld(f"{self.path} is not a readable cluster lock ({exc})",
                            hint="look at it, and remove it by hand if no macfleet command is running") from None
 
+    def _no_legacy(self) -> None:
+        """A lock left where a macfleet before the shared cluster state kept it may record a step to repair:
+        never read as "no lock" (LockHeld, naming the move)."""
+        legacy = legacy_lock_file(self.path.parent.name)
+        if legacy.is_file():
+            raise LockHeld(f"a cluster lock is still at its old place {legacy}, which this macfleet no longer reads",
+                           hint=f"if no macfleet command of the old version runs: mv {legacy} {self.path}; then run "
+                                "this command again (it judges that lock as before)",
+                           details={"path": str(legacy)})
+
     def _write(self, record: LockRecord) -> None:
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = open_shared(tmp, os.O_WRONLY | os.O_TRUNC)
         with os.fdopen(fd, "w") as fh:
             fh.write(json.dumps(asdict(record), indent=2) + "\n")
             fh.flush()
@@ -361,7 +388,7 @@ class ClusterLock:
             # error) leaves the same record for the next repairer, never a lock with the repair forgotten
             inherit = current is not None and bool(current.repair_by) and not forced
             record = LockRecord(owner=owner, pid=os.getpid(), host=host, created=now.isoformat(), ttl_s=ttl_s,
-                                reason=reason, started=_my_start(), refreshed=now.isoformat(),
+                                reason=reason, started=my_start(), refreshed=now.isoformat(),
                                 phase=dict(phase if phase is not None else (current.phase if inherit else {})),
                                 repair_by=list(current.repair_by) if inherit else [],
                                 repair=current.repair if inherit else "")

@@ -12,19 +12,16 @@ from __future__ import annotations
 
 import json
 import shlex
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 
 from macfleet.act.transfer import REMOTE_PYTHON, SshTarget, on_nodes, run_remote, ssh_target
 from macfleet.constants import EXO_LABEL
 from macfleet.errors import RemoteCommandError
 from macfleet.inventory.model import Fleet
-from macfleet.judge.rollout import NodeAnswer, check_release_name
+from macfleet.judge.rollout import check_release_name
 from macfleet.node import program
 
 LABEL = EXO_LABEL
-MAX_STATE_BYTES = 8 * 1024 * 1024
 
 # Node programs (files in macfleet/node): what `current` points at, the releases present and whether the job
 # runs (argv: ROOT LABEL); point `current` at releases/NAME (argv: ROOT NAME).
@@ -94,26 +91,3 @@ def remove_releases(fleet: Fleet, node: str, root: str, names: list[str]) -> Non
         paths += [f"{root}/releases/{n}", f"{root}/releases/{n}.manifest.json"]
     a = ssh_target(fleet, node)
     run_remote(a, shlex.join(["rm", "-rf", "--", *paths]), timeout_s=120)
-
-
-def _get_json(url: str, timeout_s: float) -> object:
-    with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-        body = resp.read(MAX_STATE_BYTES + 1)
-    if len(body) > MAX_STATE_BYTES:
-        raise ValueError(f"answer over {MAX_STATE_BYTES} bytes")
-    return json.loads(body)
-
-
-def ask_exo(address: str, port: int, *, timeout_s: float = 3.0) -> NodeAnswer:
-    """exo's /node_id and /state on one node, over its management address (exo listens on every address)."""
-    base = f"http://{address}:{port}"
-    try:
-        node_id = _get_json(f"{base}/node_id", timeout_s)
-        if not isinstance(node_id, str):
-            return NodeAnswer(error=f"/node_id is not a string: {str(node_id)[:80]}")
-        state = _get_json(f"{base}/state", timeout_s)
-        if not isinstance(state, dict):
-            return NodeAnswer(node_id=node_id, error="/state is not an object")
-        return NodeAnswer(node_id=node_id, state=state)
-    except (OSError, urllib.error.URLError, ValueError) as exc:
-        return NodeAnswer(error=str(getattr(exc, "reason", exc))[:200])

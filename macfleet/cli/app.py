@@ -45,11 +45,13 @@ GROUPS: list[tuple[str, str, str]] = [
     ("bootstrap", "macfleet.cli.bootstrap", "Prepare every node: power, memory, OS checks, IP plan, RDMA."),
     ("doctor", "macfleet.cli.doctor", "Every health probe, each with its fix."),
     ("rollout", "macfleet.cli.rollout", "Push exo builds and model weights once, fanned out over the mesh."),
+    ("exo", "macfleet.cli.exo", "Models on the mesh through exo's API: status, place, chat, stop, tunnel."),
     ("rdma", "macfleet.cli.rdma", "RDMA status, and the guided Recovery-mode steps that switch it on."),
     ("reboot", "macfleet.cli.reboot", "The coordinated whole-mesh reboot."),
     ("upgrade", "macfleet.cli.upgrade", "Bring the mesh to the inventory's macOS build, one node at a time."),
     ("unlock", "macfleet.cli.unlock", "Unlock FileVault Macs waiting at their unlock screen, over SSH."),
     ("watch", "macfleet.cli.watch", "The watcher that heals a wedged mesh."),
+    ("maintenance", "macfleet.cli.maintenance", "Tell the healer to leave a mesh alone for a while (planned work)."),
     ("export", "macfleet.cli.export", "Hand the mesh to other engines: MLX's hostfile, llama.cpp's --rpc list."),
     ("bench", "macfleet.cli.bench", "Measure every Thunderbolt link: throughput each way and latency."),
 ]

@@ -19,7 +19,8 @@ from macfleet.cli.options import (
 from macfleet.render.output import emit, info
 from macfleet.render.text import text
 
-app = typer.Typer(no_args_is_help=True, help="Measure the mesh: every Thunderbolt link's throughput and latency.")
+app = typer.Typer(no_args_is_help=True, help="Measure the mesh: every Thunderbolt link's throughput and latency, "
+                  "every placed model's tokens/s.")
 
 
 @app.command("links")
@@ -59,4 +60,39 @@ def links_cmd(
         info(text(f"baseline not saved: {run.not_saved}"))
     note = baseline_note(run.baseline.saved_at if run.baseline else None, run.min_fraction, str(run.baseline_path))
     emit(run.json_payload(), human=lambda _: render_bench(run.nodes, run.results, run.below, note),
+         exit_code=run.exit_code)
+
+
+@app.command("exo")
+def exo_cmd(
+    inventory: InventoryOpt = None,
+    mesh: MeshOpt = None,
+    save_baseline: Annotated[bool, typer.Option("--save-baseline", help="Keep these figures beside the inventory "
+                                                "as the baseline later runs and doctor's inference check compare "
+                                                "with.")] = False,
+    limit: LimitOpt = None,
+    json_output: JsonOpt = False,
+    events: EventsOpt = False,
+) -> None:
+    """Every model exo has placed on the mesh, one at a time, through exo's bench endpoint: prompt and generation
+    tokens/s as exo measures them. With a baseline, a model below the mesh's
+    `macfleet_bench.inference_min_fraction` of it is named.
+
+    Exit 0, 1 a model gave no token, is below its baseline, or nothing is placed, 3 a node could not be reached."""
+    from macfleet.flow.bench_exo import bench_exo
+    from macfleet.flow.meshes import one_mesh
+    from macfleet.flow.placed import api_for
+    from macfleet.inventory.load import load_inventory
+    from macfleet.render.bench import baseline_note, render_bench_exo
+
+    fleet = load_inventory(inventory_path(inventory))
+    m = one_mesh(fleet, whole_mesh(fleet, mesh, limit, "exo serves each placed model from the whole mesh"))
+    info(f"measuring the models placed on mesh {m.name} through exo's bench endpoint, one at a time…")
+    run = bench_exo(fleet, m, api_for(fleet, m), save_baseline=save_baseline)
+    if run.saved:
+        info(text(f"saved the baseline in {run.baseline_path}"))
+    elif run.not_saved:
+        info(text(f"baseline not saved: {run.not_saved}"))
+    note = baseline_note(run.baseline.saved_at if run.baseline else None, run.min_fraction, str(run.baseline_path))
+    emit(run.json_payload(), human=lambda _: render_bench_exo(run.measured, run.findings, note),
          exit_code=run.exit_code)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import typer
 
 from macfleet.cli.config_file import TRUE, Config, load_config
 from macfleet.cli.options import JsonOpt
+from macfleet.paths import CLUSTER_STATE_ENV, DEFAULT_CLUSTER_STATE
 from macfleet.render.output import emit
 
 
@@ -26,6 +28,13 @@ def effective(config: Config) -> dict[str, dict[str, object]]:
         out["inventory"] = {"value": str(config.values["inventory"]), "from": str(config.path)}
     else:
         out["inventory"] = {"value": "inventories/default", "from": "default (relative to the working directory)"}
+    env_state = os.environ.get(CLUSTER_STATE_ENV, "").strip()
+    if env_state and config.values.get("cluster_state_dir") != Path(env_state):
+        out["cluster_state_dir"] = {"value": env_state, "from": CLUSTER_STATE_ENV}
+    elif "cluster_state_dir" in config.values:
+        out["cluster_state_dir"] = {"value": str(config.values["cluster_state_dir"]), "from": str(config.path)}
+    else:
+        out["cluster_state_dir"] = {"value": str(DEFAULT_CLUSTER_STATE), "from": "default"}
     for key, env in (("json", "MACFLEET_JSON"), ("color", "NO_COLOR")):
         from_env = _env_bool(env) if key == "json" else (False if os.environ.get(env) else None)
         if from_env is not None:
@@ -50,6 +59,6 @@ def show_cmd(json_output: JsonOpt = False) -> None:
 
     def human(p: dict) -> str:
         head = f"config file: {p['config_file']}" + ("" if p["exists"] else " (none)")
-        return "\n".join([head, *(f"{k:10} {v['value']}  ({v['from']})" for k, v in p["settings"].items())])
+        return "\n".join([head, *(f"{k:17} {v['value']}  ({v['from']})" for k, v in p["settings"].items())])
 
     emit(payload, human=human)

@@ -7,6 +7,7 @@ overrides in turn (docs/cli.md "Configuration"):
     inventory = "~/fleets/studio"   # the default -i (relative: to this file's directory)
     json = false                    # as --json on every command
     color = true                    # false: as --no-color
+    cluster_state_dir = "/var/lib/macfleet"  # each inventory's shared lock, history, healer state, maintenance
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from pathlib import Path
 from macfleet.errors import UsageError
 
 MAX_CONFIG_BYTES = 64 * 1024
-KEYS = {"inventory": str, "json": bool, "color": bool}
+KEYS = {"inventory": str, "json": bool, "color": bool, "cluster_state_dir": str}
+PATH_KEYS = ("inventory", "cluster_state_dir")
 TRUE = ("1", "true", "yes", "on")
 
 
@@ -61,7 +63,7 @@ def load_config() -> Config:
             raise UsageError(f"{path}: unknown key {key!r}", hint="keys: " + ", ".join(KEYS))
         if not isinstance(value, kind):
             raise UsageError(f"{path}: {key} = {value!r}, expected a {'string' if kind is str else 'true or false'}")
-        if key == "inventory":
+        if key in PATH_KEYS:
             p = Path(str(value)).expanduser()
             value = p if p.is_absolute() else path.parent / p
         values[key] = value

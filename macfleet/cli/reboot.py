@@ -36,11 +36,11 @@ def reboot(
     verify RDMA ports, the IP plan and the cabling, start exo, verify its /state.
 
     Exit 0 done, 1 refused or a phase failed, 3 a node unreachable or not back."""
+    from macfleet.flow.maintenance import planned
     from macfleet.flow.meshes import limit_names
-    from macfleet.flow.reboot import reboot_mesh, select  # the flows when it runs, not for --help
+    from macfleet.flow.reboot import select  # the flows when it runs, not for --help
     from macfleet.inventory.load import load_inventory
-    from macfleet.render.output import err_console
-    from macfleet.render.reboot import RebootBoard, live_board, progress_line, render_reboot
+    from macfleet.render.reboot import render_reboot
 
     fleet = load_inventory(inventory_path(inventory))
     limited = limit_names(fleet, limit)
@@ -54,6 +54,23 @@ def reboot(
         nodes = limited
     target, names = select(fleet, mesh, list(nodes or []))
     info(f"reboot: mesh {target.name} ({', '.join(names)}){' (dry run)' if dry_run else ''}")
+    with planned(fleet, target, "reboot", reason, check=dry_run, say=lambda line: info(text(line))):
+        result = _run(fleet, target, names, reason, dry_run, events)
+    payload = result.payload()
+    code = 0
+    if result.result in ("refused", "failed"):
+        lost = any(not w["back"] for w in payload["nodes"].values()) or (
+            result.refusal is not None and "unreachable" in result.refusal)
+        code = EXIT_UNREACHABLE if lost else EXIT_PROBLEMS
+    emit(payload, human=render_reboot, exit_code=code)
+
+
+def _run(fleet, target, names: list[str], reason: str, dry_run: bool, events: bool):
+    """The reboot, shown as a live board on a terminal, else one line per change (and on the --events stream)."""
+    from macfleet.flow.reboot import reboot_mesh
+    from macfleet.render.output import err_console
+    from macfleet.render.reboot import RebootBoard, live_board, progress_line
+
     if err_console.is_terminal and not output.mode.json and not events and not dry_run:
         # a terminal: one table of every node, redrawn in place, with the phases printed above it
         board = RebootBoard(names)
@@ -64,10 +81,4 @@ def reboot(
         result = reboot_mesh(fleet, target, names, reason, dry_run=dry_run,
                              progress=node_progress(lambda n, s, d: err_console.print(progress_line(n, s, d))),
                              say=lambda line: info(text(line)))
-    payload = result.payload()
-    code = 0
-    if result.result in ("refused", "failed"):
-        lost = any(not w["back"] for w in payload["nodes"].values()) or (
-            result.refusal is not None and "unreachable" in result.refusal)
-        code = EXIT_UNREACHABLE if lost else EXIT_PROBLEMS
-    emit(payload, human=render_reboot, exit_code=code)
+    return result

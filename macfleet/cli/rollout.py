@@ -37,6 +37,16 @@ def load_inventory(path: Path):
 
     return load(path)
 
+def _planned(fleet, mesh: str | None, command: str, reason: str, check: bool):
+    """Maintenance on the mesh while the rollout runs: the healer leaves it to the rollout (flow/maintenance.py)."""
+    from macfleet.flow.maintenance import planned
+    from macfleet.flow.meshes import one_mesh
+    from macfleet.render.text import text
+
+    return planned(fleet, one_mesh(fleet, mesh), command, reason[:200], check=check,
+                   say=lambda line: info(text(line)))
+
+
 app = typer.Typer(no_args_is_help=True, help="Push exo builds and model weights once, fanned out over the mesh.")
 
 KeepOpt = Annotated[int, typer.Option("--keep", min=2, max=50, help="Releases kept on each node.")]
@@ -74,8 +84,9 @@ def exo_cmd(
     fleet = load_inventory(inventory_path(inventory))
     mesh = whole_mesh(fleet, mesh, limit, "a release is switched on the whole mesh at once (its peers run one "
                       "version)")
-    report = flow.rollout_exo(fleet, source, ref=ref, mesh=mesh, keep=keep, timeout_s=timeout, say=info,
-                              build_on=build_on, no_build=no_build, check=check)
+    with _planned(fleet, mesh, "rollout exo", f"exo rollout of {source or 'macfleet_exo.source'}", check):
+        report = flow.rollout_exo(fleet, source, ref=ref, mesh=mesh, keep=keep, timeout_s=timeout, say=info,
+                                  build_on=build_on, no_build=no_build, check=check)
     if isinstance(report, flow.RolloutPlan):
         emit(report, human=render.render_plan)
     else:
@@ -99,8 +110,9 @@ def llama_rpc_cmd(
     """Stage a llama.cpp build and run rpc-server on every node, bound to its Thunderbolt addresses only."""
     fleet = load_inventory(inventory_path(inventory))
     mesh = whole_mesh(fleet, mesh, limit, "rpc-server runs on every node of the mesh, one job per cable")
-    report = llama_flow.rollout_llama_rpc(fleet, source, mesh=mesh, keep=keep, timeout_s=timeout, check=check,
-                                          say=info, force=force)
+    with _planned(fleet, mesh, "rollout llama-rpc", f"llama.cpp rollout of {source}", check):
+        report = llama_flow.rollout_llama_rpc(fleet, source, mesh=mesh, keep=keep, timeout_s=timeout, check=check,
+                                              say=info, force=force)
     emit(report.json_payload(), human=lambda _: lazy_module("macfleet.render.llama_rpc").render_llama_rollout(report))
 
 
@@ -118,7 +130,9 @@ def rollback_cmd(
     """Switch the whole mesh back to the release it ran before."""
     fleet = load_inventory(inventory_path(inventory))
     mesh = whole_mesh(fleet, mesh, limit, "a release is switched back on the whole mesh at once")
-    emit(flow.rollback_exo(fleet, mesh=mesh, timeout_s=timeout, say=info, check=check), human=render.render_report)
+    with _planned(fleet, mesh, "rollout rollback", "exo rollback", check):
+        report = flow.rollback_exo(fleet, mesh=mesh, timeout_s=timeout, say=info, check=check)
+    emit(report, human=render.render_report)
 
 
 @app.command("status")

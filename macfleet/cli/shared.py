@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from macfleet.paths import CLUSTER_STATE_ENV
 from macfleet.render import output
 
 if TYPE_CHECKING:
@@ -54,6 +55,8 @@ def apply_config() -> None:
         output.mode.json = True
     if values.get("color") is False:
         output.mode.no_color = True
+    if "cluster_state_dir" in values and not os.environ.get(CLUSTER_STATE_ENV, "").strip():
+        os.environ[CLUSTER_STATE_ENV] = str(values["cluster_state_dir"])  # read by macfleet.paths, and children
 
 
 def _push_verbosity() -> None:

@@ -38,11 +38,13 @@ def command(
     """Bring every node of the mesh to the inventory's macOS build (macfleet_macos.build): stop exo, install the
     update on each node in turn (`softwareupdate --install LABEL --restart --user ADMIN --stdinpass`, the password
     on stdin), wait for it to come back (FileVault unlocked as `macfleet reboot` does), check its build and RDMA,
-    verify the mesh, and start exo once every node runs the build. Takes the cluster lock; resumes an interrupted
+    verify the mesh, and start exo once every node runs the build. Takes the cluster lock and maintenance on the
+    mesh (the healer leaves it alone; `macfleet maintenance`); resumes an interrupted
     upgrade; refuses when the build is not offered to a node. --check shows the plan and changes nothing.
 
     Exit 0 done (or nothing to do, or --check), 1 refused or failed, 2 bad input, 3 a node unreachable."""
     # loaded here, not at import: `macfleet upgrade --help` pays for none of them
+    from macfleet.flow.maintenance import planned
     from macfleet.flow.meshes import one_mesh
     from macfleet.flow.upgrade import upgrade_mesh
     from macfleet.inventory.load import load_inventory
@@ -54,8 +56,10 @@ def command(
     mesh = whole_mesh(fleet, mesh, limit, "exo starts again only once every node of the mesh runs the target build")
     target = one_mesh(fleet, mesh)
     show = node_progress(lambda n, s, d: err_console.print(progress_line(n, s, d)))
-    result = upgrade_mesh(fleet, target, password_file, check=check, together=together,
-                          say=lambda line: info(text(line)), progress=show)
+    with planned(fleet, target, "upgrade", f"macOS upgrade of mesh {target.name}", check=check,
+                 say=lambda line: info(text(line))):
+        result = upgrade_mesh(fleet, target, password_file, check=check, together=together,
+                              say=lambda line: info(text(line)), progress=show)
     code = 0
     if result.result in ("refused", "failed"):
         code = EXIT_UNREACHABLE if result.unreachable else EXIT_PROBLEMS

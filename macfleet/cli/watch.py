@@ -45,7 +45,8 @@ def watch(
     interval: Annotated[float | None, seconds_option("--interval", low=0.2, high=86400, help="Seconds between "
                                                      "probes (default: macfleet_probes.interval_s).",
                                                      show_default=False)] = None,
-    once: Annotated[bool, typer.Option("--once", help="One probe, one decision, then exit.")] = False,
+    once: Annotated[bool, typer.Option("--once", help="One probe, one decision, then exit: 0 healthy, 1 findings "
+                                       "(or a check that could not tell), 3 a node unreachable.")] = False,
     reset_breaker: Annotated[bool, typer.Option("--reset", help="Close the circuit breaker, forget the streaks, "
                                                 "and exit.")] = False,
     listen: Annotated[str | None, typer.Option("--listen", metavar="ADDR:PORT", help="Serve /metrics "
@@ -96,8 +97,11 @@ def watch(
     finally:
         watcher.close()
     say("watch: stopped")
+    code = watcher.exit_code() if once else 0
     if stream.stream.on:
-        emit({**watcher.snapshot, "audit": list(watcher.audit.recent)})
+        emit({**watcher.snapshot, "audit": list(watcher.audit.recent)}, exit_code=code)
+    if code:
+        raise typer.Exit(code)
 
 
 def _decisions_on_stream(watcher: Watcher) -> None:

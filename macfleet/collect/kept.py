@@ -7,6 +7,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from macfleet.collect.commands import CommandSpec
@@ -147,14 +148,20 @@ class NodeSessions:
             result.unreachable[node] = next(iter(failed.values()))[len("lost: "):]
 
     def gather(self, specs: tuple[CommandSpec, ...], deadline_s: float, cap_s: float | None = None,
-               nodes: list[str] | None = None) -> Gathered:
-        """Every spec on every node (or `nodes`) in parallel, as `collect.gather` would hand it back."""
+               nodes: list[str] | None = None, per_node: Callable[[str], tuple[CommandSpec, ...]] | None = None
+               ) -> Gathered:
+        """Every spec on every node (or `nodes`) in parallel, and `per_node(node)` on that node too, as
+        `collect.gather` would hand it back."""
         started = time.monotonic()
         result = Gathered()
         cancel = threading.Event()
         names = list(nodes or self.sessions)
+
+        def one(node: str) -> None:
+            mine = specs + (per_node(node) if per_node is not None else ())
+            self.gather_node(node, mine, started + deadline_s, result, cap_s, cancel)
+
         with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
-            list(pool.map(lambda n: self.gather_node(n, specs, started + deadline_s, result, cap_s, cancel),
-                          names))
+            list(pool.map(one, names))
         result.took_s = time.monotonic() - started
         return result

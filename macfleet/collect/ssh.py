@@ -23,6 +23,7 @@ import shlex
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,15 @@ class CommandTimeout(Exception):
 class CommandCancelled(Exception):
     def __init__(self, spec: CommandSpec):
         super().__init__(f"`{spec.command_line}` was cancelled before it answered")
+
+
+class RemoteExit(Exception):
+    """A streamed command ended with another exit status than 0."""
+
+    def __init__(self, rc: int, stderr: str):
+        super().__init__(f"exit {rc}: {stderr.strip()[-200:] or 'no output on stderr'}")
+        self.rc = rc
+        self.stderr = stderr
 
 
 class Unreachable(Exception):
@@ -753,6 +763,40 @@ class SshSession:
             took_s=time.monotonic() - started,
             ended_at=time.time(),
         )
+
+    def stream(self, command_line: str, *, stdin: bytes = b"", timeout_s: float,
+               cancel: threading.Event | None = None) -> Iterator[bytes]:
+        """Run one already-quoted command line with `stdin` as its input (then EOF) and yield its stdout as it
+        comes; CommandTimeout past `timeout_s`, RemoteExit when it ends with another status than 0."""
+        spec = CommandSpec("?", (command_line,))
+        deadline = time.monotonic() + timeout_s
+        channel = self._start(command_line, deadline, cancel)
+        err = bytearray()
+        exited_at: float | None = None
+        try:
+            channel.sendall(stdin)
+            channel.shutdown_write()
+            while True:
+                while channel.recv_ready():
+                    yield channel.recv(65536)
+                while channel.recv_stderr_ready():
+                    err += channel.recv_stderr(65536)
+                if channel.exit_status_ready() and not channel.recv_ready():
+                    exited_at = exited_at or time.monotonic()  # then its EOF, briefly (as in run_line)
+                    if channel.eof_received or channel.closed or time.monotonic() - exited_at > EOF_GRACE_S:
+                        break
+                if cancel is not None and cancel.is_set():
+                    raise CommandCancelled(spec)
+                if time.monotonic() > deadline:
+                    raise CommandTimeout(spec, timeout_s)
+                channel.status_event.wait(0.02)
+            rc = channel.recv_exit_status()
+        except (OSError, EOFError) as exc:
+            raise Unreachable(f"{self.target.host}: `{command_line}` was cut off: {exc}") from None
+        finally:
+            channel.close()
+        if rc != 0:
+            raise RemoteExit(rc, err.decode("utf-8", errors="replace"))
 
     def run_batch(
         self, specs: tuple[CommandSpec, ...], *, deadline: float, cancel: threading.Event | None = None,

@@ -19,11 +19,11 @@ from macfleet.act import llama_rpc as act
 from macfleet.act import release as rel
 from macfleet.act import transfer
 from macfleet.act.ansible import PlaybookRun, run_playbook
-from macfleet.act.lock import ClusterLock, lock_path
+from macfleet.act.lock import ClusterLock, append_history, lock_path
 from macfleet.errors import Refused, RolloutFailed, UnreachableError, UsageError
 from macfleet.flow.defaults import LLAMA_HEALTH_TIMEOUT_S
 from macfleet.flow.meshes import one_mesh
-from macfleet.flow.rollout import DEFAULT_KEEP, Say, _history, _quiet, resolve_source, stage_release
+from macfleet.flow.rollout import DEFAULT_KEEP, Say, quiet, resolve_source, stage_release
 from macfleet.flow.topology import plan_live
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.llama_rpc import (
@@ -116,7 +116,7 @@ def _install_jobs(fleet: Fleet, m: Mesh, root: str, have: dict[str, act.LlamaNod
 
 def rollout_llama_rpc(fleet: Fleet, source: str, *, mesh: str | None = None, keep: int = DEFAULT_KEEP,
                       timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S, check: bool = False,
-                      say: Say = _quiet, force: bool = False) -> LlamaRolloutReport:
+                      say: Say = quiet, force: bool = False) -> LlamaRolloutReport:
     """`force`: take the cluster lock even from a command that died in a critical step (its record is lost)."""
     m = one_mesh(fleet, mesh)
     if not m.settings.llama.enabled:
@@ -166,7 +166,7 @@ def rollout_llama_rpc(fleet: Fleet, source: str, *, mesh: str | None = None, kee
             for n, h in act.read_nodes(fleet, list(m.node_names), root).items():
                 rel.remove_releases(fleet, n, root, releases_to_prune(h.releases, {name, *([frm] if frm else [])},
                                                                       keep))
-            _history(fleet, {"action": "rollout llama-rpc", "from": frm, "to": name, "healthy": True})
+            append_history(fleet.root, {"action": "rollout llama-rpc", "from": frm, "to": name, "healthy": True})
             return LlamaRolloutReport(result="switched", release=name, previous=frm, rpc_port=port, jobs=bindings,
                                       staged=staged, took_s=round(time.monotonic() - t0, 2))
 
@@ -175,7 +175,8 @@ def _fail(fleet: Fleet, m: Mesh, root: str, name: str, frm: str | None, bindings
           reasons: list[str], timeout_s: float, say: Say) -> None:
     why = "; ".join(reasons[:6])
     say(f"health gate failed: {why}")
-    _history(fleet, {"action": "rollout llama-rpc", "from": frm, "to": name, "healthy": False, "reasons": reasons})
+    append_history(fleet.root, {"action": "rollout llama-rpc", "from": frm, "to": name, "healthy": False,
+                                "reasons": reasons})
     if frm is None:
         act.stop_jobs(fleet, {n: [b.index for b in bindings[n]] for n in m.node_names})
         raise RolloutFailed(f"rpc-server of {name} did not accept connections within {timeout_s:g} s, and there is "

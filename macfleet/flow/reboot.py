@@ -28,18 +28,17 @@ from macfleet.collect.kept import NodeSessions
 from macfleet.collect.ssh import SshTarget, unlock_key_recorded
 from macfleet.errors import MacfleetError, UsageError
 from macfleet.flow.bootstrap import read_secret_file
-from macfleet.flow.doctor import PROBE_OF_CHECK, doctor_specs, node_facts, ping_specs
+from macfleet.flow.checks import CheckPlan
 from macfleet.flow.meshes import one_mesh
+from macfleet.flow.placed import MODELS_PHASE, models_answer
 from macfleet.inventory.model import Fleet, Mesh
-from macfleet.judge.health import HealthReport, NodeFacts, judge_health
+from macfleet.judge.health import HealthReport, NodeFacts
 from macfleet.judge.model import Refusal
-from macfleet.judge.reboot import RebootPlan, preflight
+from macfleet.judge.reboot import RebootPlan, preflight, sketch
 
+# The checks a reboot verifies (their probes, and no other, read from the catalogue: a node that just booted
+# is read in one round of commands).
 VERIFY_NETWORK = ["reachable", "cabling", "bridge", "ip-plan", "rdma"]
-# What those checks read (a fact they need and nobody read makes them say "could not tell", never pass):
-# reading only these keeps the verification of a node that just booted to one round of commands.
-NETWORK_KINDS = frozenset({"thunderbolt", "hardware-ports", "service-order", "ifconfig", "ibv-devices",
-                           "ibv-devinfo", "rdma-ctl", "netstat-routes"})
 # Not exo-version: a reboot changes no installed release, the version of an exo installed without macfleet cannot
 # be known (doctor says "could not tell"), and a version split would show as exo-peers (nodes of different
 # versions do not connect).
@@ -47,7 +46,7 @@ VERIFY_EXO = ["reachable", "exo-running", "exo-peers", "exo-rdma"]
 VERIFY_DEADLINE_S = 120.0
 READ_DEADLINE_S = 30.0  # one read of one node's facts
 # The lock's phases once every reboot command was accepted: a successor resumes from there.
-AFTER_ISSUE = ("waiting for nodes", "verifying", "starting exo", "verifying exo")
+AFTER_ISSUE = ("waiting for nodes", "verifying", "starting exo", "verifying exo", "placing models")
 
 
 @dataclass
@@ -154,16 +153,10 @@ class Verifier:
     starts reading a node's facts at once (as it comes back); `verify` reads what is missing, judges, and
     reads again only what may have changed."""
 
-    def __init__(self, fleet: Fleet, mesh: Mesh, sessions: NodeSessions, checks: list[str],
-                 kinds: frozenset[str] | None = None):
-        self.fleet, self.mesh, self.sessions, self.checks = fleet, mesh, sessions, checks
-        # a probe several checks read (softwareupdate: updates, macos-target) is skipped only when none is asked
-        skip = ({k for keys in PROBE_OF_CHECK.values() for k in keys}
-                - {k for c in checks for k in PROBE_OF_CHECK.get(c, ())})
-        base = tuple(spec for spec in doctor_specs([mesh]) if spec.key not in skip
-                     and (kinds is None or spec.kind in kinds))
-        pings = ping_specs(fleet, [mesh]) if "tb-ping" in checks else {}
-        self.specs: dict[str, tuple[CommandSpec, ...]] = {n: base + pings.get(n, ()) for n in mesh.node_names}
+    def __init__(self, fleet: Fleet, mesh: Mesh, sessions: NodeSessions, checks: list[str]):
+        self.fleet, self.mesh, self.sessions = fleet, mesh, sessions
+        self.plan = CheckPlan.of(fleet, [mesh], checks)
+        self.specs: dict[str, tuple[CommandSpec, ...]] = {n: self.plan.specs(n) for n in mesh.node_names}
         self.facts: dict[str, NodeFacts] = {}
         self.read_at: dict[str, float] = {}
         self.reads = 0
@@ -174,7 +167,7 @@ class Verifier:
         started = time.monotonic()
         got = Gathered()
         self.sessions.gather_node(node, self.specs[node], started + READ_DEADLINE_S, got)
-        self.facts[node], self.read_at[node] = node_facts(got, node), started
+        self.facts[node], self.read_at[node] = self.plan.facts(got, node), started
         self.reads += 1
 
     def read_soon(self, node: str) -> None:
@@ -194,15 +187,12 @@ class Verifier:
             self._read_all([n for n in self.specs if n not in self.facts])
             pause, first = 0.2, True
             while True:
-                report = judge_health(self.fleet, [self.mesh], self.facts, datetime.now(UTC), only=self.checks)
+                report = self.plan.judge(self.facts)
                 if not report.findings and not report.summary.unknown:
                     again = self.reads - len(self.specs)
                     return True, "clean" + (f" (after {again} more read(s) of a node)" if again else ""), report
                 if time.monotonic() > end:
-                    problems = [f"{f.node}: {f.message}" for f in report.findings]
-                    problems += [f"{c.node} {c.check}: could not tell ({c.reason})" for c in report.checks
-                                 if c.result == "unknown"]
-                    return False, "; ".join(problems[:6]), report
+                    return False, "; ".join(report.problems()[:6]), report
                 # facts read before the last node was back may show its links down: read those again at once;
                 # after that, every node again, a little later each time (ports come ACTIVE as peers settle)
                 stale = [n for n, at in self.read_at.items() if at < all_back_at] if first else []
@@ -217,6 +207,10 @@ class Verifier:
 
 
 # ---------------------------------------------------------------------------------------------- the flow
+
+
+def _rows(plan: RebootPlan) -> list[dict]:
+    return [{"node": n.node, "method": n.method, "why": n.why} for n in plan.nodes]
 
 
 def reboot_mesh(fleet: Fleet, mesh: Mesh, nodes: list[str], reason: str, *, dry_run: bool = False,
@@ -242,11 +236,16 @@ def _reboot(fleet, mesh, nodes, reason, dry_run, respect_windows, progress, say,
     prior = interrupted_reboot(lock, mesh, datetime.now(UTC))
     if prior is not None:
         return _resume(fleet, mesh, nodes, reason, prior, lock, dry_run, progress, say, sessions, started)
+    if not dry_run:
+        lock.check("reboot")  # a rollout, the healer or another user's reboot holds it: refused before any dial
     verdict, before = plan_reboot(fleet, mesh, nodes, reason, sessions, respect_windows=respect_windows,
                                   before=before)
     if isinstance(verdict, Refusal):
-        return RebootResult(mesh=mesh.name, result="refused", reason=reason, refusal=verdict.reason)
-    plan = [{"node": n.node, "method": n.method, "why": n.why} for n in verdict.nodes]
+        # under --check the plan is shown beside the refusal, as far as it can be told
+        would = sketch(mesh, nodes, before.filevault, reason) if dry_run else None
+        return RebootResult(mesh=mesh.name, result="refused", reason=reason, refusal=verdict.reason,
+                            plan=_rows(would) if would else [], steps=would.phases if would else [])
+    plan = _rows(verdict)
     if dry_run:
         return RebootResult(mesh=mesh.name, result="dry-run", reason=reason, plan=plan, steps=verdict.phases)
     held = lock.acquire("reboot", reason, ttl_s=mesh.settings.reboot.lock_ttl_s)
@@ -269,7 +268,7 @@ def _resume(fleet, mesh, nodes, reason, prior: LockRecord, lock, dry_run, progre
                f"({why}): its reboots were issued, so this run waits for every node, verifies the mesh and "
                "starts exo where it ran, rather than rebooting the mesh again")
     steps = ["wait for every node to be back", "verify RDMA ports, the IP plan, the cabling",
-             "start exo where it ran before", "verify exo /state"]
+             "start exo where it ran before", "verify exo /state", MODELS_PHASE]
     if dry_run:
         return RebootResult(mesh=mesh.name, result="dry-run", reason=reason, steps=steps, resumed=resumed)
     held = lock.acquire("reboot", f"resuming: {prior.reason}", ttl_s=mesh.settings.reboot.lock_ttl_s,
@@ -350,8 +349,12 @@ class Run:
                 return False, (f"could not read whether exo runs, or the boot time, on {', '.join(unread)}: "
                                "nothing was changed")
             self.phase("stopping exo")
-            act.stop_exo_on(self.sessions, [n for n, r in self.running.items() if r])
-            return True, f"exo was running on {sum(self.running.values())} of {len(self.nodes)} node(s)"
+            stops = act.stop_exo_on(self.sessions, [n for n, r in self.running.items() if r])
+            held = [f"{n}: {h}" for n, st in stops.items() for h in st.holdouts()]
+            for line in held:
+                self.say(f"exo did not stop cleanly on {line}")
+            return True, (f"exo was running on {sum(self.running.values())} of {len(self.nodes)} node(s)"
+                          + (f"; did not exit when asked: {'; '.join(held)}" if held else ""))
 
         def reboot() -> tuple[bool, str]:
             self.phase("rebooting", critical=True)
@@ -383,7 +386,7 @@ class Run:
 
     def after_issue(self, timeout_s: float) -> None:
         """Wait (reading each node's facts as it returns), verify, start exo, verify /state."""
-        network = Verifier(self.fleet, self.mesh, self.sessions, VERIFY_NETWORK, NETWORK_KINDS)
+        network = Verifier(self.fleet, self.mesh, self.sessions, VERIFY_NETWORK)
         back_at: list[float] = []
         lock = threading.Lock()
 
@@ -396,10 +399,9 @@ class Run:
             waits = act.wait_for_nodes(self.sessions, self.nodes, self.boottime, timeout_s, self.progress,
                                        on_back=came_back, unlock=unlocker(self.fleet, self.mesh))
             self.result.nodes = {n: asdict(w) for n, w in waits.items()}
-            lost = {n: w.last_seen for n, w in waits.items() if not w.back}
+            lost = [w.verdict(n) for n, w in waits.items() if not w.back]
             if lost:
-                return False, "not back within {:g} s: {}".format(
-                    timeout_s, "; ".join(f"{n} (last seen: {s})" for n, s in lost.items()))
+                return False, "not back within {:g} s: {}".format(timeout_s, "; ".join(lost))
             return True, f"every node back (slowest {max(w.took_s or 0 for w in waits.values()):g} s)"
 
         def verify(v: Verifier, all_back_at: float = 0.0) -> tuple[bool, str]:
@@ -426,6 +428,9 @@ class Run:
             self.phase("verifying exo", critical=True)
             exo = Verifier(self.fleet, self.mesh, self.sessions, VERIFY_EXO)
             if not _timed(self.result, "verify exo /state", self.say, lambda: verify(exo)):
+                return
+            self.phase("placing models", critical=True)
+            if not _timed(self.result, MODELS_PHASE, self.say, lambda: models_answer(self.fleet, self.mesh, self.say)):
                 return
         self.held.critical = False
         self.result.result = "ok"

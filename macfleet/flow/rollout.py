@@ -26,9 +26,12 @@ from macfleet.act import release as rel
 from macfleet.act import transfer
 from macfleet.act.lock import Acquired, ClusterLock, LockRecord, append_history, lock_path
 from macfleet.act.lock import read_history as lock_history
+from macfleet.collect.kept import NodeSessions
 from macfleet.errors import RolloutFailed, UsageError
+from macfleet.flow.checks import run_checks
 from macfleet.flow.defaults import EXO_HEALTH_TIMEOUT_S, ROLLOUT_KEEP
 from macfleet.flow.meshes import one_mesh
+from macfleet.flow.placed import MODELS_PHASE, models_answer
 from macfleet.inventory.model import ExoBuildSettings, Fleet, Mesh
 from macfleet.judge.build import (
     BuildStep,
@@ -40,6 +43,7 @@ from macfleet.judge.build import (
 )
 from macfleet.judge.ipplan import plan_ip
 from macfleet.judge.rollout import (
+    HEALTH_GATE,
     MAX_FILES,
     VERSION_RE,
     HealthVerdict,
@@ -49,7 +53,7 @@ from macfleet.judge.rollout import (
     RolloutStatus,
     check_release_name,
     fanout_direct,
-    judge_health,
+    gate_verdict,
     release_name,
     releases_to_prune,
 )
@@ -60,8 +64,8 @@ DEFAULT_HEALTH_TIMEOUT_S = EXO_HEALTH_TIMEOUT_S
 SWITCH_STEPS = ("stop", "flip", "start", "health", "rollback")
 
 
-def _quiet(_: str) -> None:
-    pass
+def quiet(_: str) -> None:
+    """A `say` that says nothing (a flow called without a console)."""
 
 
 GIT_URL_PREFIXES = ("https://", "ssh://", "git@", "file://")  # a --source that is cloned, not read
@@ -196,15 +200,18 @@ def _land(fleet: Fleet, nodes: list[str], manifest: Manifest, staging: str, fina
 
 
 def wait_healthy(fleet: Fleet, mesh: Mesh, timeout_s: float) -> HealthVerdict:
-    """Poll every node's /node_id and /state until healthy or the deadline (the last verdict says why)."""
-    port = mesh.settings.exo.port
+    """Judge the gate's checks (exo's, read over SSH as doctor reads them) until the mesh passes them or the
+    deadline (the last verdict says why)."""
     deadline = time.monotonic() + timeout_s
-    while True:
-        answers = {n.name: rel.ask_exo(n.address, port) for n in mesh.nodes}
-        verdict = judge_health(answers)
-        if verdict.healthy or time.monotonic() > deadline:
-            return verdict
-        time.sleep(1.0)
+    sessions = NodeSessions(fleet, list(mesh.node_names))
+    try:
+        while True:
+            verdict = gate_verdict(run_checks(fleet, [mesh], HEALTH_GATE, sessions=sessions).report)
+            if verdict.healthy or time.monotonic() > deadline:
+                return verdict
+            time.sleep(1.0)
+    finally:
+        sessions.close()
 
 
 # A switch killed half-way is repaired by these commands only (`repair`); any other lock-taker refuses.
@@ -241,7 +248,12 @@ def switch(fleet: Fleet, mesh: Mesh, lock: ClusterLock, held: Acquired, root: st
     rel.start_exo(fleet, nodes)
     say(f"switched {len(nodes)} nodes to {to} in {time.monotonic() - t0:.1f} s; waiting for health")
     step("health")
-    return wait_healthy(fleet, mesh, timeout_s)
+    verdict = wait_healthy(fleet, mesh, timeout_s)
+    if not verdict.healthy:
+        return verdict
+    answering, detail = models_answer(fleet, mesh, say)  # exo restarted: no instance survived it
+    say(f"{MODELS_PHASE}: {detail}")
+    return verdict if answering else HealthVerdict(healthy=False, reasons=(detail,))
 
 
 def follow_ports(fleet: Fleet, mesh: Mesh, root: str, frm: str | None, to: str, say: Say) -> None:
@@ -351,7 +363,7 @@ def exo_source(fleet: Fleet, m: Mesh, source: str | None, ref: str | None) -> tu
 
 def rollout_exo(fleet: Fleet, source: str | None, *, ref: str | None = None, mesh: str | None = None,
                 keep: int = DEFAULT_KEEP, timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S,
-                say: Say = _quiet, build_on: str | None = None, no_build: bool = False,
+                say: Say = quiet, build_on: str | None = None, no_build: bool = False,
                 check: bool = False) -> RolloutReport | RolloutPlan:
     m = one_mesh(fleet, mesh)
     source, ref = exo_source(fleet, m, source, ref)
@@ -623,7 +635,7 @@ def _previous(fleet: Fleet, current: str) -> str | None:
 
 
 def rollback_exo(fleet: Fleet, *, mesh: str | None = None, keep: int = DEFAULT_KEEP,
-                 timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S, say: Say = _quiet, check: bool = False) -> RolloutReport:
+                 timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S, say: Say = quiet, check: bool = False) -> RolloutReport:
     """`check`: read each node's releases and say what the rollback would switch to; take no lock, change nothing."""
     m = one_mesh(fleet, mesh)
     root = m.settings.exo.install_root

@@ -40,7 +40,7 @@ from macfleet.facts.rdma import RdmaCtlFacts
 from macfleet.facts.registry import parse
 from macfleet.facts.system import SwVersFacts
 from macfleet.flow.bootstrap import read_secret_file
-from macfleet.flow.reboot import NETWORK_KINDS, VERIFY_DEADLINE_S, VERIFY_EXO, VERIFY_NETWORK, Verifier, unlocker
+from macfleet.flow.reboot import VERIFY_DEADLINE_S, VERIFY_EXO, VERIFY_NETWORK, Verifier, unlocker
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.upgrade import NodeStanding, UpgradePlan, plan_upgrade, standing
 
@@ -52,7 +52,6 @@ INSTALL_TIMEOUT_S = 3 * 3600.0
 # A restart into a new build installs its second half first: longer than a plain reboot (no Apple figure).
 RESTART_TIMEOUT_S = 3600.0
 VERIFY_AFTER = [*VERIFY_NETWORK, "wired-limit", "macos-build"]
-AFTER_KINDS = NETWORK_KINDS | {"sysctl", "sw-vers"}
 
 
 @dataclass
@@ -235,7 +234,7 @@ def _upgrade(fleet, mesh, nodes, target, password, check, together, prior, lock,
             phase("installed", group[-1].node)
         phase("verifying")
         say("verifying RDMA ports, the IP plan, the cabling, the wired-memory limit and the builds")
-        ok, detail, _ = Verifier(fleet, mesh, sessions, VERIFY_AFTER, AFTER_KINDS).verify(VERIFY_DEADLINE_S)
+        ok, detail, _ = Verifier(fleet, mesh, sessions, VERIFY_AFTER).verify(VERIFY_DEADLINE_S)
         if not ok:
             result.failure = f"after the upgrade: {detail}"
             result.done = done

@@ -17,7 +17,7 @@ from macfleet.inventory.model import Mesh
 from macfleet.judge.model import Refusal
 from macfleet.judge.remediation import describe_window, in_windows
 
-Method = Literal["shutdown", "authrestart"]
+Method = Literal["shutdown", "authrestart", "unknown"]  # unknown: its FileVault state could not be read
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,8 @@ class RebootPlan:
     timeout_s: float
     phases: list[str] = field(default_factory=lambda: [
         "stop exo on every node", "reboot every node at once", "wait for every node",
-        "verify RDMA ports, IP plan and cabling", "start exo where it ran", "verify exo's /state"])
+        "verify RDMA ports, IP plan and cabling", "start exo where it ran", "verify exo's /state",
+        "place the declared models again, a token through every placed model"])
 
     def describe(self) -> list[str]:
         lines = [f"reboot mesh {self.mesh} ({len(self.nodes)} nodes): {self.reason}"]
@@ -81,3 +82,18 @@ def preflight(
     plan = [NodeReboot(n, "authrestart", "FileVault on: one-time unlock with the stored credential") if n in locked
             else NodeReboot(n, "shutdown", "FileVault off") for n in nodes]
     return RebootPlan(mesh=mesh.name, nodes=plan, reason=reason, timeout_s=mesh.settings.reboot.timeout_s)
+
+
+def sketch(mesh: Mesh, nodes: list[str], filevault: dict[str, FdesetupFacts | str], reason: str) -> RebootPlan:
+    """The plan as far as it can be told, shown beside a refusal under --check (a hung node must not hide the
+    rest of the plan): a node that could not be read says so, and what to do about it."""
+    def one(n: str) -> NodeReboot:
+        f = filevault.get(n)
+        if isinstance(f, FdesetupFacts):
+            return (NodeReboot(n, "authrestart", "FileVault on: one-time unlock with the stored credential")
+                    if f.filevault_on else NodeReboot(n, "shutdown", "FileVault off"))
+        return NodeReboot(n, "unknown", f"could not be read ({f or 'not read'}): power-cycle it at the rack, "
+                                        "unlock it if it waits at the FileVault screen (`macfleet unlock`), "
+                                        "then run this again")
+    return RebootPlan(mesh=mesh.name, nodes=[one(n) for n in nodes], reason=reason,
+                      timeout_s=mesh.settings.reboot.timeout_s)

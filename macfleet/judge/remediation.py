@@ -8,6 +8,13 @@ nothing automatic until `macfleet watch --reset`) and happen only inside a maint
 are limited per window too (past the limit the ladder climbs past them); a pause file stops every action.
 Every step carries its reason, including each time it decides not to act.
 
+Guards (issue 28): a mesh in maintenance (a person's, or a rollout's, reboot's or upgrade's for its duration) is
+observed and reported, never acted on, and nothing is counted toward an action meanwhile; no action while fewer
+than `min_observed_share` of the mesh's nodes answered (a controller that lost its own network sees every node
+down, and must not reboot the mesh); two reboots are at least `reboot_gap_s` apart; a reboot that failed (a node
+did not come back) is tried again `reboot_retries` times before the ladder climbs to the page. Every page is
+followed by one "back to healthy" notice (`Step.resolved`) once the mesh is healthy again.
+
 A rung is used up only by an action that was carried out (`after(policy, step, outcome, now)`): a reboot
 refused because the cluster lock is held uses no rung and does not count toward the breaker. After an action
 the mesh settles for `settle_s`: what is seen then is recorded, not counted, and the ladder is kept (a probe
@@ -27,6 +34,7 @@ from zoneinfo import ZoneInfo
 from macfleet.inventory.model import MaintenanceWindow, RemediationSettings
 
 Action = Literal["none", "restart-exo", "reboot", "page"]
+UNOBSERVED = "(too few nodes answered)"  # the streak of probes that could not see enough of the mesh
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 
@@ -36,6 +44,9 @@ class Observation:
 
     problems: dict[str, list[str]] = field(default_factory=dict)  # check -> "node: message" lines
     paused: bool = False  # the pause file exists
+    maintenance: str | None = None  # the maintenance in force on the mesh, in words (judge/maintenance.describe)
+    observed: int | None = None  # how many of the mesh's `total` nodes answered the probe (None: not counted)
+    total: int | None = None
 
 
 @dataclass(frozen=True)
@@ -50,12 +61,15 @@ class State:
     restarts: tuple[str, ...] = ()  # ISO times of the exo restarts watch carried out
     settle_until: str | None = None  # ISO time: until then the last action's effects are not judged
     breaker_reason: str | None = None  # why the breaker opened, when not the reboot limit (a damaged state file)
+    paging: bool = False  # a page went out this episode: a "back to healthy" notice is owed
+    failed_reboots: int = 0  # reboots of this episode that failed (retried up to policy.reboot_retries)
 
     def to_json(self) -> dict:
         return {"streak": dict(self.streak), "rung": dict(self.rung), "reboots": list(self.reboots),
                 "breaker_open_since": self.breaker_open_since, "paged": list(self.paged),
                 "restarts": list(self.restarts), "settle_until": self.settle_until,
-                "breaker_reason": self.breaker_reason}
+                "breaker_reason": self.breaker_reason, "paging": self.paging,
+                "failed_reboots": self.failed_reboots}
 
     @classmethod
     def from_json(cls, data: object) -> State:
@@ -70,7 +84,22 @@ class State:
                    breaker_open_since=_time_or_none(data, "breaker_open_since"),
                    paged=_strings(data, "paged"), restarts=_times(data, "restarts"),
                    settle_until=_time_or_none(data, "settle_until"),
-                   breaker_reason=_str_or_none(data, "breaker_reason"))
+                   breaker_reason=_str_or_none(data, "breaker_reason"), paging=_bool(data, "paging"),
+                   failed_reboots=_int(data, "failed_reboots"))
+
+
+def _bool(data: dict, key: str) -> bool:
+    value = data.get(key, False)
+    if not isinstance(value, bool):
+        raise ValueError(f"{key}: expected true or false, got {str(value)[:80]!r}")
+    return value
+
+
+def _int(data: dict, key: str) -> int:
+    value = data.get(key, 0)
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 10**9:
+        raise ValueError(f"{key}: expected a count, got {str(value)[:80]!r}")
+    return value
 
 
 def _counts(data: dict, key: str) -> dict[str, int]:
@@ -133,6 +162,7 @@ class Step:
     check: str | None = None  # the finding class the decision is about
     page: bool = False  # also notify a human (set with an action, or alone with action "page")
     rung: int | None = None  # with an action: the index of the rung it takes (used up once carried out)
+    resolved: bool = False  # healthy again after a page: send the "back to healthy" notice
 
 
 Outcome = Literal["done", "failed", "refused"]
@@ -146,12 +176,17 @@ def after(policy: RemediationSettings, s: Step, outcome: Outcome, now: datetime)
     if s.action not in ("restart-exo", "reboot") or s.check is None or s.rung is None or outcome == "refused":
         return s.state
     state = s.state
+    settle = (now + timedelta(seconds=policy.settle_s)).isoformat()
     if s.action == "reboot":
         state = replace(state, reboots=(*state.reboots, now.isoformat()))
+        if outcome == "failed" and state.failed_reboots < policy.reboot_retries:
+            # a node did not come back: the same rung once more (after the gap) before the ladder climbs
+            return replace(state, failed_reboots=state.failed_reboots + 1, streak={**state.streak, s.check: 0},
+                           settle_until=settle)
     else:
         state = replace(state, restarts=(*state.restarts, now.isoformat()))
     return replace(state, rung={**state.rung, s.check: s.rung + 1}, streak={**state.streak, s.check: 0},
-                   settle_until=(now + timedelta(seconds=policy.settle_s)).isoformat())
+                   settle_until=settle)
 
 
 # ------------------------------------------------------------------------------------------- windows
@@ -198,7 +233,11 @@ def describe_policy(policy: RemediationSettings, interval_s: float) -> list[str]
         f"past them; after an action the mesh settles for {policy.settle_s:g} s before it is judged again",
         "a check that cannot be judged on a node (exo hung, an answer that cannot be read) counts as its problem",
         f"reboots only: {windows}",
-        f"pause file: {policy.pause_file} (while it exists, no action)",
+        f"pause file: {policy.pause_file} (while it exists, no action); a mesh in maintenance (`macfleet "
+        "maintenance`, or a rollout, reboot or upgrade under way) is observed only, and nobody is paged",
+        f"no action while fewer than {policy.min_observed_share:.0%} of a mesh's nodes answer the probe",
+        f"reboots at least {policy.reboot_gap_s:g} s apart; a failed reboot is tried {policy.reboot_retries} more "
+        "time(s) before paging; every page is followed by a \"back to healthy\" notice",
         f"webhook: {'set' if policy.webhook else 'none'}",
     ]
 
@@ -242,7 +281,21 @@ def _what(obs: Observation, check: str) -> str:
 
 
 def step(policy: RemediationSettings, state: State, obs: Observation, now: datetime) -> Step:
-    """One decision for one probe of one mesh."""
+    """One decision for one probe of one mesh, and whether a page or a "back to healthy" notice goes with it."""
+    s = _decide(policy, state, obs, now)  # in maintenance it never pages: planned work
+    if s.page:
+        return replace(s, state=replace(s.state, paging=True))
+    if state.paging and not obs.problems:
+        return replace(s, resolved=True, state=replace(s.state, paging=False))
+    return s
+
+
+def _decide(policy: RemediationSettings, state: State, obs: Observation, now: datetime) -> Step:
+    if obs.maintenance is not None:
+        # the work under way owns the mesh: a streak seen now is its doing, and counts for nothing after it
+        what = f"; now: {', '.join(obs.problems)}" if obs.problems else "; healthy"
+        return Step("none", replace(state, streak={}, rung={}, settle_until=None, failed_reboots=0),
+                    f"{obs.maintenance}: observing only, not acting{what}")
     if state.breaker_open_since is not None:
         what = f"; now: {', '.join(obs.problems)}" if obs.problems else ""
         why = f" ({state.breaker_reason})" if state.breaker_reason else ""
@@ -259,8 +312,18 @@ def step(policy: RemediationSettings, state: State, obs: Observation, now: datet
                     f"{', '.join(obs.problems)} seen, not counted yet")
     if not obs.problems:
         was = ", ".join(state.streak or state.rung) if state.streak or state.rung else None
-        return Step("none", replace(state, streak={}, rung={}, paged=(), settle_until=None),
+        return Step("none", replace(state, streak={}, rung={}, paged=(), settle_until=None, failed_reboots=0),
                     f"healthy (recovered from {was})" if was else "healthy")
+    blind = _blind(policy, obs)
+    if blind is not None:
+        # counted apart (a glitch of one probe pages nobody); the checks' own streaks stop meanwhile
+        seen = state.streak.get(UNOBSERVED, 0) + 1
+        state = replace(state, streak={UNOBSERVED: seen})
+        if seen < policy.debounce:
+            return Step("none", state, f"{blind}; {seen}/{policy.debounce} probes in a row")
+        state, first = _once(state, "blind")
+        return Step("page" if first else "none", state, blind + ("; paging" if first else " (already paged)"),
+                    page=first)
     state = _count(state, obs)
     if obs.paused:
         return Step("none", state, f"paused by the pause file {policy.pause_file}: not acting on "
@@ -272,6 +335,16 @@ def step(policy: RemediationSettings, state: State, obs: Observation, now: datet
     # the ladder's classes first (in policy order), so a remediable problem is not hidden by a paged one
     check = next((c for c in policy.ladder if c in ready), ready[0])
     return _climb(policy, state, obs, check, now)
+
+
+def _blind(policy: RemediationSettings, obs: Observation) -> str | None:
+    """Why nothing may be done: too few of the mesh's nodes answered to tell the mesh from the controller's
+    own network (None: enough did)."""
+    if obs.observed is None or not obs.total or obs.observed / obs.total >= policy.min_observed_share:
+        return None
+    return (f"only {obs.observed} of {obs.total} node(s) answered the probe, under the {policy.min_observed_share:.0%} "
+            "needed to act: the controller may have lost its own network; not acting, nothing counted "
+            f"({', '.join(obs.problems)})")
 
 
 def _climb(policy: RemediationSettings, state: State, obs: Observation, check: str, now: datetime) -> Step:
@@ -299,6 +372,9 @@ def _climb(policy: RemediationSettings, state: State, obs: Observation, check: s
         blocked = _reboot_blocked(policy, state, what, check, now)
         if blocked is not None:
             return blocked
+        if state.failed_reboots:
+            skipped += (f"; the last reboot failed: trying again (retry {state.failed_reboots} of "
+                        f"{policy.reboot_retries}) before paging")
     return Step(rung, state, f"{what} seen on {policy.debounce} probes in a row{skipped}: {rung} (rung "
                              f"{index + 1} of {len(rungs)})", check=check, page=True, rung=index)
 
@@ -312,6 +388,10 @@ def _reboot_blocked(policy: RemediationSettings, state: State, what: str, check:
                                    f"{policy.reboot_breaker_window_s:g} s reach the limit of "
                                    f"{policy.reboot_breaker_limit}: circuit breaker tripped; no automatic action "
                                    "until `macfleet watch --reset`", check=check, page=True)
+    last = max((datetime.fromisoformat(t) for t in state.reboots), default=None)
+    if last is not None and now < last + timedelta(seconds=policy.reboot_gap_s):
+        return Step("none", state, f"{what} needs a reboot, but the last was at {last.isoformat(timespec='seconds')}: "
+                                   f"reboots are at least {policy.reboot_gap_s:g} s apart; waiting", check=check)
     if not in_windows(policy.windows, now):
         windows = "; ".join(describe_window(w) for w in policy.windows)
         state, first = _once(state, f"window:{check}")

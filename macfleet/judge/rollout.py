@@ -13,14 +13,18 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from macfleet.inventory.model import is_model_id
+
+if TYPE_CHECKING:  # the gate's report: read here, judged by judge/health (not imported with the manifests)
+    from macfleet.judge.health import HealthReport
 
 DIGEST = "blake2b-256"
 VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._+-]{0,63}$")
 RELEASE_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._+-]{0,63}-[0-9a-f]{12}$")
-MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _PART_RE = re.compile(r"^[^\x00-\x1f\x7f/]{1,255}$")
 MAX_FILES = 100_000
 
@@ -112,7 +116,7 @@ def check_release_name(name: str) -> str:
 
 def model_dir_name(model: str) -> str:
     """exo's layout: `org/name` lives in `<models dir>/org--name` (ModelId.normalize)."""
-    if not MODEL_RE.match(model) or ".." in model:
+    if not is_model_id(model):
         raise ValueError(f"bad model {model!r}: expected ORG/NAME (letters, digits, . _ -)")
     return model.replace("/", "--")
 
@@ -194,12 +198,9 @@ def releases_to_prune(releases: list[str], keep: set[str], limit: int) -> list[s
 # ------------------------------------------------------------------------------------------------------
 
 
-class NodeAnswer(_Model):
-    """What one node's exo answered (None: it did not answer; `error` says why)."""
-
-    node_id: str | None = None
-    state: dict[str, Any] | None = None
-    error: str | None = None
+# The checks a switch must pass before it is kept (the catalogue's, judged as doctor judges them: an RDMA
+# connection each way between every pair whose cable, ports and RDMA are good).
+HEALTH_GATE = ("exo-running", "exo-peers", "exo-rdma", "exo-runners")
 
 
 class HealthVerdict(_Model):
@@ -207,61 +208,10 @@ class HealthVerdict(_Model):
     reasons: tuple[str, ...]  # why not (empty when healthy)
 
 
-def _tag(value: Any) -> tuple[str, dict]:
-    if isinstance(value, dict) and len(value) == 1:
-        (k, v), = value.items()
-        return str(k), v if isinstance(v, dict) else {}
-    return "unknown", {}
-
-
-def _rdma_edge(state: dict[str, Any], a: str, b: str) -> bool:
-    conns = (state.get("topology") or {}).get("connections") or {}
-    for src, dst in ((a, b), (b, a)):
-        edges = (conns.get(src) or {}).get(dst) or []
-        if any(isinstance(e, dict) and "sourceRdmaIface" in e for e in edges):
-            return True
-    return False
-
-
-def _state_reasons(node: str, state: dict[str, Any], ids: dict[str, str]) -> list[str]:
-    reasons = []
-    seen = set((state.get("topology") or {}).get("nodes") or [])
-    missing = sorted(n for n, i in ids.items() if i not in seen)
-    if missing:
-        reasons.append(f"{node}: /state shows {len(seen)} of {len(ids)} nodes (missing: {', '.join(missing)})")
-    rdma = state.get("nodeRdmaCtl") or {}
-    on = sorted(n for n, i in ids.items() if (rdma.get(i) or {}).get("enabled") is True)
-    for x in range(len(on)):
-        for y in range(x + 1, len(on)):
-            if not _rdma_edge(state, ids[on[x]], ids[on[y]]):
-                reasons.append(f"{node}: /state has no RDMA connection between {on[x]} and {on[y]}")
-    for runner_id, runner in sorted((state.get("runners") or {}).items()):
-        tag, body = _tag(runner)
-        if tag == "RunnerFailed":
-            reasons.append(f"{node}: runner {runner_id} failed: {body.get('errorMessage', '(no message)')}")
-    return reasons
-
-
-def judge_health(answers: Mapping[str, NodeAnswer]) -> HealthVerdict:
-    """Healthy when every node answers /node_id, every node's /state shows all N nodes, an RDMA connection
-    joins every pair whose RDMA is on, and no runner failed. Any node that did not answer is a reason."""
-    reasons: list[str] = []
-    ids: dict[str, str] = {}
-    for node, a in sorted(answers.items()):
-        if not a.node_id:
-            reasons.append(f"{node}: no answer on /node_id ({a.error or 'empty'})")
-        else:
-            ids[node] = a.node_id
-    if len(set(ids.values())) != len(ids):
-        reasons.append("two nodes answered the same /node_id")
-    for node, a in sorted(answers.items()):
-        if node not in ids:
-            continue
-        if a.state is None:
-            reasons.append(f"{node}: no answer on /state ({a.error or 'empty'})")
-            continue
-        reasons += _state_reasons(node, a.state, ids)
-    return HealthVerdict(healthy=not reasons, reasons=tuple(reasons))
+def gate_verdict(report: HealthReport) -> HealthVerdict:
+    """Healthy when the gate's checks found nothing and could tell everywhere; else each problem, one line."""
+    reasons = tuple(report.problems())
+    return HealthVerdict(healthy=not reasons, reasons=reasons)
 
 
 # ------------------------------------------------------------------------------------------------------

@@ -14,7 +14,8 @@ def escape(value: object) -> str:
 
 def render_status_page(snapshot: dict) -> str:
     """snapshot: {"updated", "meshes": {mesh: {"nodes": {node: [finding…]}, "unknown": {node: [what could not be
-    told…]}, "breaker", "breaker_reason", "paused", "decision"}}, "audit": [entry…], "errors": {kind: message}}"""
+    told…]}, "breaker", "breaker_reason", "paused", "maintenance", "decision"}}, "audit": [entry…],
+    "errors": {kind: message}}"""
     out = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
            '<meta http-equiv="refresh" content="10"><title>macfleet watch</title>',
            "<style>body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}"
@@ -31,6 +32,8 @@ def render_status_page(snapshot: dict) -> str:
             breaker += f" ({m['breaker_reason']})"
         out.append(f"<h2>mesh {escape(mesh)}</h2><p>circuit breaker: <b class=\"{'bad' if m.get('breaker') else 'ok'}"
                    f"\">{escape(breaker)}</b>; paused: {'yes' if m.get('paused') else 'no'}</p>")
+        if m.get("maintenance"):
+            out.append(f"<p>maintenance: <b>{escape(m['maintenance'])}</b> (observed only; nobody is paged)</p>")
         out.append(f"<p>last decision: {escape(str(m.get('decision') or ''))}</p>")
         out.append("<table><tr><th>node</th><th>state</th><th>findings</th></tr>")
         unknown = m.get("unknown") or {}

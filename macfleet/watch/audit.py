@@ -17,6 +17,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from macfleet.act.statedir import ensure, open_shared
+from macfleet.errors import MacfleetError
+
 MAX_RECENT = 50
 MAX_PENDING = 10_000  # entries kept in memory while the log cannot be written; older ones are counted, then lost
 
@@ -58,9 +61,9 @@ class AuditLog:
             lines.insert(0, json.dumps(gap))
         data = "".join(f"{line}\n" for line in lines).encode("utf-8")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        except OSError as exc:
+            ensure(self.path.parent)
+            fd = open_shared(self.path, os.O_WRONLY | os.O_APPEND)
+        except (OSError, MacfleetError) as exc:
             return self._failed(exc)
         try:
             start = os.lseek(fd, 0, os.SEEK_END)
@@ -79,7 +82,8 @@ class AuditLog:
         self.on_ok()
         return True
 
-    def _failed(self, exc: OSError) -> bool:
-        self.on_error(f"cannot write the audit log {self.path}: {exc.strerror or exc}; its entries are kept in "
+    def _failed(self, exc: OSError | MacfleetError) -> bool:
+        why = exc.message if isinstance(exc, MacfleetError) else exc.strerror or exc
+        self.on_error(f"cannot write the audit log {self.path}: {why}; its entries are kept in "
                       "memory and written as soon as it can be")
         return False

@@ -22,15 +22,26 @@ from pathlib import Path
 
 from macfleet.act import reboot as act_reboot
 from macfleet.act.lock import ClusterLock, lock_path, stale_reason
-from macfleet.collect.commands import DOCTOR_SPECS, exo_specs
+from macfleet.act.maintenance import MaintenanceStore, command_alive
+from macfleet.act.statedir import ensure, open_shared
 from macfleet.collect.gather import Gathered
-from macfleet.errors import AT_UNLOCK_SCREEN, LockHeld, MacfleetError, UsageError
-from macfleet.flow.doctor import node_facts
+from macfleet.errors import (
+    AT_UNLOCK_SCREEN,
+    EXIT_OK,
+    EXIT_PROBLEMS,
+    EXIT_UNREACHABLE,
+    LockHeld,
+    MacfleetError,
+    UsageError,
+    most_severe_exit,
+)
+from macfleet.flow.checks import run_checks
 from macfleet.flow.reboot import RebootResult, interrupted_reboot, reboot_mesh, unlocker
 from macfleet.inventory.model import Fleet, Mesh, RemediationSettings
-from macfleet.judge.health import CHECK_CODES, HealthReport, judge_health
+from macfleet.judge import maintenance as maint
+from macfleet.judge.health import CHECK_CODES, HealthReport
 from macfleet.judge.remediation import Observation, Outcome, State, Step, after, damaged, describe_policy, step
-from macfleet.paths import inventory_tag, state_dir
+from macfleet.paths import audit_file, watch_state_file
 from macfleet.render.watch import render_status_page
 from macfleet.watch.audit import AuditLog
 from macfleet.watch.metrics import RESULT_VALUE, Metrics, serve
@@ -40,10 +51,8 @@ from macfleet.watch.probe import Prober
 
 
 def watch_paths(fleet: Fleet) -> tuple[Path, Path]:
-    """(state file, audit log) for this inventory, under macfleet's state directory."""
-    tag = inventory_tag(fleet.root)
-    base = state_dir() / "watch"
-    return base / f"{tag}.state.json", base / f"{tag}.audit.jsonl"
+    """(state file, audit log) for this inventory, in its shared state directory (every user's, the healer's)."""
+    return watch_state_file(fleet.root), audit_file(fleet.root)
 
 
 def validate_policy(mesh: Mesh) -> None:
@@ -98,10 +107,10 @@ def load_states(path: Path) -> dict[str, State]:
 
 
 def save_states(path: Path, states: dict[str, State]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    """Written whole (a temporary file renamed over it), group-writable: `watch --reset` may be anyone's."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = open_shared(tmp, os.O_WRONLY | os.O_TRUNC)
         with os.fdopen(fd, "wb") as fh:
             fh.write(dump_states(states))
             fh.flush()
@@ -224,6 +233,7 @@ class Watcher:
         for m in self.meshes:
             validate_policy(m)
         self.state_path, audit_path = watch_paths(self.fleet)
+        ensure(self.state_path.parent)
         self.metrics = Metrics()
         self.troubles = Troubles(self.say, self.metrics)
         self.store = StateStore(self.state_path, self.troubles)
@@ -240,6 +250,9 @@ class Watcher:
                             on_refused=lambda why: self.metrics.http_refused.labels(why).inc()) \
             if self.listen else None
         self.unlock_refused: set[str] = set()  # nodes whose unlock failed: not tried again until seen up
+        self.maintenance = MaintenanceStore(self.fleet.root)
+        self.in_maintenance: dict[str, maint.Maintenance] = {}  # as last read: to audit one that ran out
+        self.last: dict[str, tuple[HealthReport, Gathered | None]] = {}  # each mesh's last probe (exit codes)
 
     def page(self) -> str:
         return render_status_page({**self.snapshot, "audit": list(self.audit.recent),
@@ -264,17 +277,11 @@ class Watcher:
 
     def probe(self, mesh: Mesh, now: datetime, *, preflight: bool = False) -> tuple[HealthReport, Gathered]:
         """One probe; with `preflight`, it also reads what a reboot must read first (this probe may decide one)."""
-        checks = mesh.settings.remediation.checks
-        exo = mesh.settings.exo
-        specs = DOCTOR_SPECS + (exo_specs(exo.port, exo.install_root) if any(c.startswith("exo") for c in checks)
-                                else ())
-        if preflight:
-            specs += tuple(s for s in act_reboot.PREFLIGHT_SPECS if s not in specs)
-        probes = mesh.settings.probes
-        gathered = self.probers[mesh.name].probe(specs, probes.gather_deadline_s, probes.command_timeout_s)
-        facts = {n: node_facts(gathered, n) for n in mesh.node_names}
-        self._links(mesh, facts)
-        return judge_health(self.fleet, [mesh], facts, now, only=checks), gathered
+        extra = act_reboot.PREFLIGHT_SPECS if preflight else ()
+        run = run_checks(self.fleet, [mesh], mesh.settings.remediation.checks, sessions=self.probers[mesh.name],
+                         extra=extra, now=now)
+        self._links(mesh, run.facts)
+        return run.report, run.gathered
 
     def _links(self, mesh: Mesh, facts: dict) -> None:
         for n, f in facts.items():
@@ -283,18 +290,23 @@ class Watcher:
                 self.metrics.link.labels(mesh.name, n, d.name).set(1 if d.state == "PORT_ACTIVE" else 0)
 
     def tick(self) -> list[Step]:
-        # re-read: `watch --reset` may have closed the breaker
+        # re-read: `watch --reset` may have closed the breaker, `macfleet maintenance` started or ended
         states = self.store.load([m.name for m in self.meshes], datetime.now(UTC))
+        planned = self.planned_work(datetime.now(UTC))
         steps = []
         for mesh in self.meshes:
             t0 = time.monotonic()
             policy = mesh.settings.remediation
             was = states.get(mesh.name, State())
-            report, gathered = self.probe(mesh, datetime.now(UTC), preflight=reboot_may_follow(policy, was))
-            self.unlock_waiting(mesh, gathered)
+            work = planned.get(mesh.name) if planned is not None else UNREADABLE_MAINTENANCE
+            report, gathered = self.probe(mesh, datetime.now(UTC),
+                                          preflight=work is None and reboot_may_follow(policy, was))
+            self.last[mesh.name] = (report, gathered)
+            if work is None:
+                self.unlock_waiting(mesh, gathered)
             problems = _problems(report, mesh)
             now = datetime.now(UTC)
-            s = step(policy, was, Observation(problems=problems, paused=self.paused(mesh)), now)
+            s = step(policy, was, self.observation(mesh, problems, gathered, work), now)
             result, outcome, seen = self.act(mesh, s, gathered)
             states[mesh.name] = after(policy, s, outcome, datetime.now(UTC))
             self.store.save(states)
@@ -305,7 +317,7 @@ class Watcher:
                 # first, so it is the settled look
                 problems, now = _problems(seen, mesh), datetime.now(UTC)
                 settled = replace(states[mesh.name], settle_until=None)
-                s = step(policy, settled, Observation(problems=problems, paused=self.paused(mesh)), now)
+                s = step(policy, settled, self.observation(mesh, problems, None, None), now)
                 states[mesh.name] = after(policy, s, "refused", now)  # no action follows this one
                 self.store.save(states)
                 self.record(mesh, seen, s, states[mesh.name], "read by the reboot's verification", problems, now,
@@ -337,6 +349,48 @@ class Watcher:
             self.audit.append(entry)
             self.say(f"{mesh.name}: unlock: {entry['decision']} → {entry['result']}")
             self.notifier.notify({**entry, "page": not sent, "breaker_open": False})
+
+    def observation(self, mesh: Mesh, problems: dict, gathered: Gathered | None, work: str | None) -> Observation:
+        nodes = list(mesh.node_names)
+        observed = None if gathered is None else sum(n not in gathered.unreachable for n in nodes)
+        return Observation(problems=problems, paused=self.paused(mesh), maintenance=work, observed=observed,
+                           total=len(nodes))
+
+    def planned_work(self, now: datetime) -> dict[str, str] | None:
+        """mesh -> the maintenance in force on it, in words; None when the file cannot be read (every mesh is
+        then left alone: "could not read" is never "no maintenance"). One that ran out is audited once."""
+        try:
+            records = self.maintenance.read()
+        except (OSError, MacfleetError) as exc:
+            self.troubles.report("maintenance", f"{getattr(exc, 'message', None) or exc}: every mesh is left alone "
+                                                "until it can be read")
+            return None
+        self.troubles.clear("maintenance")
+        live = {m: r for m, r in records.items() if maint.in_force(r, now, command_alive=command_alive(r))}
+        for mesh in set(self.in_maintenance) - set(live):
+            was = records.get(mesh)
+            if was is not None:  # still recorded, no longer in force: it ran out (`maintenance end` audits itself)
+                why = (f"ran out at {was.until}" if maint.expired(was, now)
+                       else f"its command {was.command} (pid {was.pid}) is gone")
+                entry = {"time": now.isoformat(), "mesh": mesh, "node": None, "finding": None,
+                         "decision": f"maintenance by {was.by} {why}: {was.reason}",
+                         "action": "maintenance-end", "result": "over; the healer acts by its policy again"}
+                self.audit.append(entry)
+                self.say(f"{mesh}: maintenance: {entry['decision']} → {entry['result']}")
+        self.in_maintenance = dict(live)
+        return {m: maint.describe(r, now) for m, r in live.items()}
+
+    def exit_code(self) -> int:
+        """`watch --once`: 3 when a node could not be reached, 1 when a check found a problem or could not tell,
+        0 healthy (docs/cli.md)."""
+        codes = [EXIT_OK]
+        for mesh in self.meshes:
+            report, gathered = self.last.get(mesh.name, (None, None))
+            if gathered is None or any(n in gathered.unreachable for n in mesh.node_names):
+                codes.append(EXIT_UNREACHABLE)
+            if report is None or report.findings or _unjudged(report, mesh):
+                codes.append(EXIT_PROBLEMS)
+        return most_severe_exit(codes)
 
     def paused(self, mesh: Mesh) -> bool:
         pause = self.fleet.path(mesh.settings.remediation.pause_file)
@@ -416,6 +470,9 @@ class Watcher:
         # an action refused probe after probe (the lock held for an hour) is paged once, not at every probe
         if (s.page or s.action in ("restart-exo", "reboot")) and not again:
             self.notifier.notify({**entry, "page": s.page, "breaker_open": state.breaker_open_since is not None})
+        if s.resolved:  # every page is followed by this notice, planned work or not
+            self.notifier.notify({**entry, "decision": f"back to healthy: {s.reason}", "page": False,
+                                  "resolved": True, "breaker_open": state.breaker_open_since is not None})
         m = self.metrics
         for c in report.checks:
             m.check.labels(mesh.name, c.node, c.check).set(RESULT_VALUE[c.result])
@@ -423,6 +480,7 @@ class Watcher:
             m.actions.labels(mesh.name, s.action).inc()
         m.breaker.labels(mesh.name).set(1 if state.breaker_open_since else 0)
         m.paused.labels(mesh.name).set(1 if "paused" in s.reason else 0)
+        m.maintenance.labels(mesh.name).set(1 if mesh.name in self.in_maintenance else 0)
         for check in mesh.settings.remediation.checks:
             m.streak.labels(mesh.name, check).set(state.streak.get(check, 0))
         m.last_probe.labels(mesh.name).set(time.time())
@@ -437,16 +495,21 @@ class Watcher:
         self.snapshot["meshes"][mesh.name] = {"nodes": by_node, "unknown": unknown,
                                               "breaker": state.breaker_open_since,
                                               "breaker_reason": state.breaker_reason,
-                                              "paused": "paused" in s.reason, "decision": s.reason}
+                                              "paused": "paused" in s.reason, "decision": s.reason,
+                                              "maintenance": (maint.describe(self.in_maintenance[mesh.name], now)
+                                                              if mesh.name in self.in_maintenance else None)}
 
     # ------------------------------------------------------------------------------------------- the loop
 
     def resume_interrupted(self) -> None:
         """A mesh reboot (watch's own or an operator's) that died once its reboots were issued is finished
         before the first probe: wait for every node, verify the mesh, start exo where it ran (the lock it left
-        says where). Audited and paged like any action."""
+        says where). Audited and paged like any action. Not on a mesh in maintenance."""
         lock = ClusterLock(lock_path(self.fleet.root))
+        planned = self.planned_work(datetime.now(UTC))
         for mesh in self.meshes:
+            if planned is None or mesh.name in planned:  # a person is at it: theirs to finish (`macfleet reboot`)
+                continue
             try:
                 if interrupted_reboot(lock, mesh, datetime.now(UTC)) is None:
                     continue
@@ -481,6 +544,9 @@ class Watcher:
                 acted = False
             # after an action, look again at once: the audit log should say as soon as possible whether it helped
             delay = 0.0 if acted else self.interval_s * self.rng.uniform(0.9, 1.1)
+
+
+UNREADABLE_MAINTENANCE = "the maintenance file cannot be read (treated as maintenance)"
 
 
 def reboot_may_follow(policy: RemediationSettings, state: State) -> bool:
@@ -531,6 +597,7 @@ def _covering(r: RebootResult, checks: list[str]) -> HealthReport | None:
 def reset(fleet: Fleet, meshes: list[Mesh], say: Callable[[str], None]) -> None:
     """Close the breaker and forget every streak and rung (the next probe starts a new episode)."""
     state_path, audit_path = watch_paths(fleet)
+    ensure(state_path.parent)
     note = ""
     try:
         states = load_states(state_path)

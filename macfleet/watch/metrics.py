@@ -42,6 +42,9 @@ class Metrics:
         self.actions = Counter("macfleet_actions", "Actions taken by watch", ["mesh", "action"], registry=r)
         self.breaker = Gauge("macfleet_breaker_open", "1 while the circuit breaker is open", ["mesh"], registry=r)
         self.paused = Gauge("macfleet_paused", "1 while the pause file exists", ["mesh"], registry=r)
+        self.maintenance = Gauge("macfleet_maintenance", "1 while the mesh is in maintenance (`macfleet maintenance`, "
+                                 "or a rollout, reboot or upgrade under way): observed, not acted on", ["mesh"],
+                                 registry=r)
         self.streak = Gauge("macfleet_problem_streak", "Bad probes in a row per check", ["mesh", "check"],
                             registry=r)
         self.last_probe = Gauge("macfleet_last_probe_timestamp_seconds", "When the last probe finished (Unix time)",

@@ -255,3 +255,23 @@ def test_a_repairer_that_fails_before_its_first_step_leaves_the_repair_pending(t
     lock.set_phase(held, {"action": "repaired"})
     lock.release(held)
     assert not path.exists()
+
+
+def test_a_lock_at_its_old_per_user_place_is_never_read_as_no_lock(tmp_path, monkeypatch) -> None:
+    """Issue 28 moved the lock to the shared cluster state: one left at the old place (a switch that died before
+    the upgrade) is named with its move, not forgotten."""
+    from macfleet.act.lock import lock_path
+    from macfleet.paths import inventory_tag, legacy_lock_file
+
+    monkeypatch.setenv("MACFLEET_STATE_DIR", str(tmp_path / "state"))
+    inv = tmp_path / "inv"
+    inv.mkdir()
+    old = legacy_lock_file(inventory_tag(inv))
+    old.parent.mkdir(parents=True)
+    old.write_text("{}")
+    lock = ClusterLock(lock_path(inv))
+    with pytest.raises(LockHeld, match="still at its old place") as got:
+        lock.check("reboot")
+    assert f"mv {old} {lock.path}" in got.value.hint
+    old.unlink()
+    assert lock.read() is None

@@ -24,7 +24,7 @@ def test_the_collector_and_doctors_command_table_import_no_parser_and_no_invoke(
         import macfleet.collect.gather, macfleet.flow.doctor
         print(sorted(m for m in sys.modules if m == "invoke" or m.startswith(("macfleet.facts.", "macfleet.judge"))))
     """)
-    assert out == "['macfleet.facts.kinds']"
+    assert out == "['macfleet.facts.commands', 'macfleet.facts.kinds']"  # the command tables, no parser
 
 
 def test_an_ssh_config_match_exec_still_runs_through_invoke(tmp_path: Path) -> None:

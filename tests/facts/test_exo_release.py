@@ -15,7 +15,7 @@ from macfleet.collect.gather import Gathered
 from macfleet.collect.ssh import Raw
 from macfleet.errors import FactsParseError
 from macfleet.facts.exo import parse_exo_release
-from macfleet.flow.doctor import node_facts
+from macfleet.flow.checks import node_facts
 from macfleet.flow.reboot import VERIFY_EXO
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "exo_release" / "METADATA"

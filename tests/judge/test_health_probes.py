@@ -18,9 +18,9 @@ from macfleet.judge.health import (
     HealthContext,
     NodeFacts,
     Unknown,
-    exposure,
     ping_targets,
 )
+from macfleet.judge.pf import exposure
 from macfleet.judge.topology import check_cabling
 from tests.judge.builders import Rig, healthy, mesh
 
@@ -144,7 +144,7 @@ def test_tb_ping_skips_a_peer_whose_own_cable_or_address_is_the_finding() -> Non
 
 def test_ip_plan_names_another_tools_addresses_and_routes() -> None:
     from macfleet.facts.network import parse_ifconfig, parse_netstat_routes, parse_service_order
-    from macfleet.judge.health import _foreign_note, _foreign_routes
+    from macfleet.judge.checks.network import _foreign_note, _foreign_routes
 
     routes = parse_netstat_routes(
         "Routing tables\n\nInternet:\nDestination        Gateway            Flags               Netif Expire\n"
@@ -178,23 +178,23 @@ RPC_IN_ANCHOR = ("pass in quick on lo0 proto tcp to any port = 50052 flags S/SA 
     (RPC_IN_ANCHOR, "Status: Disabled                              Debug: Urgent\n", "pf is off"),
 ])
 def test_rpc_server_port_is_judged_against_the_anchor(rules: str, info: str | None, why: str | None) -> None:
-    from macfleet.judge.health import _pf_exposure
+    from macfleet.judge.checks.network import pf_exposure
 
     facts = pf(text("pf_rules_macfleet.txt") + rules, *([info] if info else []))
-    got = _pf_exposure(facts, 50052, sources_ok=False)
+    got = pf_exposure(facts, 50052, sources_ok=False)
     assert got is None if why is None else why in got
-    assert isinstance(_pf_exposure(NodeFacts(problems={"pf-info": "exit 1"}), 50052, sources_ok=False), Unknown)
+    assert isinstance(pf_exposure(NodeFacts(problems={"pf-info": "exit 1"}), 50052, sources_ok=False), Unknown)
 
 
 def test_the_anchor_bootstrap_writes_closes_every_port_it_lists() -> None:
     """The pf role's template, loaded by the lab's pfctl and listed back, judged as doctor judges a node: exo's
     API from the mesh and the controller, rpc-server's port on the Thunderbolt interfaces only."""
-    from macfleet.judge.health import _pf_exposure
+    from macfleet.judge.checks.network import pf_exposure
     from macfleet.lab.macos.pf import _listing, parse
     from tests.test_bootstrap_playbook import render
 
     anchor = render("pf", "macfleet.pf.j2", pf_sources=["10.213.0.0/16", "198.18.1.1"], pf_interfaces=["en3", "en4"])
     facts = pf(_listing(parse(anchor, "macfleet")))
-    assert _pf_exposure(facts, 52415, sources_ok=True) is None
-    assert _pf_exposure(facts, 50052, sources_ok=False) is None
-    assert "no rule blocking tcp 50053" in _pf_exposure(facts, 50053, sources_ok=False)
+    assert pf_exposure(facts, 52415, sources_ok=True) is None
+    assert pf_exposure(facts, 50052, sources_ok=False) is None
+    assert "no rule blocking tcp 50053" in pf_exposure(facts, 50053, sources_ok=False)

@@ -65,8 +65,8 @@ def test_breaker_trips_after_r_reboots_and_stays_open_until_reset():
     for i in range(5):
         # after every reboot the wedge comes back: a new episode each time (a good probe between)
         for obs in (OK, WEDGE):
-            s = step(policy, state, obs, T0 + timedelta(minutes=10 * i))
-            state = after(policy, s, "done", T0 + timedelta(minutes=10 * i))
+            s = step(policy, state, obs, T0 + timedelta(minutes=40 * i))
+            state = after(policy, s, "done", T0 + timedelta(minutes=40 * i))
         seen.append(s)
     assert actions(seen) == ["reboot", "reboot", "page", "none", "none"]
     assert "circuit breaker tripped" in seen[2].reason
@@ -165,3 +165,64 @@ def test_bad_policy_is_refused(bad):
 def test_policy_in_words():
     words = "\n".join(describe_policy(RemediationSettings(), 30))
     assert "3 probes in a row" in words and "rdma: reboot -> page" in words and "--reset" in words
+
+
+# ------------------------------------------------------------------ guards (issue 28 items 2 and 3)
+
+REBOOTER = RemediationSettings(debounce=1, settle_s=0, ladder={"rdma": ["reboot"]})
+
+
+def test_a_mesh_in_maintenance_is_observed_only_nothing_counted_nobody_paged():
+    work = Observation(problems=WEDGE.problems, maintenance="mesh m in maintenance by ana until …: recabling")
+    s = step(REBOOTER, State(streak={"rdma": 5}), work, T0)
+    assert s.action == "none" and not s.page and "observing only" in s.reason and "recabling" in s.reason
+    assert s.state.streak == {} and s.state.rung == {}
+    # once it ends, a fresh episode: the debounce counts from the first probe after the work
+    policy = RemediationSettings(debounce=2, settle_s=0, ladder={"rdma": ["reboot"]})
+    assert step(policy, s.state, WEDGE, T0).action == "none"
+
+
+def test_planned_work_silences_pages_and_every_page_is_followed_by_one_back_to_healthy_notice():
+    runner = Observation(problems={"exo-runners": ["studio-3: RunnerFailed"]})
+    paged = step(REBOOTER, State(), runner, T0)
+    assert paged.action == "page" and paged.page and paged.state.paging
+    back = step(REBOOTER, paged.state, OK, T0)
+    assert back.resolved and not back.state.paging
+    assert not step(REBOOTER, back.state, OK, T0).resolved  # once
+    quiet = step(REBOOTER, State(), Observation(problems=runner.problems, maintenance="in maintenance"), T0)
+    assert not quiet.page and not quiet.state.paging
+
+
+@pytest.mark.parametrize(("observed", "acts"), [(4, True), (3, True), (2, False), (0, False)])
+def test_no_action_while_too_few_nodes_answer(observed, acts):
+    """A controller that cannot see half the mesh (its own network is down) does not reboot it."""
+    obs = Observation(problems=WEDGE.problems, observed=observed, total=4)
+    policy = RemediationSettings(debounce=2, settle_s=0, ladder={"rdma": ["reboot"]})
+    first = step(policy, State(), obs, T0)
+    s = step(policy, first.state, obs, T0)
+    assert (s.action == "reboot") is acts
+    if not acts:
+        assert not first.page and "1/2 probes" in first.reason  # one blind probe pages nobody
+        assert f"only {observed} of 4" in s.reason and "rdma" not in s.state.streak and s.page
+        assert not step(policy, s.state, obs, T0).page  # paged once
+        assert step(policy, s.state, WEDGE, T0).action == "none"  # seen again: the rdma streak starts anew
+
+
+def test_reboots_are_apart_by_the_gap():
+    policy = RemediationSettings(debounce=1, settle_s=0, ladder={"rdma": ["reboot"]}, reboot_gap_s=1800,
+                                 reboot_breaker_limit=5)
+    recent = State(reboots=((T0 - timedelta(minutes=10)).isoformat(),))
+    s = step(policy, recent, WEDGE, T0)
+    assert s.action == "none" and "at least 1800 s apart" in s.reason
+    assert step(policy, recent, WEDGE, T0 + timedelta(minutes=21)).action == "reboot"
+
+
+def test_a_failed_reboot_is_retried_before_the_page():
+    policy = RemediationSettings(debounce=1, settle_s=0, ladder={"rdma": ["reboot"]}, reboot_gap_s=0,
+                                 reboot_breaker_limit=5, reboot_retries=1)
+    first = step(policy, State(), WEDGE, T0)
+    state = after(policy, first, "failed", T0)
+    again = step(policy, state, WEDGE, T0 + timedelta(minutes=1))
+    assert again.action == "reboot" and "retry 1 of 1" in again.reason
+    state = after(policy, again, "failed", T0 + timedelta(minutes=1))
+    assert step(policy, state, WEDGE, T0 + timedelta(minutes=2)).action == "page"

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
 import pytest
 
+from macfleet.inventory.model import Fleet, Settings
 from macfleet.judge.rollout import (
+    HEALTH_GATE,
     Manifest,
     ManifestFile,
-    NodeAnswer,
     fanout_direct,
-    judge_health,
+    gate_verdict,
     make_manifest,
     missing_files,
     model_dir_name,
@@ -18,6 +23,7 @@ from macfleet.judge.rollout import (
     releases_to_prune,
     safe_relpath,
 )
+from tests.judge.builders import healthy, mesh
 
 
 def _m(*files: tuple[str, int]) -> Manifest:
@@ -98,51 +104,39 @@ def test_prune_keeps_newest_and_pinned() -> None:
     assert releases_to_prune(rel, keep={"r1"}, limit=2) == ["r2", "r3"]
 
 
-def _state(ids: list[str], *, rdma_pairs: set[frozenset] | None = None, rdma_on: bool = True,
-           runners: dict | None = None) -> dict:
-    conns: dict = {}
-    for a in ids:
-        for b in ids:
-            if a == b:
-                continue
-            edges = [{"sinkMultiaddr": {"address": "/ip4/10.0.0.1/tcp/52415"}}]
-            if rdma_pairs is None or frozenset((a, b)) in rdma_pairs:
-                edges.append({"sourceRdmaIface": "rdma_en3", "sinkRdmaIface": "rdma_en4"})
-            conns.setdefault(a, {})[b] = edges
-    return {"topology": {"nodes": ids, "connections": conns},
-            "nodeRdmaCtl": {i: {"enabled": rdma_on} for i in ids},
-            "runners": runners or {i + "r": {"RunnerReady": {}} for i in ids}}
+def _gate(one_way: bool = False, runner: str = "RunnerReady", down: str | None = None):
+    """The rollout's gate judged on two cabled nodes whose exo answers (its /state real-shaped, parsed)."""
+    from macfleet.facts.exo import parse_exo_state
+    from macfleet.judge.health import NodeFacts, judge_health
+    from tests.judge.test_rdma import node_facts as rdma_facts
+
+    ids = {"s1": "a" * 32, "s2": "b" * 32}
+    rdma = [{"sourceRdmaIface": "rdma_en3", "sinkRdmaIface": "rdma_en3"}]
+    conns = {ids["s1"]: {ids["s2"]: rdma}, ids["s2"]: {ids["s1"]: [] if one_way else rdma}}
+    state = parse_exo_state(json.dumps({
+        "topology": {"nodes": list(ids.values()), "connections": conns},
+        "instances": {"x": {"MlxJacclInstance": {"shardAssignments": {
+            "nodeToRunner": {i: f"r-{i}" for i in ids.values()}}}}},
+        "runners": {f"r-{i}": {runner: {"errorMessage": "errno 22"}} for i in ids.values()}}))
+    rig, m = healthy(["s1", "s2"]), mesh("s1", "s2")
+    facts = {n: NodeFacts(**{k: v for k, v in dict(rdma_facts(rig, n)).items()
+                             if k in NodeFacts.model_fields and k != "problems"},
+                          exo_api="up", exo_node_id=ids[n], exo_state=state) for n in ids}
+    if down:
+        facts[down] = NodeFacts(reachable=False, unreachable_reason="connection refused")
+    fleet = Fleet(root=Path("/nonexistent"), meshes=(m,), settings=Settings())
+    return gate_verdict(judge_health(fleet, [m], facts, datetime(2026, 12, 2, tzinfo=UTC), only=list(HEALTH_GATE)))
 
 
-IDS = {"n1": "a" * 32, "n2": "b" * 32, "n3": "c" * 32}
+def test_the_gate_is_doctors_exo_judgement_with_an_rdma_connection_each_way() -> None:
+    """issue 26: the gate judged raw /state on its own and took an RDMA edge in one direction for the pair;
+    it is doctor's exo checks now, which want both."""
+    assert _gate().healthy
+    v = _gate(one_way=True)
+    assert not v.healthy and "s1: exo has no RDMA connection between s1 and s2" in v.reasons[0]
+    assert any("errno 22" in r for r in _gate(runner="RunnerFailed").reasons)
 
 
-def _answers(state_for) -> dict[str, NodeAnswer]:
-    return {n: NodeAnswer(node_id=i, state=state_for(n)) for n, i in IDS.items()}
-
-
-def test_health_verdicts() -> None:
-    ids = list(IDS.values())
-    assert judge_health(_answers(lambda n: _state(ids))).healthy
-    # a node that sees only itself (a build whose runner never comes up)
-    v = judge_health(_answers(lambda n: _state([IDS[n]]) if n == "n3" else _state(ids)))
-    assert not v.healthy and any("n3: /state shows 1 of 3 nodes" in r for r in v.reasons)
-    # a pair without RDMA while RDMA is on; and the same with RDMA off is fine
-    pairs = {frozenset((ids[0], ids[1])), frozenset((ids[0], ids[2]))}
-    v = judge_health(_answers(lambda n: _state(ids, rdma_pairs=pairs)))
-    assert any("no RDMA connection between n2 and n3" in r for r in v.reasons)
-    assert judge_health(_answers(lambda n: _state(ids, rdma_pairs=set(), rdma_on=False))).healthy
-    # a failed runner, with exo's message
-    failed = {"x": {"RunnerFailed": {"errorMessage": "[jaccl] Changing queue pair to RTR failed with errno 22"}}}
-    v = judge_health(_answers(lambda n: _state(ids, runners=failed)))
-    assert any("errno 22" in r for r in v.reasons)
-
-
-def test_health_unknown_is_not_healthy() -> None:
-    ids = list(IDS.values())
-    answers = _answers(lambda n: _state(ids))
-    answers["n2"] = NodeAnswer(error="connection refused")
-    v = judge_health(answers)
-    assert not v.healthy and "n2: no answer on /node_id (connection refused)" in v.reasons
-    answers["n2"] = NodeAnswer(node_id=IDS["n2"], state=None, error="timed out")
-    assert "n2: no answer on /state (timed out)" in judge_health(answers).reasons
+def test_a_node_the_gate_cannot_read_is_not_healthy() -> None:
+    v = _gate(down="s2")
+    assert not v.healthy and any(r.startswith("s2: s2 is unreachable: connection refused") for r in v.reasons)

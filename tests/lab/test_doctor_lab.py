@@ -269,12 +269,14 @@ def test_stand_ins_answer_as_slowly_as_a_mac_and_doctor_waits_on_softwareupdate_
 def test_limit_probes_only_those_nodes_and_leaves_out_the_mesh_wide_checks(bootstrapped) -> None:
     """`doctor --limit studio-1` (issue 30): only studio-1 is dialled and judged; the checks that need the whole
     mesh (cabling, IP plan, exo's peers...) are not judged on part of it, and that is said."""
-    from macfleet.flow.doctor import MESH_WIDE_CHECKS
+    from macfleet.judge.health import CHECKS
+
+    mesh_wide = [c.code for c in CHECKS if c.mesh_wide]
 
     lab = bootstrapped
     p = lab.macfleet("doctor", "-i", str(lab.inventory), "--json", "--limit", S1, check=False, timeout=120)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr
     report = json.loads(p.stdout)
     assert {c["node"] for c in report["checks"]} == {S1}
-    assert not {c["check"] for c in report["checks"]} & set(MESH_WIDE_CHECKS)
+    assert not {c["check"] for c in report["checks"]} & set(mesh_wide)
     assert "mesh-wide checks" in p.stderr

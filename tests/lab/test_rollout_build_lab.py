@@ -23,9 +23,10 @@ BUILDER_INDEX = 1  # not the first node: the seed is the builder, not whoever co
 
 
 @pytest.fixture
-def controller(monkeypatch, tmp_path) -> Path:
+def controller(monkeypatch, tmp_path, cluster_state) -> Path:
+    """The controller's state: the user's own under tmp, and the test's shared cluster state (lock, history)."""
     monkeypatch.setenv("MACFLEET_STATE_DIR", str(tmp_path / "state"))
-    return tmp_path / "state"
+    return cluster_state
 
 
 def _inventory(lab: Lab, where: Path, **build: object) -> Path:
@@ -61,7 +62,7 @@ def test_built_on_the_builder_fanned_out_switched(lab4: Lab, controller: Path, t
     assert name.startswith("1.0.90-") and plan["build"]["node"] == builder
     assert plan["build"]["directory"] == f"/opt/exo/releases/{name}" and plan["build"]["command"] == "sh ./build.sh"
     assert plan["stage_on"] == others and plan["switch_from"] == before
-    assert name not in _releases(lab4, builder) and not (controller / "macfleet" / "locks").exists()
+    assert name not in _releases(lab4, builder) and not list(controller.glob("*/lock.json"))
 
     p = lab4.macfleet("rollout", "exo", "--source", str(src), "-i", str(inv), "--json", timeout=300)
     report = json.loads(p.stdout)

@@ -8,6 +8,7 @@ Every test leaves lab4 on its original exo release, running and healthy.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -23,9 +24,10 @@ pytestmark = pytest.mark.lab
 
 @pytest.fixture
 def controller(monkeypatch, tmp_path) -> Path:
-    """A controller state directory of our own (lock, history), inherited by the CLI subprocesses."""
+    """A controller state directory of our own, inherited by the CLI subprocesses; the cluster state (lock,
+    history) is the test's own (tests/conftest.py `cluster_state`)."""
     monkeypatch.setenv("MACFLEET_STATE_DIR", str(tmp_path / "state"))
-    return tmp_path / "state"
+    return Path(os.environ["MACFLEET_CLUSTER_STATE_DIR"])
 
 
 def _build(lab: Lab, out: Path, version: str, *broken: str) -> Path:
@@ -48,7 +50,7 @@ def _healthy_on(lab: Lab, release: str) -> None:
 
 
 def _lock_file(state: Path) -> Path | None:
-    found = list((state / "macfleet" / "locks").glob("*.lock.json")) if (state / "macfleet").exists() else []
+    found = list(state.glob("*/lock.json"))
     return found[0] if found else None
 
 
@@ -102,7 +104,7 @@ def test_broken_build_is_rolled_back_with_the_reason(lab4: Lab, controller: Path
     err = json.loads(p.stdout)["error"]
     assert err["code"] == "rollout_failed"
     assert f"rolled back to {before} (healthy again)" in err["message"]
-    assert "/state shows 1 of 4 nodes" in err["message"]
+    assert "is cut off from the mesh: it sees nobody" in err["message"]  # doctor's exo-peers, the gate's judge
     _healthy_on(lab4, before)
 
 

@@ -93,9 +93,13 @@ def test_upgrade_one_node_at_a_time_check_resume_and_rdma_off(make_lab, tmp_path
     assert {_build(lab, n) for n in lab.nodes} == {"25C60"}
     assert sorted(out["exo_started"]) == sorted(lab.nodes)
     assert all(_exo_runs(lab, n) for n in lab.nodes)
-    assert not list((tmp_path / "state").rglob("*.lock.json"))  # released
+    cluster = Path(os.environ["MACFLEET_CLUSTER_STATE_DIR"])  # the test's own shared state (tests/conftest.py)
+    assert not list(cluster.glob("*/lock.json"))  # released
+    audit = [json.loads(x) for f in cluster.glob("*/audit.jsonl") for x in f.read_text().splitlines()]
+    took = [e["action"] for e in audit if e["decision"].startswith(("maintenance for upgrade", "upgrade finished"))]
+    assert took[-2:] == ["maintenance-start", "maintenance-end"], audit  # the healer left the mesh to it
     password = lab.password_file.read_text().strip()
-    leaks = subprocess.run(["grep", "-rlF", "-e", password, str(tmp_path / "state"), str(lab.inventory)],
+    leaks = subprocess.run(["grep", "-rlF", "-e", password, str(tmp_path / "state"), str(cluster), str(lab.inventory)],
                            capture_output=True, text=True)
     assert leaks.stdout == "", f"the password is in {leaks.stdout}"
 

@@ -27,8 +27,9 @@ macfleet_probes:
 EVIL = "boom [/bold] x \x1b[31mred \u202eevil"
 
 
-def audit(state: Path) -> list[dict]:
-    return [json.loads(line) for f in state.glob("macfleet/watch/*.audit.jsonl") for line in f.read_text().splitlines()]
+def audit(_state: Path) -> list[dict]:
+    state = Path(os.environ["MACFLEET_CLUSTER_STATE_DIR"])  # the test's own (tests/conftest.py)
+    return [json.loads(line) for f in state.glob("*/audit.jsonl") for line in f.read_text().splitlines()]
 
 
 def test_node_text_is_data_and_a_hung_exo_is_restarted(lab4, tmp_path):
@@ -43,7 +44,7 @@ def test_node_text_is_data_and_a_hung_exo_is_restarted(lab4, tmp_path):
         lab.wait(lambda: EVIL in lab.ssh("studio-1", "curl -s localhost:52415/state").stdout.encode().decode(
             "unicode_escape", "replace"), 30, "the runner failure in /state")
         p = subprocess.run([*argv, "--once"], cwd=lab.workdir, env=env, capture_output=True, text=True, timeout=120)
-        assert p.returncode == 0, p.stderr[-3000:]
+        assert p.returncode == 1, p.stderr[-3000:]  # a finding
         assert "boom [/bold] x" in p.stderr and "\x1b" not in p.stderr and "\u202e" not in p.stderr
         assert "\ufffd[31mred" in p.stderr and audit(tmp_path / "state")[-1]["action"] == "page"
         lab.fault("exo-runner-failed", "studio-3", clear=True)

@@ -139,7 +139,7 @@ def test_runner_text_with_markup_esc_and_bidi_is_printed_as_text(harness, capsys
 def test_state_with_wrong_types_opens_the_breaker_and_is_kept_aside(harness):
     """hostile #6: `"streak": {"rdma": "x"}` was a ValueError: internal error."""
     h = harness()
-    h.watcher.state_path.parent.mkdir(parents=True)
+    h.watcher.state_path.parent.mkdir(parents=True, exist_ok=True)
     h.watcher.state_path.write_text(json.dumps({"meshes": {h.mesh.name: {"streak": {"rdma": "x"}}}}))
     s = h.tick(report({"rdma": {"studio-1": "RDMA wedged"}}))
     assert s.action == "none" and "circuit breaker open" in s.reason and "damaged" in s.reason
@@ -468,7 +468,7 @@ def test_idle_clients_do_not_kill_the_healer(example_inventory, tmp_path):
         audit = None
         deadline = time.monotonic() + 30
         while audit is None and time.monotonic() < deadline:
-            audit = next(iter((tmp_path / "state").glob("macfleet/watch/*.audit.jsonl")), None)
+            audit = next(iter(Path(os.environ["MACFLEET_CLUSTER_STATE_DIR"]).glob("*/audit.jsonl")), None)
             time.sleep(0.1)
         assert audit is not None
         for _ in range(300):
@@ -477,7 +477,7 @@ def test_idle_clients_do_not_kill_the_healer(example_inventory, tmp_path):
             except OSError:
                 break
         before = len(audit.read_text().splitlines())
-        state = next((tmp_path / "state").glob("macfleet/watch/*.state.json"))
+        state = next(Path(os.environ["MACFLEET_CLUSTER_STATE_DIR"]).glob("*/watch-state.json"))
         mtime = state.stat().st_mtime_ns
         time.sleep(3)
         assert proc.poll() is None, proc.stderr.read()
@@ -565,7 +565,7 @@ def test_a_dead_switch_s_lock_is_not_taken_over_by_an_exo_restart(harness):
 
 def test_reset_clears_a_damaged_state(harness):
     h = harness()
-    h.watcher.state_path.parent.mkdir(parents=True)
+    h.watcher.state_path.parent.mkdir(parents=True, exist_ok=True)
     h.watcher.state_path.write_text('{"meshes": {"mesh1": {"streak"')
     said = []
     loop.reset(h.fleet, [h.mesh], said.append)

@@ -10,6 +10,7 @@ Build layout (`write_build(out_dir, version)`; usable as `macfleet rollout exo -
                            resolved path (so `/opt/exo/current/bin/exo` through a `current` symlink runs the
                            release the symlink points at) and runs lib/exo_standin.py
       lib/exo_standin.py   the server (a verbatim copy of macfleet/lab/exo/standin.py; stdlib only)
+      lib/exo_instances.py its placement, chat and bench endpoints (a copy of macfleet/lab/exo/instances.py)
 
 Nothing in the build depends on where it is installed. `bin/exo` takes exo's `--api-port` and a few lab
 options (`--bind`, `--peer-port`, `--refresh`, `--version`); the state lives under `~/.exo` of the user it
@@ -45,6 +46,10 @@ ENTRY = "bin/exo"
 DEFAULT_VERSION = "1.0.71"  # what `lab up` installs; exo's last tag at the time of exo.md
 DEFAULT_PATH = f"/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin:{HOMEBREW_BIN}"
 _SOURCE = Path(__file__).with_name("standin.py")
+_LIBRARY = {"exo_standin.py": _SOURCE, "exo_instances.py": Path(__file__).with_name("instances.py"),
+            # the stand-in's discovery and runner (standin.py imports them as exo_<name> in a build)
+            "exo_discovery.py": Path(__file__).with_name("discovery.py"),
+            "exo_runner.py": Path(__file__).with_name("runner.py")}
 _VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._+-]{0,63}$")
 
 _ENTRY_POINT = """#!{python}
@@ -78,7 +83,8 @@ def write_build(out_dir: Path, version: str, *, broken: bool = False) -> Path:
         raise FileExistsError(f"{out_dir} is not empty")
     (out_dir / "bin").mkdir(parents=True, exist_ok=True)
     (out_dir / "lib").mkdir(exist_ok=True)
-    shutil.copyfile(_SOURCE, out_dir / "lib" / "exo_standin.py")
+    for name, source in _LIBRARY.items():
+        shutil.copyfile(source, out_dir / "lib" / name)
     entry = out_dir / ENTRY
     # the real interpreter: on a node /usr/bin/python3 is the Command Line Tools stub until bootstrap
     entry.write_text(_ENTRY_POINT.replace("{python}", os.path.realpath("/usr/bin/python3"), 1))
@@ -170,7 +176,8 @@ def write_source(out_dir: Path, version: str, *, broken: bool = False, fail: boo
     if out_dir.exists() and any(out_dir.iterdir()):
         raise FileExistsError(f"{out_dir} is not empty")
     (out_dir / "lib").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(_SOURCE, out_dir / "lib" / "exo_standin.py")
+    for name, source in _LIBRARY.items():
+        shutil.copyfile(source, out_dir / "lib" / name)
     (out_dir / "VERSION").write_text(version + "\n")
     script = (_BUILD_SCRIPT.replace("@FAIL@", "true" if fail else "false")
               .replace("@BROKEN@", "true" if broken else "false").replace("@LABEL@", LABEL))

@@ -45,6 +45,7 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Callable
@@ -52,6 +53,15 @@ from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+if __package__:  # macfleet.lab.exo.standin; in a build, lib/exo_standin.py next to lib/exo_<name>.py
+    from macfleet.lab.exo import discovery
+    from macfleet.lab.exo import instances as exo_instances
+    from macfleet.lab.exo import runner as lab_runner
+else:
+    import exo_discovery as discovery  # type: ignore[no-redef]
+    import exo_instances  # type: ignore[no-redef]
+    import exo_runner as lab_runner  # type: ignore[no-redef]
 
 API_PORT = 52415  # exo's own --api-port default (exo src/exo/main.py, v1.0.60 and HEAD: research/exo.md)
 VERSION_HEADER = "X-Exo-Version"  # never sent (see LAB_ONLY): named only so the product cannot read it
@@ -66,6 +76,7 @@ LAB_ONLY = frozenset({
     "lab_faults.json", "EXO_LAB_FAULTS_FILE",  # the fault overlay
     "EXO_LAB_API_PORT", "EXO_LAB_BIND", "EXO_LAB_REFRESH_S", "EXO_LAB_INSTANCE_MODEL",  # lab settings
     "node_zid",  # the lab's persisted node id (exo HEAD draws one per start)
+    "lab_rdma_leak.json", "exo-lab-runner",  # the lab's RDMA leak count, its runner's name (lab/exo/runner.py)
     "--exo-version", "--peer-port",  # lab-only options of bin/exo
 })
 DEFAULT_INSTANCE_MODEL = "mlx-community/Llama-3.2-1B-Instruct-4bit"
@@ -432,7 +443,14 @@ class ExoStandin:
         self._ready = False
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="exo-probe")
         self.pace = Pace()
+        self._election = discovery.Election(self.node_id)
+        self._leak = lab_runner.Leak(self.cfg.exo_home / "lab_rdma_leak.json")
+        self._starts = lab_runner.Starts()
+        self._boot: str | None = None
+        self._runner_proc = None
         self._warned: set = set()
+        self.registry = exo_instances.Registry()  # placed models, chat and bench: instances.py
+        self.api = exo_instances.Api(self)
 
     # ---- identity
 
@@ -471,12 +489,16 @@ class ExoStandin:
         t = threading.Thread(target=self._loop, name="exo-refresh", daemon=True)
         t.start()
         self._threads.append(t)
+        self._read_faults()
+        self._runner_proc = lab_runner.start(self._faults)
 
     @property
     def port(self) -> int:
         return self._servers[0].server_address[1] if self._servers else self.cfg.api_port
 
     def stop(self) -> None:
+        if self._runner_proc is not None:
+            lab_runner.stop(self._runner_proc, self.log)
         self._stop.set()
         for server in self._servers:
             server.shutdown()
@@ -516,8 +538,11 @@ class ExoStandin:
     def refresh(self) -> None:
         """Gather facts, probe links, merge peers' records, rebuild this node's record. One tick."""
         self._read_faults()
+        if self._runner_proc is not None:
+            self._runner_proc = lab_runner.ensure(self._runner_proc, self._faults, self.log)
         facts = self._gather()
-        targets = [] if self.cfg.broken else self._targets(facts)
+        alone = self.cfg.broken or discovery.split(self._faults)
+        targets = [] if alone else self._targets(facts)
         links = self._probe(targets)
         now = time.monotonic()
         slow = self.pace.factor
@@ -534,8 +559,14 @@ class ExoStandin:
                 if now - seen <= self.cfg.node_ttl_s * slow
             }
             self._update_runner(facts)
+            if alone:
+                self._records = {}
             own = self._own_record(facts)
             self._records[self.node_id] = (own, now)
+            elected = self._election.update(list(self._records))
+        if elected:
+            self.log.info(discovery.WHERE, elected)
+        with self._lock:
             self._event_idx += 1
             self._tick += 1
 
@@ -577,6 +608,8 @@ class ExoStandin:
             sw = self._cmd(["sw_vers"])
             hw = self._cmd(["system_profiler", "SPHardwareDataType"], 10.0)
             name = self._cmd(["scutil", "--get", "ComputerName"])
+            mem = (self._cmd(["sysctl", "-n", "hw.memsize"]) or "").strip()
+            f["memBytes"] = int(mem) if mem.isdigit() else None
             f["identity"] = {
                 **(parse_sw_vers(sw) if sw else {"osVersion": "Unknown", "osBuildVersion": "Unknown"}),
                 **(parse_hardware(hw) if hw else {"modelId": "Unknown Model", "chipId": "Unknown Chip"}),
@@ -647,10 +680,21 @@ class ExoStandin:
             self.log.info("exo.worker.main:plan_step:214", "RDMA devices answer again")
         self._wedged = wedged
 
+    def _failed_start(self) -> None:
+        """A runner start failed: it leaves its RDMA resources held until the node reboots (lab/exo/runner.py)."""
+        if self._boot is None:
+            self._boot = self._cmd(["sysctl", "-n", "kern.boottime"]) or ""
+        self._leak.failed_start(self._boot)
+        self.log.error("exo.worker.runner.supervisor:_check_runner:401", lab_runner.TERMINATED)
+
     def _update_runner(self, facts: dict) -> None:
         fault = self._faults.get("runnerFailed")
         msg: str | None = None
-        if fault:
+        if self._starts.due(self._faults):
+            self._failed_start()
+        if self._boot is not None and self._leak.held(self._boot) >= lab_runner.CAPACITY:
+            msg = lab_runner.EBUSY
+        elif fault:
             msg = fault if isinstance(fault, str) else (
                 fault.get("errorMessage") if isinstance(fault, dict) else None) or SEGV_MESSAGE
         elif self._wedged:
@@ -658,6 +702,7 @@ class ExoStandin:
         if msg and msg != self._runner_failed_msg and not (self._wedged and not fault):
             self.log.warning("exo.worker.runner.bootstrap:entrypoint:59",
                              f"Runner {self.runner_id} crashed with critical exception {msg}")
+            self._failed_start()
         self._runner_failed_msg = msg
         if not self._ready and not self.cfg.broken and facts.get("identity"):
             self._ready = True
@@ -828,7 +873,24 @@ class ExoStandin:
             "models": [{k: m[k] for k in ("modelId", "complete", "bytes")} for m in facts["models"]],
             "runner": {"id": self.runner_id, "status": runner},
             "edges": edges,
+            "memBytes": facts.get("memBytes"),
+            "linkSpeeds": {peer: next((b["linkSpeed"] for b in facts["buses"] if b.get("iface") == dev), None)
+                           for dev, (_addr, peer) in live.items()},
+            **self.registry.record(),
         }
+
+    def records(self) -> dict:
+        """{node id: record} as merged from the cluster (instances.py reads instances and links from them)."""
+        with self._lock:
+            return {nid: rec for nid, (rec, _s) in self._records.items()}
+
+    def card(self, model_id: str) -> dict | None:
+        """The lab's model card for `model_id`: a catalogue entry, or a model whose files some node holds."""
+        size = next((mb * 1024 * 1024 for mid, _n, _f, _q, mb in KNOWN_MODELS if mid == model_id), None)
+        held = [m["bytes"] for rec in self.records().values() for m in rec.get("models", [])
+                if m["modelId"] == model_id]
+        size = size or max(held, default=None)
+        return exo_instances.model_card(model_id, max(1, size)) if size is not None else None
 
     def gossip(self) -> dict:
         with self._lock:
@@ -853,6 +915,8 @@ class ExoStandin:
         instance_id = str(uuid.uuid5(uuid.NAMESPACE_OID, "exo-lab-instance:" + self.version))
         instances = {instance_id: {"MlxJacclInstance": {
             "instanceId": instance_id,
+            "jacclCoordinators": discovery.coordinators(
+                ids, {nid: records[nid]["network"] for nid in ids}, instance_id, self._faults),
             "shardAssignments": {
                 "modelId": self.cfg.instance_model,
                 "nodeToRunner": node_to_runner,
@@ -873,7 +937,7 @@ class ExoStandin:
                 else:
                     entries.append({"DownloadPending": {"nodeId": nid, "shardMetadata": shard}})
             downloads[nid] = entries
-        return {
+        state = {
             "instances": instances,
             "runners": runners,
             "downloads": downloads,
@@ -897,6 +961,8 @@ class ExoStandin:
             "prefillServerPorts": {},
             "customModelCards": {},
         }
+        exo_instances.view(state, records)
+        return state
 
     def models(self, downloaded_only: bool = False) -> dict:
         with self._lock:
@@ -1015,13 +1081,26 @@ def _make_handler(app: ExoStandin):
         def _error(self, code: int, message: str, kind: str) -> None:
             self._send(code, {"error": {"message": message, "type": kind, "param": None, "code": code}})
 
+        def do_POST(self) -> None:
+            self._route("POST")
+
+        def do_DELETE(self) -> None:
+            self._route("DELETE")
+
+        def _route(self, method: str) -> None:
+            path, _, query = self.path.partition("?")
+            args = dict(urllib.parse.parse_qsl(query))
+            if not app.api.handle(self, method, path.rstrip("/") or "/", args):
+                self._send(404 if method == "GET" else 405, {"detail": "Not Found" if method == "GET"
+                                                             else "Method Not Allowed"})
+
         def do_GET(self) -> None:
             path, _, query = self.path.partition("?")
             path = path.rstrip("/") or "/"
             if path == "/node_id":
                 self._send(200, app.node_id)
             elif path == GOSSIP_PATH:
-                if app.cfg.broken:
+                if app.cfg.broken or discovery.split(app._faults):
                     self._error(503, "not ready", "Service Unavailable")
                 else:
                     self._send(200, app.gossip())
@@ -1040,7 +1119,7 @@ def _make_handler(app: ExoStandin):
             elif path in ("/models", "/v1/models"):
                 self._send(200, app.models(downloaded_only="status=downloaded" in query))
             else:
-                self._send(404, {"detail": "Not Found"})
+                self._route("GET")
 
     return Handler
 

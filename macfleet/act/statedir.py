@@ -1,0 +1,80 @@
+"""The inventory's shared state directory (paths.cluster_dir): created and checked before anything is written.
+
+Shared by a group, never by the world: the directory is setgid (what is created in it takes its group, the one
+the operators and the healer's user share) and group-writable, its files are group-readable and writable
+(0660), and nothing is world-writable. A directory that is world-writable, or that belongs to another user
+and is not shared with one of our groups, is refused (exit 2) before anything is read from it: its lock or
+maintenance could have been written by anyone."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from macfleet.errors import UsageError
+
+DIR_MODE = 0o2770  # setgid, rwx for owner and group, nothing for others
+FILE_MODE = 0o660
+SETUP = "sudo install -d -m 2770 -g GROUP {root}  (GROUP: the group the operators and the healer's user share)"
+
+
+def ensure(path: Path) -> Path:
+    """`path` (an inventory's cluster dir) and its parent exist and are safe; UsageError naming what is not."""
+    root = path.parent
+    for d in (root, path):
+        _make(d, root)
+        _check(d, root)
+    return path
+
+
+def _make(d: Path, root: Path) -> None:
+    if d.is_dir():
+        return
+    try:
+        d.mkdir(mode=0o700)
+        os.chmod(d, DIR_MODE)  # past the umask; the group comes from a setgid parent
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise UsageError(f"cannot create the cluster state directory {d}: {exc.strerror or exc}",
+                         hint=f"create it once as an administrator: {SETUP.format(root=root)}; or point "
+                              "MACFLEET_CLUSTER_STATE_DIR (or cluster_state_dir in the config file) at "
+                              "a directory you may write") from None
+
+
+def _check(d: Path, root: Path) -> None:
+    try:
+        st = os.lstat(d)
+    except OSError as exc:
+        raise UsageError(f"cannot read the cluster state directory {d}: {exc.strerror or exc}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"the cluster state directory {d} is not a directory (a symlink or a file)",
+                         hint=f"remove it; then: {SETUP.format(root=root)}")
+    if st.st_mode & stat.S_IWOTH:
+        raise UsageError(f"the cluster state directory {d} is world-writable (mode {stat.S_IMODE(st.st_mode):o}): "
+                         "anyone could write its lock or its maintenance",
+                         hint=f"chmod 2770 {d}  (and chgrp it to the operators' group)")
+    ours = st.st_uid in (0, os.geteuid())
+    shared = st.st_gid in {os.getegid(), *os.getgroups()} and st.st_mode & stat.S_IWGRP
+    if not (ours or shared):
+        raise UsageError(f"the cluster state directory {d} belongs to uid {st.st_uid} and is not shared with a "
+                         f"group of yours (group {st.st_gid}, mode {stat.S_IMODE(st.st_mode):o})",
+                         hint=f"add your user to its group, or: {SETUP.format(root=root)}")
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise UsageError(f"you may not write the cluster state directory {d} (uid {st.st_uid}, group {st.st_gid}, "
+                         f"mode {stat.S_IMODE(st.st_mode):o})",
+                         hint="add your user to its group (then log in again), or run as the healer's user")
+
+
+def open_shared(path: Path, flags: int) -> int:
+    """os.open a file of the shared directory with mode 0660 (whatever the umask) when it creates it."""
+    fd = os.open(path, flags | os.O_CREAT, FILE_MODE)
+    try:
+        st = os.fstat(fd)
+        if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != FILE_MODE:
+            os.fchmod(fd, FILE_MODE)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
