@@ -73,6 +73,7 @@ def test_rollout_model_check_says_what_each_node_would_get_and_sends_nothing(cli
                                                                              monkeypatch) -> None:
     from macfleet.act import transfer
     from macfleet.flow import models
+    from macfleet.judge.push import NodeHolding
 
     src, files = _model(tmp_path)
     real = {f.path: f.digest for f in transfer.local_manifest(src).files}  # the digests the push compares
@@ -84,8 +85,8 @@ def test_rollout_model_check_says_what_each_node_would_get_and_sends_nothing(cli
             "studio-2": {"have": {"config.json": [2, real["config.json"]]}, "staged": {"weights.safetensors": 1000}},
             "studio-3": {"have": {}, "staged": {}},
         }
-        return {n: {**a, "df": DF.format(size=10**9, free=1 if n == "studio-3" else 10**8), "df_rc": 0,
-                    "final": "/x", "staging": "/y"} for n, a in answers.items()}
+        return {n: NodeHolding(**a, df=DF.format(size=10**9, free=1 if n == "studio-3" else 10**8), final="/x",
+                               staging="/y") for n, a in answers.items()}
 
     monkeypatch.setattr(models, "_preflight", preflight)
     monkeypatch.setattr(transfer, "node_sessions", lambda *a, **k: pytest.fail("a session was opened"))
