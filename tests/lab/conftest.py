@@ -12,6 +12,8 @@ with SSH, exo answering where the lab has it; checked in-process first, so a tes
 it costs milliseconds), and `lab_small`'s inventory is put back as `lab up` wrote it when a module other than the
 last one takes it. Anything else a test changes on a node (a sysctl, a file, a setting) it puts back itself.
 Start a lab of your own (`make_lab`) only for a shape no shared lab has (a fresh Mac, pods, 3 or 4 nodes to break).
+`./scripts/test` runs the lab tests in parts at once (`--lab-shard I/N`, whole modules, tests/conftest.py), each
+with labs of its own: "session-scoped" is one lab per part, and a test never sees another part's labs.
 
 A `Lab` gives:
   .name, .inventory (Path of inventories/NAME), .nodes (names), .workdir
