@@ -12,8 +12,6 @@ with SSH, exo answering where the lab has it; checked in-process first, so a tes
 it costs milliseconds), and `lab_small`'s inventory is put back as `lab up` wrote it when a module other than the
 last one takes it. Anything else a test changes on a node (a sysctl, a file, a setting) it puts back itself.
 Start a lab of your own (`make_lab`) only for a shape no shared lab has (a fresh Mac, pods, 3 or 4 nodes to break).
-`./scripts/test` runs the lab tests in parts at once (`--lab-shard I/N`, whole modules, tests/conftest.py), each
-with labs of its own: "session-scoped" is one lab per part, and a test never sees another part's labs.
 
 A `Lab` gives:
   .name, .inventory (Path of inventories/NAME), .nodes (names), .workdir
@@ -34,7 +32,6 @@ Teardown runs `macfleet lab down` and asserts no namespace, link, process, state
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import platform
@@ -48,7 +45,6 @@ from pathlib import Path
 import pytest
 
 STATE_ROOT = Path("/run/macfleet-lab")
-UP_DOWN_LOCK = Path("/run/macfleet-lab-tests.up-down.lock")  # beside the lab's state root, never in it
 PY = sys.executable
 # Lets two checkouts run their lab tests on one machine at once without sharing a lab (e.g. "w1").
 LAB_PREFIX = os.environ.get("MACFLEET_TEST_LAB_PREFIX", "")
@@ -186,31 +182,15 @@ def assert_nothing_left(name: str, workdir: Path) -> None:
     assert f"macfleet.lab.supervisor {name}\n" not in ps, "supervisor left"
 
 
-@contextlib.contextmanager
-def _one_lab_up_or_down() -> Iterator[None]:
-    """One `lab up` or `lab down` at a time on this machine: scripts/test runs two halves of the lab tests at
-    once, and two labs starting together could pick the same free management subnet, or one lab's `down`
-    remove the host pieces (the admin user, mount points) another's `up` is about to use."""
-    import fcntl
-
-    with open(UP_DOWN_LOCK, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def _up(name: str, workdir: Path, *args: str, trust: bool = True) -> Lab:
     """A lab up. A `--fresh` one is a Mac out of the box: unless `trust=False` (the bootstrap tests' first
     contact), its host keys are recorded (`macfleet trust --yes`, an operator vouching for the lab) and it gets
     what bootstrap's first steps leave (`allow_ansible`), so a test of another playbook can run there."""
     name = LAB_PREFIX + name
     workdir.mkdir(parents=True, exist_ok=True)
+    run_macfleet(["lab", "down", "--name", name], cwd=workdir, check=False)
     latency = ("--latency", LAB_LATENCY) if LAB_LATENCY is not None and "--latency" not in args else ()
-    with _one_lab_up_or_down():
-        run_macfleet(["lab", "down", "--name", name], cwd=workdir, check=False)
-        p = run_macfleet(["lab", "up", "--name", name, *args, *latency], cwd=workdir)
+    p = run_macfleet(["lab", "up", "--name", name, *args, *latency], cwd=workdir)
     if "--fresh" in args and trust:
         run_macfleet(["trust", "-i", str(workdir / "inventories" / name), "--yes", "--json"], cwd=workdir)
     lab = Lab(name, workdir, up_output=p.stdout)
@@ -222,8 +202,7 @@ def _up(name: str, workdir: Path, *args: str, trust: bool = True) -> Lab:
 
 def _down(lab: Lab) -> None:
     # bounded, not timed: how fast `lab down` is belongs in bench/, and a loaded machine is slower
-    with _one_lab_up_or_down():
-        run_macfleet(["lab", "down", "--name", lab.name], cwd=lab.workdir, timeout=120)
+    run_macfleet(["lab", "down", "--name", lab.name], cwd=lab.workdir, timeout=120)
     assert_nothing_left(lab.name, lab.workdir)
 
 
