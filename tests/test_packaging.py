@@ -51,21 +51,12 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _is_package_test(test: ast.expr) -> bool:
-    return isinstance(test, ast.Name) and test.id == "__package__"
-
-
 def _third_party_imports() -> dict[str, Path]:
     """Top-level module -> first file importing it, for every module macfleet/ imports that is not the
     standard library's or its own (plain imports, from-imports, and importlib.import_module("name"))."""
     found: dict[str, Path] = {}
     for path in sorted((ROOT / "macfleet").rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        fallbacks = [i for i in ast.walk(tree) if isinstance(i, ast.If) and _is_package_test(i.test)]
-        flat = {id(n) for i in fallbacks for alt in i.orelse for n in ast.walk(alt)}
-        for node in ast.walk(tree):
-            if id(node) in flat:  # `if __package__: ... else: import sibling` (a lab build copies files flat)
-                continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names: list[str] = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
