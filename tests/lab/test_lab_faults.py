@@ -184,7 +184,7 @@ def test_fault_shows_where_a_mac_shows_it_and_clears(lab4, baseline, args, where
             return last[0] == want
 
         try:
-            lab4.wait(shows, 30, f"{kind}: differences exactly {sorted(want)}", every=0.5)
+            lab4.wait(shows, 60, f"{kind}: differences exactly {sorted(want)}", every=0.5)
         except AssertionError as e:
             raise AssertionError(f"{e}; last seen: {sorted(last[0])}") from None
         status = lab4.status()
@@ -194,7 +194,7 @@ def test_fault_shows_where_a_mac_shows_it_and_clears(lab4, baseline, args, where
     finally:
         fault(lab4, kind, *[a for a in args[1:] if a.startswith("studio-")], "--clear")
     try:
-        lab4.wait(lambda: not (last.__setitem__(0, diff(baseline, snapshot(lab4))) or last[0]), 45,
+        lab4.wait(lambda: not (last.__setitem__(0, diff(baseline, snapshot(lab4))) or last[0]), 90,
                   f"{kind} cleared: every probe as before", every=0.5)
     except AssertionError as e:
         raise AssertionError(f"{e}; still different: {sorted(last[0])}") from None
