@@ -153,9 +153,10 @@ class ExoApiError(MacfleetError):
 
     code = "exo_api"
 
-    def __init__(self, message: str, *, node: str, status: int | None = None, hint: str | None = None):
-        self.node, self.status = node, status
-        super().__init__(message, hint=hint, details={"node": node, "status": status})
+    def __init__(self, message: str, *, node: str, status: int | None = None, hint: str | None = None,
+                 exo_says: str | None = None):
+        self.node, self.status, self.exo_says = node, status, exo_says  # exo_says: exo's own error message
+        super().__init__(message, hint=hint, details={"node": node, "status": status, "exo_says": exo_says})
 
 
 class LabError(MacfleetError):

@@ -29,3 +29,19 @@ def test_min_fraction_is_a_checked_setting(cli, example_inventory) -> None:
     result = cli("inventory", "check", "-i", str(example_inventory))
     assert result.exit_code == 2
     assert "min_fraction" in result.stderr
+
+
+def test_bench_exo_refuses_a_baseline_file_not_ours_before_any_node(cli, example_inventory) -> None:
+    path = example_inventory / "bench-exo.baseline.json"
+    path.write_text('{"version": 1, "meshes": {"mesh1": {"saved_at": 3}}}\n')
+    result = cli("bench", "exo", "-i", str(example_inventory), "--json")
+    assert result.exit_code == 2
+    error = json.loads(result.stdout)["error"]
+    assert error["code"] == "usage" and "is not an inference baseline macfleet wrote" in error["message"]
+
+
+def test_inference_min_fraction_is_a_checked_setting(cli, example_inventory) -> None:
+    (example_inventory / "group_vars" / "all" / "bench.yml").write_text(
+        "macfleet_bench:\n  inference_min_fraction: 0\n")
+    result = cli("inventory", "check", "-i", str(example_inventory))
+    assert result.exit_code == 2 and "inference_min_fraction" in result.stderr

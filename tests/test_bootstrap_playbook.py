@@ -377,3 +377,33 @@ def test_sudoers_lets_the_admin_stop_and_start_exo_under_its_label() -> None:
     text = sudoers(sudoers_exo_label="com.example.exo")
     assert "system/com.example.exo," in text and "/Library/LaunchDaemons/com.example.exo.plist" in text
     assert play_vars("sudoers_exo_label", exo_label="com.example.exo") == "com.example.exo"
+
+
+def test_pf_anchor_lets_the_client_networks_reach_exos_api_only() -> None:
+    """Issue 27 item 4: people reach exo's dashboard and API from the networks the inventory lists
+    (macfleet_exo.clients, one source: the plays read it through bootstrap's vars), on exo's API port only: not
+    on the release's peer ports, not on rpc-server's. None by default."""
+    assert play_vars("pf_client_sources") == []
+    clients = ["192.168.10.0/24", "2001:db8:5::/48"]
+    assert play_vars("pf_client_sources", macfleet_exo={"clients": clients}) == clients
+    text = render("pf", "macfleet.pf.j2", pf_sources=["10.213.0.0/16"], pf_interfaces=["en3"],
+                  pf_client_sources=clients, pf_release_tcp_ports=[52414], pf_release_udp_ports=[52413])
+    rules = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert rules[:2] == ["table <macfleet_exo_peers> const { 10.213.0.0/16 }",
+                         "table <macfleet_exo_clients> const { 192.168.10.0/24, 2001:db8:5::/48 }"]
+    assert [r for r in rules if "macfleet_exo_clients>" in r and r.startswith("pass")] == [
+        "pass in quick proto tcp from <macfleet_exo_clients> to any port { 52415 }"]
+    tcp_block = rules.index("block in quick proto tcp to any port { 52415, 52414 }")
+    assert rules.index("pass in quick proto tcp from <macfleet_exo_clients> to any port { 52415 }") < tcp_block
+
+
+def test_client_networks_are_checked_in_the_inventory() -> None:
+    from pydantic import ValidationError
+
+    from macfleet.inventory.model import ExoSettings
+
+    assert ExoSettings(clients=["192.168.10.0/24", "10.1.2.3"]).clients == ["192.168.10.0/24", "10.1.2.3"]
+    for bad, says in (("0.0.0.0/0", "is everyone"), ("::/0", "is everyone"), ("laptop", "an IPv4 or IPv6"),
+                      ("192.168.10.5/24", "an IPv4 or IPv6"), ("10.0.0.0/8 ; pass all", "an IPv4 or IPv6")):
+        with pytest.raises(ValidationError, match=says):
+            ExoSettings(clients=[bad])

@@ -41,6 +41,9 @@ def test_place_chat_status_stop(cli, node, tmp_path: Path) -> None:
     missing = cli("exo", "place", "mlx-community/Qwen3-0.6B-8bit", "--over", "ring", "-i", str(inv), env=env)
     assert missing.exit_code == 1 and "is not on" in missing.stderr
     assert "macfleet rollout model mlx-community/Qwen3-0.6B-8bit" in missing.stderr
+    unknown = cli("exo", "place", "acme/nowhere", "-i", str(inv), env=env)
+    assert unknown.exit_code == 1 and "Failed to load model card" in unknown.stderr and "no node holds it" in \
+        unknown.stderr and "macfleet rollout model acme/nowhere" in unknown.stderr
     huge = cli("exo", "place", "mlx-community/DeepSeek-V3.1-4bit", "--over", "ring", "-i", str(inv), env=env)
     assert huge.exit_code == 1 and "No cycles found with sufficient memory" in huge.stderr
 

@@ -388,3 +388,37 @@ def test_the_models_directory_must_be_one_spotlight_skips(example_inventory: Pat
         assert "models_dir" in problem
         if models_dir != "models":
             assert "Spotlight" in problem and ".noindex" in problem
+
+
+def _declare(inv: Path, models_yaml: str) -> None:
+    (inv / "group_vars/all/zz.yml").write_text("macfleet_models:\n" + models_yaml)
+
+
+def test_declared_models_are_read_with_their_placement(example_inventory: Path) -> None:
+    _declare(example_inventory, "  - name: mlx-community/Llama-3.2-1B-Instruct-4bit\n"
+                                "    place: {sharding: tensor, transport: ring, min_nodes: 2}\n"
+                                "  - name: mlx-community/Kimi-K2-Instruct-4bit\n")
+    mesh = load_inventory(example_inventory).meshes[0]
+    (kept,) = mesh.settings.kept_placed
+    assert (kept.name, kept.place.sharding, kept.place.transport, kept.place.min_nodes) == (
+        "mlx-community/Llama-3.2-1B-Instruct-4bit", "tensor", "ring", 2)
+    assert [m.name for m in mesh.settings.models][1] == "mlx-community/Kimi-K2-Instruct-4bit"
+
+
+@pytest.mark.parametrize(("models_yaml", "expected"), [
+    ("  - name: llama\n", "macfleet_models.0.name: found 'llama', expected a Hugging Face model id, ORG/NAME"),
+    ("  - name: a/../b\n", "macfleet_models.0.name: found 'a/../b', expected a Hugging Face model id"),
+    ("  - name: org/m\n    place: {sharding: expert}\n",
+     "macfleet_models.0.place.sharding: found 'expert', expected 'pipeline' or 'tensor'"),
+    ("  - name: org/m\n    place: {transport: tcp}\n",
+     "macfleet_models.0.place.transport: found 'tcp', expected 'rdma' or 'ring'"),
+    ("  - name: org/m\n    place: {over: rdma}\n", "macfleet_models.0.place.over: found unknown key `over`"),
+    ("  - name: org/m\n    place: {min_nodes: 5}\n",
+     "macfleet_models.0.place.min_nodes: found 5, expected at most the 4 Macs of mesh `mesh1`"),
+    ("  - name: org/m\n  - name: org/m\n", "macfleet_models: found a list, expected each model once: org/m is "
+                                          "listed more than once"),
+])
+def test_a_bad_declared_model_is_named(example_inventory: Path, models_yaml: str, expected: str) -> None:
+    _declare(example_inventory, models_yaml)
+    problems = _problems(example_inventory)
+    assert any(expected in p for p in problems), problems

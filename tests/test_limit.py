@@ -91,7 +91,7 @@ def test_part_of_a_mesh_leaves_out_exactly_the_mesh_wide_checks() -> None:
     from macfleet.judge.health import CHECK_CODES, CHECKS
 
     mesh_wide = ("macos-build", "cabling", "rdma", "ip-plan", "exo-version", "exo-peers", "exo-rdma", "tb-ping",
-                 "exo-api-exposure", "llama-rpc", "links-bench")
+                 "exo-api-exposure", "llama-rpc", "links-bench", "exo-discovery", "model-placed", "inference")
     assert {c.code for c in CHECKS if c.mesh_wide} == set(mesh_wide)
     assert limited_checks(None) == [c for c in CHECK_CODES if c not in mesh_wide]
     assert limited_checks(["cabling", "power"]) == ["power"]

@@ -14,6 +14,7 @@ import tomllib
 from pathlib import Path
 
 import macfleet
+from macfleet.lab.exo.build import _LIBRARY
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,6 +38,9 @@ def test_every_playbook_file_is_shipped() -> None:
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 # Imported only where the feature asks for it, with a clear message when absent, and declared in that extra.
 OPTIONAL_IMPORTS = {"huggingface_hub": "hf"}
+# The exo stand-in's own modules under the names a lab build gives them beside it (lab/exo/build.py _LIBRARY):
+# macfleet's, not a distribution's.
+LAB_BUILD_MODULES = {Path(name).stem for name in _LIBRARY}
 
 
 def _requirement_names(requirements: list[str]) -> set[str]:
@@ -47,21 +51,12 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _is_package_test(test: ast.expr) -> bool:
-    return isinstance(test, ast.Name) and test.id == "__package__"
-
-
 def _third_party_imports() -> dict[str, Path]:
     """Top-level module -> first file importing it, for every module macfleet/ imports that is not the
     standard library's or its own (plain imports, from-imports, and importlib.import_module("name"))."""
     found: dict[str, Path] = {}
     for path in sorted((ROOT / "macfleet").rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        fallbacks = [i for i in ast.walk(tree) if isinstance(i, ast.If) and _is_package_test(i.test)]
-        flat = {id(n) for i in fallbacks for alt in i.orelse for n in ast.walk(alt)}
-        for node in ast.walk(tree):
-            if id(node) in flat:  # `if __package__: ... else: import sibling` (a lab build copies files flat)
-                continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names: list[str] = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
@@ -72,7 +67,7 @@ def _third_party_imports() -> dict[str, Path]:
                 names = [node.args[0].value]
             for name in names:
                 top = name.split(".")[0]
-                if top not in sys.stdlib_module_names and top != "macfleet":
+                if top not in sys.stdlib_module_names and top != "macfleet" and top not in LAB_BUILD_MODULES:
                     found.setdefault(top, path.relative_to(ROOT))
     return found
 

@@ -10,6 +10,7 @@ connections (ControlPersist) live in a directory of the run's own and are closed
 from __future__ import annotations
 
 import contextlib
+import difflib
 import os
 import re
 import shutil
@@ -101,6 +102,7 @@ class ProgressEvent:
     changed: bool
     message: str | None = None  # a failure's message, or what a debug task said
     role: str | None = None  # the role the task belongs to (a bootstrap step)
+    diff: str | None = None  # what the task changed (or would) inside files, with --diff: a unified diff
 
 
 @dataclass
@@ -147,6 +149,29 @@ def _message(res: dict[str, Any]) -> str:
     return "failed"
 
 
+MAX_DIFF_CHARS = 20_000  # one task's diff as shown: a file's whole content is not a diff worth reading
+
+
+def diff_text(res: dict[str, Any]) -> str | None:
+    """A task result's `diff` (ansible-playbook --diff) as a unified diff, as Ansible's default callback shows it:
+    before/after texts diffed with their headers, or the module's `prepared` text; bounded."""
+    diffs = res.get("diff")
+    out: list[str] = []
+    for d in diffs if isinstance(diffs, list) else [diffs]:
+        if not isinstance(d, dict):
+            continue
+        before, after = d.get("before"), d.get("after")
+        if d.get("prepared"):
+            out.append(str(d["prepared"]).rstrip("\n") + "\n")
+        elif isinstance(before, str) and isinstance(after, str) and before != after:
+            out += difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                        str(d.get("before_header") or "before"), str(d.get("after_header") or "after"))
+        elif before != after and (before or after):  # a file's state or mode: the two values
+            out.append(f"- {before}\n+ {after}\n")
+    text = "".join(out)
+    return (text[:MAX_DIFF_CHARS] + ("\n… (cut)\n" if len(text) > MAX_DIFF_CHARS else "")) or None
+
+
 def run_playbook(
     run: PlaybookRun,
     *,
@@ -190,7 +215,8 @@ def run_playbook(
         if status and host and on_event is not None:
             said = res.get("msg") if data.get("task_action") in DEBUG_ACTIONS and status != "skipped" else None
             message = _message(res) if status == "failed" else (str(said) if said else None)
-            on_event(ProgressEvent(host, task, status, status == "changed", message, data.get("role") or None))
+            on_event(ProgressEvent(host, task, status, status == "changed", message, data.get("role") or None,
+                                   diff_text(res) if run.diff else None))
         return True  # keep every event in the artifacts: the run's audit trail, and where `stats` come from
 
     private = state_dir() / "runs"

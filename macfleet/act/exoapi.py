@@ -85,8 +85,9 @@ class ExoApi:
         """The body of an answer whose status is in `ok`; ExoApiError with exo's own message otherwise."""
         http = self.call(method, path, query=query, body=body, timeout_s=timeout_s)
         if http.status not in ok:
-            raise ExoApiError(f"{self.node}: exo answered {method} {path} with {http.status}: "
-                              f"{parse_api_error(http.body)}", node=self.node, status=http.status)
+            said = parse_api_error(http.body)
+            raise ExoApiError(f"{self.node}: exo answered {method} {path} with {http.status}: {said}",
+                              node=self.node, status=http.status, exo_says=said)
         return http.body
 
     def events(self, method: str, path: str, *, query: dict | None = None, body: dict | None = None,
@@ -95,9 +96,9 @@ class ExoApi:
         lines = _lines(self._run(method, path, query, body, timeout_s, stream=True))
         status = _head(lines)
         if status != 200:
-            rest = "".join(lines)
-            raise ExoApiError(f"{self.node}: exo answered {method} {path} with {status}: {parse_api_error(rest)}",
-                              node=self.node, status=status)
+            said = parse_api_error("".join(lines))
+            raise ExoApiError(f"{self.node}: exo answered {method} {path} with {status}: {said}",
+                              node=self.node, status=status, exo_says=said)
         yield from sse_events(lines)
 
 

@@ -7,8 +7,14 @@ import contextlib
 import os
 import stat
 from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from macfleet.errors import UsageError
+
+MAX_STORED_BYTES = 1 << 20  # a baseline or a result file macfleet wrote is far smaller
+Stored = TypeVar("Stored", bound=BaseModel)
 
 
 def check_plain_file_path(path: Path) -> None:
@@ -43,3 +49,21 @@ def write_text_atomic(path: Path, content: str) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def read_stored(path: Path, model: type[Stored], what: str, hint: str) -> Stored | None:
+    """A file macfleet wrote beside the inventory (a baseline, a latest run), read back as `model`; None when
+    there is none; UsageError naming the file (and `hint`: how to start over) when it is not one of ours."""
+    try:
+        check_plain_file_path(path)
+        with path.open("rb") as fh:
+            data = fh.read(MAX_STORED_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    if len(data) > MAX_STORED_BYTES:
+        raise UsageError(f"{path} is larger than {MAX_STORED_BYTES} bytes: not {what} macfleet wrote")
+    try:
+        return model.model_validate_json(data)
+    except ValidationError as exc:
+        raise UsageError(f"{path} is not {what} macfleet wrote: {str(exc).splitlines()[0][:160]}",
+                         hint=hint) from None

@@ -9,8 +9,10 @@ property list: never in argv, never in a log, never in an error message.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import shlex
 import socket
 import stat
 import threading
@@ -25,18 +27,19 @@ import paramiko
 
 from macfleet.act.fanout import each_node
 from macfleet.act.release import LABEL, START_EXO_LINE, STOP_EXO_LINE
-from macfleet.collect.commands import CommandSpec, spec_for
+from macfleet.act.transfer import REMOTE_PYTHON
+from macfleet.collect.commands import BOOTTIME, CommandSpec, spec_for
 from macfleet.collect.gather import Gathered
 from macfleet.collect.kept import KeptSession, NodeSessions
 from macfleet.collect.ssh import AtUnlockScreen, CommandTimeout, Raw, Unreachable
 from macfleet.errors import FactsParseError, RemoteCommandError
 from macfleet.facts.registry import parse
 from macfleet.facts.system import FdesetupFacts
+from macfleet.node import program
 
 MAX_CREDENTIAL_BYTES = 4096
 # paramiko's transport thread logs every refused handshake of a booting node; the wait reports them itself.
 logging.getLogger("paramiko.transport").setLevel(logging.CRITICAL)
-BOOTTIME = CommandSpec("boottime", ("sysctl", "-n", "kern.boottime"), timeout_s=10)
 # exo's LaunchDaemon as launchd sees it: "state = running" in its description while the process runs
 EXO_JOB = CommandSpec("exo-job", ("launchctl", "print", f"system/{LABEL}"), timeout_s=30)
 PREFLIGHT_SPECS = (spec_for("fdesetup"), BOOTTIME, EXO_JOB)  # what a reboot reads before anything changes
@@ -130,9 +133,72 @@ def on_sessions(sessions: NodeSessions, nodes: list[str], line: str, timeout_s: 
     return results
 
 
-def stop_exo_on(sessions: NodeSessions, nodes: list[str]) -> None:
-    if nodes:
-        on_sessions(sessions, nodes, STOP_EXO_LINE)
+# How long exo gets to end its runners itself once asked (SIGTERM) before the ones left get SIGKILL: longer than
+# exo's own escalation on its runners (3 s, SIGTERM, 9 retries 2 s apart, SIGKILL: exo b5375f8
+# src/exo/utils/async_process.py:32-36,206-235, about 28 s), so exo releases the RDMA device its own way first.
+EXO_STOP_GRACE_S = 45.0
+# A runner still there this long after exo was asked ignored the request: exo waits 3 s for it, then SIGTERMs it and
+# waits 5 s (async_process.py:32-33); past that, exo is repeating SIGTERM or killing it.
+RUNNER_LATE_S = 8.0
+_STOP_PROGRAM = program("exo_stop")  # node program: SIGTERM, wait, SIGKILL what is left, report (argv LABEL GRACE_S)
+UNINTERRUPTIBLE = "U"  # ps(1) on macOS: "U  Marks a process in uninterruptible wait"
+
+
+@dataclass
+class ExoStop:
+    """How exo stopped on one node: what was asked to exit, what did not when asked, what survived SIGKILL."""
+
+    pid: int | None = None  # exo's daemon, None: it was not running
+    took_s: float = 0.0
+    asked: list[dict] = field(default_factory=list)  # {pid, command, state}
+    late: list[dict] = field(default_factory=list)  # {pid, command, state, exited_s}: ended only past RUNNER_LATE_S
+    ignored_term: list[dict] = field(default_factory=list)
+    survived_kill: list[dict] = field(default_factory=list)
+    error: str | None = None
+
+    def holdouts(self) -> list[str]:
+        """One sentence per process that did not exit when asked (empty when exo stopped cleanly)."""
+        out = [f"pid {p['pid']} ({p['command'][:80]}) ignored SIGTERM: it ended only {p['exited_s']:g} s after exo "
+               "was asked to stop (exo killed it)" for p in self.late]
+        for p in self.ignored_term:
+            stuck = next((s for s in self.survived_kill if s["pid"] == p["pid"]), None)
+            what = f"pid {p['pid']} ({p['command'][:80]}, state {p['state']}) did not exit on SIGTERM"
+            if stuck is None:
+                out.append(f"{what}: killed (SIGKILL)")
+            elif stuck["state"].startswith(UNINTERRUPTIBLE):
+                out.append(f"{what} and is still there after SIGKILL in state {stuck['state']} (uninterruptible "
+                           "wait: it holds the RDMA device; only a reboot frees it, and the shutdown may be slow)")
+            else:
+                out.append(f"{what} and is still there after SIGKILL (state {stuck['state']})")
+        if self.error:
+            out.append(self.error)
+        return out
+
+
+def stop_exo_line(grace_s: float = EXO_STOP_GRACE_S) -> str:
+    """Ask exo to stop (the node program), then boot its job out (unloads it: KeepAlive cannot start it again)."""
+    argv = [REMOTE_PYTHON, "-c", _STOP_PROGRAM, LABEL, f"{grace_s:g}", f"{RUNNER_LATE_S:g}"]
+    return f"{shlex.join(argv)}; {STOP_EXO_LINE}"
+
+
+def exo_stop_from(stdout: str) -> ExoStop:
+    """The node program's JSON line; a reply that is not one is said so, never taken for a clean stop."""
+    lines = [x for x in stdout.splitlines() if x.startswith("{")]
+    try:
+        data = json.loads(lines[-1])
+        return ExoStop(pid=data["pid"], took_s=float(data.get("took_s", 0.0)), asked=list(data.get("asked", [])),
+                       late=list(data.get("late", [])), ignored_term=list(data["ignored_term"]),
+                       survived_kill=list(data["survived_kill"]), error=data.get("error"))
+    except (IndexError, ValueError, KeyError, TypeError):
+        return ExoStop(error=f"the stop program gave no report: {stdout.strip()[-200:]!r}")
+
+
+def stop_exo_on(sessions: NodeSessions, nodes: list[str], grace_s: float = EXO_STOP_GRACE_S) -> dict[str, ExoStop]:
+    """Stop exo on every node at once, asking first; node -> how it went."""
+    if not nodes:
+        return {}
+    got = on_sessions(sessions, nodes, stop_exo_line(grace_s), timeout_s=grace_s + 60)
+    return {n: exo_stop_from(r.stdout) for n, r in got.items()}
 
 
 def start_exo_on(sessions: NodeSessions, nodes: list[str]) -> None:
@@ -193,11 +259,49 @@ def run_with_secret(sessions: NodeSessions, node: str, command: str, stdin: str,
     return _send_reboot(sessions.sessions[node], command, stdin, timeout_s)
 
 
+# What a node that is not back looks like, by its last look (NodeWait.state):
+SHUTTING_DOWN = "still shutting down"  # it still answers SSH with its old boot time
+STACK_ONLY = "down, its network answers"  # the SSH port refuses: the Mac's network stack runs, sshd does not
+SILENT = "answers nothing"  # no SSH, no refusal: hung, or switched off
+NO_COMMANDS = "answers SSH but not commands"
+AT_UNLOCK = "waiting at the FileVault unlock screen"
+
+
 @dataclass
 class NodeWait:
     back: bool = False
     took_s: float | None = None
     last_seen: str = "not looked at yet"
+    state: str = ""  # one of the states above while not back ("" once back)
+    went_down: bool = False  # seen down at least once since the reboot was issued
+
+    def verdict(self, node: str) -> str:
+        """For a node that did not come back in time: what it is doing, and what a person does about it."""
+        cycle = (f"power-cycle {node}: hold its power button until it switches off (about 10 s), press it again, "
+                 "then run `macfleet reboot` again to finish")
+        if self.state == AT_UNLOCK:
+            return (f"{node} is {AT_UNLOCK}: `macfleet unlock {node} --password-file FILE`, or type the password "
+                    "at the Mac")
+        if self.state == SHUTTING_DOWN:
+            return (f"{node} is {SHUTTING_DOWN} (it never went down: a process stuck holding the RDMA device can "
+                    f"stall a Mac's shutdown); {cycle}")
+        if self.state == SILENT:
+            return f"{node} {'went down and ' if self.went_down else ''}{SILENT} (still booting, hung, or off); {cycle}"
+        return f"{node}: {self.state or self.last_seen}; {cycle}"
+
+
+def _state_of(look: bool | str, seen: str) -> str:
+    if look == UNLOCK_SCREEN:
+        return AT_UNLOCK
+    if seen.startswith("still up"):
+        return SHUTTING_DOWN
+    if seen.startswith("answers SSH"):
+        return NO_COMMANDS
+    if seen.startswith("down: Connection refused"):
+        return STACK_ONLY
+    if seen.startswith("down"):
+        return SILENT
+    return seen
 
 
 # A look at a node coming back: its SSH port first (a refused or unanswered connect costs nothing), then the
@@ -276,6 +380,8 @@ def wait_for_nodes(sessions: NodeSessions, nodes: list[str], boottime: dict[str,
             if seen != state[node].last_seen:
                 progress(node, "back" if back else "waiting", seen)
             state[node].last_seen = seen
+            state[node].state = "" if back else _state_of(look, seen)
+            state[node].went_down |= seen.startswith("down")
             if back:
                 state[node].back = True
                 state[node].took_s = round(time.monotonic() - started, 1)

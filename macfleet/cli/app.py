@@ -22,7 +22,7 @@ from macfleet.cli import shared
 from macfleet.cli.config_file import TRUE
 from macfleet.errors import EXIT_CANCELLED, EXIT_PROBLEMS, EXIT_USAGE, MacfleetError, UsageError
 from macfleet.paths import state_dir
-from macfleet.render import output
+from macfleet.render import events, output
 
 # `macfleet --help` and each group's help import no command group but the one asked for, and none of the heavy
 # modules (pydantic, paramiko, ansible-runner, the flows): tests/test_cli_help.py checks it, bench/cli_help.py
@@ -217,11 +217,11 @@ def _ignore_second_interrupt(console: bool) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _cancelled(*, console: bool) -> None:
+def _cancelled(*, console: bool) -> int:
     """Plain Ctrl-C (a change that was cut says what it had done through `Cancelled`): exit 130 at once."""
     _ignore_second_interrupt(console)
     output.info("cancelled")
-    sys.exit(EXIT_CANCELLED)
+    return EXIT_CANCELLED
 
 
 def _json_requested(argv: list[str]) -> bool:
@@ -235,7 +235,7 @@ def _json_requested(argv: list[str]) -> bool:
 def _click_error(exc: TyperException) -> int:
     """A usage error found by click (unknown option, missing argument, bad value): with --json, the JSON
     error object on stdout like every other error; else click's own message."""
-    if not output.mode.json:
+    if not (output.mode.json or events.stream.on):
         from typer import rich_utils
 
         rich_utils.rich_format_error(exc)
@@ -247,30 +247,37 @@ def _click_error(exc: TyperException) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point. Only here do exceptions become exit codes (docs/cli.md)."""
+    """Console entry point. Only here do exceptions become exit codes (docs/cli.md); with --events, the
+    stream's `finished` line is written here, last, whatever ended the command."""
     args = list(sys.argv[1:] if argv is None else argv)
     shared.reset()
+    events.reset()
     output.mode.json = _json_requested(args)
+    code = _run(args, console=argv is None)
+    events.finished(code)
+    sys.exit(code)
+
+
+def _run(args: list[str], *, console: bool) -> int:
     try:
         shared.apply_config()
-    except MacfleetError as exc:
-        sys.exit(output.fail(exc))
-    try:
         code = app(args=args, prog_name="macfleet", standalone_mode=False)
     except MacfleetError as exc:
         if exc.exit_code == EXIT_CANCELLED:
-            _ignore_second_interrupt(argv is None)
-        sys.exit(output.fail(exc))
+            _ignore_second_interrupt(console)
+        return output.fail(exc)
     except TyperException as exc:
-        sys.exit(_click_error(exc))
+        if "--events" in args:
+            events.start("macfleet")  # refused before the command began: still one stream, ending in the error
+        return _click_error(exc)
     except (KeyboardInterrupt, typer.Abort):
-        _cancelled(console=argv is None)
-    except SystemExit:
-        raise
+        return _cancelled(console=console)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_PROBLEMS)
     except Exception as exc:
         if _is_validation_error(exc):
-            sys.exit(output.fail(_validation_error(exc)))  # type: ignore[arg-type]
-        sys.exit(_report_crash(exc))
+            return output.fail(_validation_error(exc))  # type: ignore[arg-type]
+        return _report_crash(exc)
     if code == EXIT_CANCELLED:  # typer turns Ctrl-C into exit code 130 and returns it
-        _cancelled(console=argv is None)
-    sys.exit(code if isinstance(code, int) else 0)
+        return _cancelled(console=console)
+    return code if isinstance(code, int) else 0

@@ -9,7 +9,18 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from macfleet.cli.options import CheckOpt, InventoryOpt, JsonOpt, LimitOpt, MeshOpt, inventory_path
+from macfleet.cli.options import (
+    CheckOpt,
+    DiffOpt,
+    EventsOpt,
+    InventoryOpt,
+    JsonOpt,
+    LimitOpt,
+    MeshOpt,
+    inventory_path,
+    show_diff,
+)
+from macfleet.render import events as stream
 from macfleet.render import output
 from macfleet.render.output import emit
 
@@ -29,12 +40,14 @@ def command(
     mesh: MeshOpt = None,
     limit: LimitOpt = None,
     check: CheckOpt = False,
+    diff: DiffOpt = False,
     non_interactive: Annotated[bool, typer.Option(
         "--non-interactive", help="Never prompt: nodes that need a person are listed with what to do.")] = False,
     become_password_file: Annotated[Path | None, typer.Option(
         "--become-password-file", help="The admin password, first line of a file only you can read (for automation).",
         show_default=False)] = None,
     json_output: JsonOpt = False,
+    events: EventsOpt = False,
 ) -> None:
     """Prepare every node: preflight, Command Line Tools, scoped sudo, power, GPU memory, Spotlight, exo as a
     LaunchDaemon, packet filter for exo's ports, the IP plan, RDMA and FileVault checks. Idempotent.
@@ -51,7 +64,7 @@ def command(
     fleet = load_inventory(inventory_path(inventory))
     meshes, partial = limit_meshes(fleet, select_meshes(fleet, mesh), limit)  # the playbook's --limit: these nodes
     secret = read_secret_file(become_password_file) if become_password_file is not None else None
-    interactive = not non_interactive and sys.stdin.isatty() and not output.mode.json
+    interactive = not non_interactive and sys.stdin.isatty() and not output.mode.json and not events
 
     def ask_password(nodes: list[str]) -> str | None:
         if secret is not None:
@@ -66,8 +79,12 @@ def command(
     names = [n for m in meshes for n in m.node_names]
     table = StepTable(names, STEPS, check=check)
     live: list[Live] = []
+    seen: dict[tuple[str, str], str] = {}
 
     def on_step(node: str, step: str, status: str) -> None:
+        if seen.get((node, step)) != status:  # a step's status once, not once per task
+            seen[node, step] = status
+            stream.progress(node=node, status=status, detail=step)
         if not live:  # started at the first event, so a password prompt before it is not overdrawn
             live.append(live_steps(table, err_console))
             live[0].start()
@@ -75,11 +92,12 @@ def command(
 
     try:
         report = bootstrap(fleet, meshes, check=check, become_password=ask_password, on_step=on_step,
-                           partial=tuple(partial))
+                           partial=tuple(partial), diff=diff, on_diff=show_diff)
     finally:
         if live:
             live[0].stop()
     payload = report.json_payload()
+    stream.nodes_from(payload)
     emit(payload, exit_code=report.exit_code, human=lambda p: render_bootstrap(
         p, changes={n: o.changes for n, o in report.nodes.items()},
         notes={n: o.notes for n, o in report.nodes.items()}, unreachable=report.unreachable, check=check))

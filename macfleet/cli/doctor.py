@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated
 
 import typer
 
-from macfleet.cli.options import InventoryOpt, JsonOpt, LimitOpt, MeshOpt, inventory_path
+from macfleet.cli.options import (
+    DiffOpt,
+    EventsOpt,
+    InventoryOpt,
+    JsonOpt,
+    LimitOpt,
+    MeshOpt,
+    inventory_path,
+    show_diff,
+)
 from macfleet.errors import UsageError
+from macfleet.render import events as stream
 from macfleet.render.output import emit, info, mode
 
 # The flows and macfleet.render.doctor (and the judges it names) are imported once they are needed: not for
@@ -33,6 +44,10 @@ def doctor(
     fresh: Annotated[bool, typer.Option("--fresh", help="Ask the slow probes again (softwareupdate --list), "
                                         "not their cached answers (kept up to probes.updates_max_age_s).")]
     = False,
+    check: Annotated[bool, typer.Option("--check", help="With --fix: which fix playbooks would run on which "
+                                        "nodes, run in Ansible's check mode; nothing changes.")] = False,
+    diff: DiffOpt = False,
+    events: EventsOpt = False,
 ) -> None:
     """Every probe on every node in one bounded pass; findings grouped by node, each with its fix.
 
@@ -45,6 +60,7 @@ def doctor(
         fix_payload,
         limited_checks,
         parse_only,
+        preview_fixes,
         run_doctor,
     )
     from macfleet.flow.meshes import limit_meshes, select_meshes
@@ -72,15 +88,32 @@ def doctor(
         info(probing)
         from macfleet.render.doctor import render_fix
 
-        run = fix_doctor(fleet, meshes, apply_fix_step, only=codes, fresh=fresh)
+        if check:
+            run = preview_fixes(fleet, meshes, only=codes, fresh=fresh, diff=diff, on_diff=show_diff)
+        else:
+            apply = functools.partial(apply_fix_step, diff=diff, on_diff=show_diff)
+            run = fix_doctor(fleet, meshes, apply, only=codes, fresh=fresh)
         final = run.after or run.before
+        _node_events(final.json_payload())
         emit(fix_payload(run), human=lambda _: render_fix(run.before, run.after, run.steps, run.not_fixed),
              exit_code=doctor_exit_code(final))
         return
     done = run_doctor(fleet, meshes, only=codes, dialled=lambda: info(probing), fresh=fresh)
     report = done.report
+    _node_events(report.json_payload())
     from macfleet.render.doctor import render_doctor
 
     emit({**report.json_payload(), "cached": done.cached},
          human=lambda _: render_doctor(report, verbose=mode.verbose, cached=done.cached),
          exit_code=doctor_exit_code(report))
+
+
+def _node_events(payload: dict) -> None:
+    """A `node` event per node once it is judged (from the report's `checks`): ok, or what was not."""
+    checks: dict[str, list[str]] = {}
+    for c in payload["checks"]:
+        found = checks.setdefault(c["node"], [])
+        if c["result"] != "ok":
+            found.append(f"{c['check']}: {c['result']}")
+    for node, found in checks.items():
+        stream.node_status(node, "findings" if found else "ok", "; ".join(found))

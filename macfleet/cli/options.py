@@ -9,7 +9,9 @@ from typing import Annotated, Any
 
 import typer
 
-from macfleet.cli import shared
+from macfleet.cli import complete, shared
+from macfleet.errors import UsageError
+from macfleet.render import events
 from macfleet.render.output import set_json_mode
 
 JsonOpt = Annotated[
@@ -37,7 +39,8 @@ InventoryOpt = Annotated[
 
 MeshOpt = Annotated[
     str | None,
-    typer.Option("--mesh", help="Only this mesh (an inventory group under `macfleet`).", show_default=False),
+    typer.Option("--mesh", metavar="NAME", help="Only this mesh (an inventory group under `macfleet`).",
+                 show_default=False, autocompletion=complete.meshes),
 ]
 
 LimitOpt = Annotated[
@@ -49,13 +52,69 @@ LimitOpt = Annotated[
         help="Only these nodes, in Ansible's pattern syntax: names or groups (a mesh, all), comma- or "
         "colon-separated, globs (studio-*), !exclude, &intersect.",
         show_default=False,
+        autocompletion=complete.limit,
     ),
+]
+
+def _events_cb(ctx: typer.Context, value: bool) -> bool:
+    if value:
+        events.start(ctx.command_path)
+    return value
+
+
+EventsOpt = Annotated[
+    bool,
+    typer.Option("--events", callback=_events_cb, is_eager=True,
+                 help="Stream what happens as JSON Lines on stdout (started, progress, node, finished; the result in "
+                 "the finished line)."),
 ]
 
 CheckOpt = Annotated[
     bool,
     typer.Option("--check", help="Say what would change on the nodes, and change nothing."),
 ]
+
+def whole_mesh(fleet: Any, mesh: str | None, limit: str | None, why: str) -> str | None:
+    """-l/--limit on a command that works on whole meshes: taken when it names exactly the nodes of one mesh
+    (as --mesh NAME), else refused with `why` the command needs the whole mesh. Returns the mesh to use."""
+    if limit is None:
+        return mesh
+    from macfleet.flow.meshes import limit_names
+
+    names = sorted(limit_names(fleet, limit) or [])
+    whole = [m.name for m in fleet.meshes if sorted(m.node_names) == names]
+    if not whole or mesh not in (None, whole[0]):
+        also = f", and --mesh {mesh} is another" if whole and mesh not in (None, whole[0]) else ""
+        raise UsageError(f"--limit {limit!r} names {', '.join(names)}, which is not every node of one mesh{also}",
+                         hint=f"{why}: give --mesh NAME, or a --limit that names one whole mesh")
+    return whole[0]
+
+
+def node_progress(show: Callable[[str, str, str], None]) -> Callable[[str, str, str], None]:
+    """A flow's per-node progress callback (node, status, detail): shown by `show`, and on the --events stream."""
+
+    def update(node: str, status: str, detail: str) -> None:
+        show(node, status, detail)
+        events.node_status(node, status, detail)
+
+    return update
+
+
+DiffOpt = Annotated[
+    bool,
+    typer.Option("--diff", help="Show what the playbooks change (or would, with --check) inside files, as "
+                 "Ansible's --diff does."),
+]
+
+def show_diff(node: str, task: str, diff: str) -> None:
+    """--diff: what a playbook task changed (or would) inside files, on stderr and on the --events stream."""
+    from macfleet.render.output import err_console
+    from macfleet.render.text import text
+
+    err_console.print(text(f"--- {node}: {task}", style="bold"), highlight=False)
+    err_console.print(text(diff.rstrip("\n")), highlight=False)
+    events.progress(node=node, status="diff", detail=task, diff=diff)
+
 
 inventory_path = shared.inventory_path  # its own -i, the -i before the command, $MACFLEET_INVENTORY, the default
 

@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from macfleet.cli.options import InventoryOpt, JsonOpt, LimitOpt, MeshOpt, inventory_path
+from macfleet.cli import complete
+from macfleet.cli.options import EventsOpt, InventoryOpt, JsonOpt, LimitOpt, MeshOpt, inventory_path, whole_mesh
 from macfleet.render.output import emit, info
 
 if TYPE_CHECKING:  # the flows, rich and the inventory's models are imported when a command runs, not for --help
@@ -17,7 +18,8 @@ app = typer.Typer(no_args_is_help=True, help="RDMA over Thunderbolt: status, and
 
 
 @app.command("status")
-def status_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, json_output: JsonOpt = False) -> None:
+def status_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, limit: LimitOpt = None,
+               json_output: JsonOpt = False) -> None:
     """Is the mesh RDMA-ready? macOS build, Thunderbolt 5, rdma_ctl, RDMA devices, every cabled port ACTIVE
     with its IPv4-mapped GID, and a wedged RDMA stack.
 
@@ -28,6 +30,7 @@ def status_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, json_output
     from macfleet.render.rdma import render_status
 
     fleet = load_inventory(inventory_path(inventory))
+    mesh = whole_mesh(fleet, mesh, limit, "RDMA readiness is judged on each cable's ports at both ends")
     meshes = select_meshes(fleet, mesh)
     info(f"collecting from {sum(len(m.nodes) for m in meshes)} node(s) in one pass…")
     report = rdma_status(fleet, meshes)
@@ -36,19 +39,21 @@ def status_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, json_output
 
 @app.command("enable")
 def enable_cmd(
-    nodes: Annotated[list[str] | None, typer.Argument(help="Only these nodes (default: every node with RDMA off).",
-                                                      show_default=False)] = None,
+    nodes: Annotated[list[str] | None, typer.Argument(
+        help="Only these nodes (default: every node with RDMA off).",
+        autocompletion=complete.nodes, show_default=False)] = None,
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
     limit: LimitOpt = None,
     all_at_once: Annotated[bool, typer.Option("--all-at-once", help="Shut every node down together and walk "
                                               "them through Recovery at once.")] = False,
-    non_interactive: Annotated[bool, typer.Option("--non-interactive", help="Print the status and the steps only "
-                                                  "(for a runbook or a ticket); change nothing; exit 1 while work "
-                                                  "remains.")] = False,
+    non_interactive: Annotated[bool, typer.Option("--non-interactive", "--check", help="Print the status and "
+                                                  "the steps only (for a runbook or a ticket); change nothing; exit 1 "
+                                                  "while work remains.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", min=5, help="Seconds to wait for a node to shut down, and "
                                            "again to come back from Recovery.")] = 900.0,
     json_output: JsonOpt = False,
+    events: EventsOpt = False,
 ) -> None:
     """Switch RDMA on, guided: identify each Mac, shut it down, show that model's Recovery steps, wait for it to
     come back, verify; then verify the whole mesh. Resumable: Ctrl-C, and a later run continues where it stopped

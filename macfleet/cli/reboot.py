@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from macfleet.cli.options import InventoryOpt, JsonOpt, LimitOpt, MeshOpt, inventory_path
+from macfleet.cli import complete
+from macfleet.cli.options import EventsOpt, InventoryOpt, JsonOpt, LimitOpt, MeshOpt, inventory_path, node_progress
 from macfleet.errors import EXIT_PROBLEMS, EXIT_UNREACHABLE, UsageError
 from macfleet.render import output
 from macfleet.render.output import emit, info
@@ -18,8 +19,9 @@ app = typer.Typer(help="The coordinated whole-mesh reboot.", invoke_without_comm
 
 @app.callback()
 def reboot(
-    nodes: Annotated[list[str] | None, typer.Argument(help="Every node of one mesh (or use --mesh).",
-                                                      show_default=False)] = None,
+    nodes: Annotated[list[str] | None, typer.Argument(
+        help="Every node of one mesh (or use --mesh).",
+        autocompletion=complete.nodes, show_default=False)] = None,
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
     reason: Annotated[str, typer.Option("--reason", help="Why; recorded in the lock and its history.")]
@@ -28,6 +30,7 @@ def reboot(
     = False,
     limit: LimitOpt = None,
     json_output: JsonOpt = False,
+    events: EventsOpt = False,
 ) -> None:
     """Stop exo, reboot every node of the mesh at once (authrestart where FileVault is on), wait for each,
     verify RDMA ports, the IP plan and the cabling, start exo, verify its /state.
@@ -52,7 +55,7 @@ def reboot(
     target, names = select(fleet, mesh, list(nodes or []))
     info(f"reboot: mesh {target.name} ({', '.join(names)}){' (dry run)' if dry_run else ''}")
     with planned(fleet, target, "reboot", reason, check=dry_run, say=lambda line: info(text(line))):
-        result = _run(fleet, target, names, reason, dry_run)
+        result = _run(fleet, target, names, reason, dry_run, events)
     payload = result.payload()
     code = 0
     if result.result in ("refused", "failed"):
@@ -62,13 +65,13 @@ def reboot(
     emit(payload, human=render_reboot, exit_code=code)
 
 
-def _run(fleet, target, names: list[str], reason: str, dry_run: bool):
-    """The reboot, shown as a live board on a terminal, else one line per change."""
+def _run(fleet, target, names: list[str], reason: str, dry_run: bool, events: bool):
+    """The reboot, shown as a live board on a terminal, else one line per change (and on the --events stream)."""
     from macfleet.flow.reboot import reboot_mesh
     from macfleet.render.output import err_console
     from macfleet.render.reboot import RebootBoard, live_board, progress_line
 
-    if err_console.is_terminal and not output.mode.json and not dry_run:
+    if err_console.is_terminal and not output.mode.json and not events and not dry_run:
         # a terminal: one table of every node, redrawn in place, with the phases printed above it
         board = RebootBoard(names)
         with live_board(board, err_console) as live:
@@ -76,5 +79,6 @@ def _run(fleet, target, names: list[str], reason: str, dry_run: bool):
                                  say=lambda line: live.console.print(text(line), highlight=False))
     else:  # a log or a pipe: one line per change
         result = reboot_mesh(fleet, target, names, reason, dry_run=dry_run,
-                             progress=lambda n, s, d: info(progress_line(n, s, d)), say=lambda line: info(text(line)))
+                             progress=node_progress(lambda n, s, d: err_console.print(progress_line(n, s, d))),
+                             say=lambda line: info(text(line)))
     return result

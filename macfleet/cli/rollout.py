@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from macfleet.cli.options import CheckOpt, InventoryOpt, JsonOpt, LimitOpt, MeshOpt, inventory_path
+from macfleet.cli.options import (
+    CheckOpt,
+    EventsOpt,
+    InventoryOpt,
+    JsonOpt,
+    LimitOpt,
+    MeshOpt,
+    inventory_path,
+    whole_mesh,
+)
 from macfleet.cli.shared import lazy_module
 from macfleet.errors import UsageError
 from macfleet.flow.defaults import EXO_HEALTH_TIMEOUT_S, LLAMA_HEALTH_TIMEOUT_S, ROLLOUT_KEEP
+from macfleet.render import events as stream
 from macfleet.render.output import emit, info
 
 # The flows and renderers load when a command runs, not for --help.
@@ -53,6 +65,7 @@ def exo_cmd(
         "--ref", help="Git branch or tag, with a git URL (default: macfleet_exo.version).", show_default=False)] = None,
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
+    limit: LimitOpt = None,
     keep: KeepOpt = ROLLOUT_KEEP,
     timeout: TimeoutOpt = EXO_HEALTH_TIMEOUT_S,
     json_output: JsonOpt = False,
@@ -62,12 +75,15 @@ def exo_cmd(
     no_build: Annotated[bool, typer.Option("--no-build", help="The source is already built: send it as it is.")]
     = False,
     check: CheckOpt = False,
+    events: EventsOpt = False,
 ) -> None:
     """Build a source on a builder node (or take a built one), stage it on every node, switch the whole mesh to
     it at once, roll back if it is not healthy."""
     if build_on and no_build:
         raise UsageError("--build-on and --no-build contradict each other: give one")
     fleet = load_inventory(inventory_path(inventory))
+    mesh = whole_mesh(fleet, mesh, limit, "a release is switched on the whole mesh at once (its peers run one "
+                      "version)")
     with _planned(fleet, mesh, "rollout exo", f"exo rollout of {source or 'macfleet_exo.source'}", check):
         report = flow.rollout_exo(fleet, source, ref=ref, mesh=mesh, keep=keep, timeout_s=timeout, say=info,
                                   build_on=build_on, no_build=no_build, check=check)
@@ -83,14 +99,17 @@ def llama_rpc_cmd(
                                         "or its tarball.")],
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
+    limit: LimitOpt = None,
     keep: KeepOpt = ROLLOUT_KEEP,
     timeout: TimeoutOpt = LLAMA_HEALTH_TIMEOUT_S,
     check: CheckOpt = False,
     force: ForceOpt = False,
     json_output: JsonOpt = False,
+    events: EventsOpt = False,
 ) -> None:
     """Stage a llama.cpp build and run rpc-server on every node, bound to its Thunderbolt addresses only."""
     fleet = load_inventory(inventory_path(inventory))
+    mesh = whole_mesh(fleet, mesh, limit, "rpc-server runs on every node of the mesh, one job per cable")
     with _planned(fleet, mesh, "rollout llama-rpc", f"llama.cpp rollout of {source}", check):
         report = llama_flow.rollout_llama_rpc(fleet, source, mesh=mesh, keep=keep, timeout_s=timeout, check=check,
                                               say=info, force=force)
@@ -101,20 +120,27 @@ def llama_rpc_cmd(
 def rollback_cmd(
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
+    limit: LimitOpt = None,
     timeout: TimeoutOpt = EXO_HEALTH_TIMEOUT_S,
+    check: Annotated[bool, typer.Option("--check", help="Say which release it would switch back to; change "
+                                        "nothing, take no lock.")] = False,
     json_output: JsonOpt = False,
+    events: EventsOpt = False,
 ) -> None:
     """Switch the whole mesh back to the release it ran before."""
     fleet = load_inventory(inventory_path(inventory))
-    with _planned(fleet, mesh, "rollout rollback", "exo rollback", False):
-        report = flow.rollback_exo(fleet, mesh=mesh, timeout_s=timeout, say=info)
+    mesh = whole_mesh(fleet, mesh, limit, "a release is switched back on the whole mesh at once")
+    with _planned(fleet, mesh, "rollout rollback", "exo rollback", check):
+        report = flow.rollback_exo(fleet, mesh=mesh, timeout_s=timeout, say=info, check=check)
     emit(report, human=render.render_report)
 
 
 @app.command("status")
-def status_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, json_output: JsonOpt = False) -> None:
+def status_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, limit: LimitOpt = None,
+               json_output: JsonOpt = False) -> None:
     """The release each node's `current` points at, and whether exo runs."""
     fleet = load_inventory(inventory_path(inventory))
+    mesh = whole_mesh(fleet, mesh, limit, "the status says whether every node of the mesh runs the same release")
     status = flow.rollout_status(fleet, mesh)
     emit(status, human=render.render_status, exit_code=0 if status.current else 1)
 
@@ -139,7 +165,10 @@ def model_cmd(
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
     force: ForceOpt = False,
+    check: Annotated[bool, typer.Option("--check", help="Say what would be sent to each node (files, sizes, "
+                                        "free space), from a read-only look; send nothing.")] = False,
     json_output: JsonOpt = False,
+    events: EventsOpt = False,
 ) -> None:
     """Push a model's weights once and fan them out over the Thunderbolt mesh into exo's models dir."""
     if (from_ is None) == (not hf) or (verify and from_ is None):
@@ -155,7 +184,33 @@ def model_cmd(
         report = model_flow.verify_model(fleet, model, from_, mesh=mesh, nodes=nodes)
         emit(report, human=render.render_model_verify, exit_code=1 if report.differ else 0)
         return
-    with render.push_progress() as progress:
+    if check:
+        plan = model_flow.plan_model_push(fleet, model, from_, hf=hf, mesh=mesh, nodes=nodes)
+        refused = any(n and n["refused"] for n in plan["nodes"].values())
+        emit(plan, human=render.render_model_plan, exit_code=1 if refused else 0)
+        return
+    with render.push_progress() as bars:
         report = model_flow.push_model(fleet, model, from_, hf=hf, mesh=mesh, nodes=nodes, say=info,
-                                       progress=progress, force=force)
+                                       progress=_bytes_progress(bars), force=force)
     emit(report, human=render.render_model_push)
+
+
+def _bytes_progress(bars: Callable[[str, int, int], None] | None) -> Callable[[str, int, int], None] | None:
+    """The push's per-node bytes to the terminal's bars and to the --events stream (a line a second per node
+    at most, and one when the node has everything)."""
+    if not stream.stream.on:
+        return bars
+    last: dict[str, float] = {}
+
+    def update(node: str, done: int, total: int) -> None:
+        if bars is not None:
+            bars(node, done, total)
+        if done >= total:
+            if last.get(node) != -1.0:
+                last[node] = -1.0
+                stream.node_status(node, "done", f"{total} bytes")
+        elif time.monotonic() - last.get(node, 0.0) >= 1.0:
+            last[node] = time.monotonic()
+            stream.progress(node=node, status="receiving", bytes_done=done, bytes_total=total)
+
+    return update

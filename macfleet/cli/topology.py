@@ -11,15 +11,21 @@ import typer
 
 from macfleet.cli.options import (
     CheckOpt,
+    DiffOpt,
+    EventsOpt,
     InventoryOpt,
     JsonOpt,
+    LimitOpt,
     MeshOpt,
     count_option,
     inventory_path,
     seconds_option,
+    show_diff,
+    whole_mesh,
 )
 from macfleet.errors import UsageError
 from macfleet.inventory.limits import MAX_MESH_NODES
+from macfleet.render import events as stream
 from macfleet.render import output
 from macfleet.render.output import emit, info, verbose
 from macfleet.render.text import text
@@ -72,7 +78,8 @@ SvgOpt = Annotated[Path | None, typer.Option("--svg", help="Also draw it as an S
 
 
 @app.command("check")
-def check_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, json_output: JsonOpt = False) -> None:
+def check_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, limit: LimitOpt = None,
+              json_output: JsonOpt = False) -> None:
     """Judge the cabling: every pair cabled once, directly, at 80 Gb/s, on RDMA-capable ports.
 
     Exit 0 clean, 1 findings, 3 a node could not be reached (the others are still judged)."""
@@ -84,6 +91,7 @@ def check_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, json_output:
     from macfleet.render.topology import render_check
 
     fleet = load_inventory(inventory_path(inventory))
+    mesh = whole_mesh(fleet, mesh, limit, "the cabling is judged on the whole mesh, each cable from both ends")
     meshes = select_meshes(fleet, mesh)
     info(f"collecting from {sum(len(m.nodes) for m in meshes)} node(s) in one pass…")
     checked = check_topology(fleet, meshes)
@@ -146,6 +154,7 @@ def show_cmd(
     svg: Annotated[Path, typer.Option("--svg", help="Draw the live mesh into FILE (SVG).")],
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
+    limit: LimitOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Draw the live mesh from a check: cables coloured by state, missing cables dashed."""
@@ -156,6 +165,7 @@ def show_cmd(
     from macfleet.render.topology import render_check
 
     fleet = load_inventory(inventory_path(inventory))
+    mesh = whole_mesh(fleet, mesh, limit, "the cabling is judged on the whole mesh, each cable from both ends")
     m = one_mesh(fleet, mesh)
     checked = check_topology(fleet, [m])
     report = checked.reports[0]
@@ -168,10 +178,15 @@ def show_cmd(
 def watch_cmd(
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
+    limit: LimitOpt = None,
     interval: Annotated[float, seconds_option("--interval", low=0.2, high=3600, help="Seconds between looks.")] = 2.0,
     timeout: Annotated[float | None, seconds_option("--timeout", low=0, high=7 * 86400, low_open=True,
                                                     help="Give up after this many seconds (exit 1).",
                                                     show_default=False)] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="JSON Lines on stdout, as --events: each change "
+                                              "as it happens, the final check's result in the finished line.")]
+    = False,
+    events: EventsOpt = False,
 ) -> None:
     """Live cabling assistant: prints each cable plugged (+), pulled (−) or wrong (!) as it happens, with the
     pairs still missing, until the mesh is complete (exit 0) or Ctrl-C."""
@@ -182,21 +197,31 @@ def watch_cmd(
     from macfleet.render.topology import render_look
 
     fleet = load_inventory(inventory_path(inventory))
+    mesh = whole_mesh(fleet, mesh, limit, "the cabling assistant watches every cable of a mesh")
     m = one_mesh(fleet, mesh)
     info(f"watching mesh {m.name} ({len(m.nodes)} Macs, {len(m.pairs)} cables) every {interval:g} s; Ctrl-C to stop")
 
+    if json_output:
+        stream.start("macfleet topology watch")  # a live command's JSON is its stream of changes
+
     def show(look: Look) -> None:
-        console.print(render_look(look.report, look.events, look.missing_changed))
+        if stream.stream.on:
+            for change in look.events:
+                stream.progress(change.kind, change=change.model_dump(mode="json", exclude_none=True))
+        else:
+            console.print(render_look(look.report, look.events, look.missing_changed))
 
     report = watch_topology(fleet, m, interval_s=interval, timeout_s=timeout, on_look=show)
     if not report.clean:
         info(f"gave up after {timeout:g} s with {len(report.findings)} finding(s)")
-        raise typer.Exit(1)
-    console.print(f"mesh {m.name} complete: {len(report.links)} cables, all at 80 Gb/s on RDMA ports")
+    elif not stream.stream.on:
+        console.print(f"mesh {m.name} complete: {len(report.links)} cables, all at 80 Gb/s on RDMA ports")
+    emit(report.json_payload(), human=lambda _: None, exit_code=0 if report.clean else 1)
 
 
 @app.command("ipplan")
-def ipplan_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, json_output: JsonOpt = False) -> None:
+def ipplan_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, limit: LimitOpt = None,
+               json_output: JsonOpt = False) -> None:
     """The IP plan: one subnet per cable keyed by the pair of Macs, on the port the live cable uses,
     and the drift between it and the nodes' live addresses."""
     from macfleet.flow.meshes import select_meshes
@@ -205,6 +230,7 @@ def ipplan_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, json_output
     from macfleet.render.topology import collision_lines, render_ipplan, unreachable_lines
 
     fleet = load_inventory(inventory_path(inventory))
+    mesh = whole_mesh(fleet, mesh, limit, "the IP plan is made for whole meshes, one subnet per pair")
     meshes = select_meshes(fleet, mesh)
     live = plan_live(fleet, meshes)
     for line in [*unreachable_lines(live.unreachable), *collision_lines(live.collisions)]:
@@ -217,8 +243,11 @@ def ipplan_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, json_output
 def apply_cmd(
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
+    limit: LimitOpt = None,
     check: CheckOpt = False,
+    diff: DiffOpt = False,
     json_output: JsonOpt = False,
+    events: EventsOpt = False,
 ) -> None:
     """Apply the IP plan with playbooks/network.yml: Thunderbolt Bridge off, one service per cabled
     Thunderbolt port with its address, MTU. Refused, with nothing changed, if the plan collides."""
@@ -229,6 +258,7 @@ def apply_cmd(
     from macfleet.render.topology import progress_line, render_apply, uncabled_notes
 
     fleet = load_inventory(inventory_path(inventory))
+    mesh = whole_mesh(fleet, mesh, limit, "the IP plan is made for whole meshes, one subnet per pair")
     meshes = select_meshes(fleet, mesh)
 
     def notes(prepared) -> None:
@@ -236,14 +266,17 @@ def apply_cmd(
             info(line)
 
     def progress(e) -> None:
+        if diff and e.diff:
+            show_diff(e.host, e.task, e.diff)
         line = progress_line(e.host, e.status, e.task, output.mode.verbose)
         if line is not None:
             info(line)
 
-    applied = apply_network(fleet, meshes, check=check, on_prepared=notes, on_event=progress)
+    applied = apply_network(fleet, meshes, check=check, on_prepared=notes, on_event=progress, diff=diff)
+    stream.nodes_from(applied.summary)
     human = {**applied.summary, "changes": applied.changes}
     if applied.failed:
-        if not output.mode.json:
+        if not (output.mode.json or stream.stream.on):
             console.print(render_apply(human, check))
         applied.raise_failure()  # the error (and, with --json, its details per host) is the result
     emit(applied.summary, human=lambda _: render_apply(human, check))

@@ -7,15 +7,17 @@ from typing import Annotated
 
 import typer
 
-from macfleet.cli.options import InventoryOpt, JsonOpt, LimitOpt, inventory_path
+from macfleet.cli import complete
+from macfleet.cli.options import CheckOpt, InventoryOpt, JsonOpt, LimitOpt, inventory_path
 from macfleet.errors import UsageError, most_severe_exit
 from macfleet.render import output
 from macfleet.render.output import emit
 
 
 def command(
-    nodes: Annotated[list[str] | None, typer.Argument(help="Nodes (default: every node of the inventory).",
-                                                      show_default=False)] = None,
+    nodes: Annotated[list[str] | None, typer.Argument(
+        help="Nodes (default: every node of the inventory).",
+        autocompletion=complete.nodes, show_default=False)] = None,
     inventory: InventoryOpt = None,
     limit: LimitOpt = None,
     fingerprint: Annotated[list[str] | None, typer.Option(
@@ -26,6 +28,7 @@ def command(
     unlock: Annotated[bool, typer.Option(
         "--unlock", help="The nodes wait at their FileVault unlock screen: record the key that screen shows, apart "
         "from their normal key (known_hosts.unlock), so `macfleet unlock` can reach it strictly.")] = False,
+    check: CheckOpt = False,
     json_output: JsonOpt = False,
 ) -> None:
     """Fetch each Mac's SSH host key, show its fingerprint, and record it in the inventory's known_hosts once
@@ -53,14 +56,14 @@ def command(
         raise UsageError("no node " + ", ".join(repr(n) for n in unknown) + f" in {fleet.root}",
                          hint="nodes: " + ", ".join(all_nodes))
     fps = parse_fingerprints(fingerprint or [], chosen)
-    interactive = sys.stdin.isatty() and not output.mode.json
+    interactive = sys.stdin.isatty() and not output.mode.json and not check
 
     def ask(seen: HostKeySeen) -> bool:
         err_console.print(confirm_text(seen.node, seen.entry, seen.key_type or "?", seen.fingerprint or "?",
-                                       unlock=unlock))
+                                       unlock=unlock, check=check))
         return Confirm.ask("  Is this the key of that Mac? Record it", console=err_console, default=False)
 
     report = trust_nodes(fleet, chosen, fingerprints=fps, accept_all=yes, confirm=ask if interactive else None,
-                         unlock=unlock)
+                         unlock=unlock, check=check)
     codes = [3 if report.unreachable else 0, 1 if report.refused else 0]
     emit(report.json_payload(), human=render_trust, exit_code=most_severe_exit(codes))

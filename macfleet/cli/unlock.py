@@ -7,14 +7,25 @@ from typing import Annotated
 
 import typer
 
-from macfleet.cli.options import CheckOpt, InventoryOpt, JsonOpt, LimitOpt, inventory_path, seconds_option
+from macfleet.cli import complete
+from macfleet.cli.options import (
+    CheckOpt,
+    EventsOpt,
+    InventoryOpt,
+    JsonOpt,
+    LimitOpt,
+    inventory_path,
+    node_progress,
+    seconds_option,
+)
 from macfleet.errors import UsageError
-from macfleet.render.output import emit, info
+from macfleet.render.output import emit
 
 
 def command(
-    nodes: Annotated[list[str] | None, typer.Argument(help="Nodes (default: every node of the inventory).",
-                                                      show_default=False)] = None,
+    nodes: Annotated[list[str] | None, typer.Argument(
+        help="Nodes (default: every node of the inventory).",
+        autocompletion=complete.nodes, show_default=False)] = None,
     inventory: InventoryOpt = None,
     limit: LimitOpt = None,
     password_file_opt: Annotated[Path | None, typer.Option(
@@ -25,6 +36,7 @@ def command(
         "macfleet_reboot.timeout_s).", show_default=False)] = None,
     check: CheckOpt = False,
     json_output: JsonOpt = False,
+    events: EventsOpt = False,
 ) -> None:
     """Unlock each node waiting at its FileVault unlock screen: the password over SSH, checked strictly against
     the unlock-screen key `macfleet trust --unlock` recorded (apple_ssh_and_filevault(7)), then wait for the node
@@ -35,6 +47,7 @@ def command(
     from macfleet.flow.meshes import limit_names
     from macfleet.flow.unlock import password_file, unlock_nodes  # paramiko: when it runs, not for --help
     from macfleet.inventory.load import load_inventory
+    from macfleet.render.output import err_console
     from macfleet.render.reboot import progress_line
     from macfleet.render.unlock import render_unlock
 
@@ -51,5 +64,5 @@ def command(
     wait_s = timeout if timeout is not None else max(
         m.settings.reboot.timeout_s for m in fleet.meshes if set(m.node_names) & set(chosen))
     report = unlock_nodes(fleet, chosen, secret, check=check, timeout_s=wait_s,
-                          progress=lambda n, s, d: info(progress_line(n, s, d)))
+                          progress=node_progress(lambda n, s, d: err_console.print(progress_line(n, s, d))))
     emit(report.payload(), human=render_unlock, exit_code=report.exit_code)

@@ -7,13 +7,24 @@ from typing import Annotated
 
 import typer
 
-from macfleet.cli.options import CheckOpt, InventoryOpt, JsonOpt, MeshOpt, inventory_path
+from macfleet.cli.options import (
+    CheckOpt,
+    EventsOpt,
+    InventoryOpt,
+    JsonOpt,
+    LimitOpt,
+    MeshOpt,
+    inventory_path,
+    node_progress,
+    whole_mesh,
+)
 from macfleet.errors import EXIT_PROBLEMS, EXIT_UNREACHABLE
 
 
 def command(
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
+    limit: LimitOpt = None,
     password_file: Annotated[Path | None, typer.Option(
         "--password-file", help="The admin's password (the inventory's ansible_user), first line of a file only "
         "you can read: softwareupdate needs an owner's password on Apple silicon. Not needed with --check.",
@@ -22,6 +33,7 @@ def command(
                                            "cannot run across anyway); default: one node at a time.")] = False,
     check: CheckOpt = False,
     json_output: JsonOpt = False,
+    events: EventsOpt = False,
 ) -> None:
     """Bring every node of the mesh to the inventory's macOS build (macfleet_macos.build): stop exo, install the
     update on each node in turn (`softwareupdate --install LABEL --restart --user ADMIN --stdinpass`, the password
@@ -36,16 +48,18 @@ def command(
     from macfleet.flow.meshes import one_mesh
     from macfleet.flow.upgrade import upgrade_mesh
     from macfleet.inventory.load import load_inventory
-    from macfleet.render.output import emit, info
+    from macfleet.render.output import emit, err_console, info
     from macfleet.render.reboot import progress_line
     from macfleet.render.text import text
     from macfleet.render.upgrade import render_upgrade
     fleet = load_inventory(inventory_path(inventory))
+    mesh = whole_mesh(fleet, mesh, limit, "exo starts again only once every node of the mesh runs the target build")
     target = one_mesh(fleet, mesh)
+    show = node_progress(lambda n, s, d: err_console.print(progress_line(n, s, d)))
     with planned(fleet, target, "upgrade", f"macOS upgrade of mesh {target.name}", check=check,
                  say=lambda line: info(text(line))):
         result = upgrade_mesh(fleet, target, password_file, check=check, together=together,
-                              say=lambda line: info(text(line)), progress=lambda n, s, d: info(progress_line(n, s, d)))
+                              say=lambda line: info(text(line)), progress=show)
     code = 0
     if result.result in ("refused", "failed"):
         code = EXIT_UNREACHABLE if result.unreachable else EXIT_PROBLEMS

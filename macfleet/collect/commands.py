@@ -3,6 +3,7 @@ commands from there), imported here under the collector's name for its sessions 
 
 from macfleet.facts.commands import (
     ALL_SPECS,
+    BOOTTIME,
     EXO_RELEASE_SCRIPT,
     PF_ANCHOR,
     CommandSpec,
@@ -15,5 +16,5 @@ from macfleet.facts.commands import (
     specs_for,
 )
 
-__all__ = ["ALL_SPECS", "EXO_RELEASE_SCRIPT", "PF_ANCHOR", "CommandSpec", "exo_daemons_spec", "exo_specs",
+__all__ = ["ALL_SPECS", "BOOTTIME", "EXO_RELEASE_SCRIPT", "PF_ANCHOR", "CommandSpec", "exo_daemons_spec", "exo_specs",
            "home_relative", "ping_spec", "probe_specs", "spec_for", "specs_for"]

@@ -80,6 +80,12 @@ EXO_RELEASE_SCRIPT = (
 )
 
 
+EXO_LOG_LINES = 2000  # the end of exo's log doctor reads
+# `{ sec = N, usec = N } <local ctime>`: when the node booted (reboot's wait compares it; doctor's RDMA ledger
+# counts exo's failed runner starts since then, facts/ledger.py)
+BOOTTIME = CommandSpec("boottime", ("sysctl", "-n", "kern.boottime"), timeout_s=10)
+
+
 def exo_specs(port: int = EXO_PORT, install_root: str = EXO_INSTALL_ROOT) -> tuple[CommandSpec, ...]:
     base = f"http://127.0.0.1:{int(port)}"
     return (
@@ -88,7 +94,7 @@ def exo_specs(port: int = EXO_PORT, install_root: str = EXO_INSTALL_ROOT) -> tup
         CommandSpec("exo-state", ("curl", "-s", "--max-time", "3", "--max-filesize", "8388608", f"{base}/state"),
                     timeout_s=6),
         # relative to the login directory (sshd starts there): `~` would not expand once quoted
-        CommandSpec("exo-log", ("tail", "-n", "2000", ".exo/exo_log/exo.log"), timeout_s=6),
+        CommandSpec("exo-log", ("tail", "-n", str(EXO_LOG_LINES), ".exo/exo_log/exo.log"), timeout_s=6),
         CommandSpec("exo-release", ("sh", "-c", EXO_RELEASE_SCRIPT, "sh", home_relative(install_root)), timeout_s=6),
     )
 

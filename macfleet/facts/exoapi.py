@@ -226,6 +226,17 @@ def parse_stats(value: object) -> GenerationStats | None:
         return None
 
 
+def parse_bench_answer(body: str) -> GenerationStats:
+    """`POST /bench/chat/completions` (not streamed): a BenchChatCompletionResponse, whose top-level
+    `generation_stats` are exo's own figures (api/types/api.py:214-216; exo's bench/exo_bench.py:297 reads them
+    there). An answer without them cannot give tokens/s: an error, never a zero."""
+    doc = _json("POST /bench/chat/completions", body)
+    stats = parse_stats(doc.get("generation_stats") if isinstance(doc, dict) else None)
+    if stats is None:
+        raise FactsParseError("POST /bench/chat/completions", "an answer with generation_stats", found=body[:80])
+    return stats
+
+
 class ChatPiece(Facts):
     """One streamed chunk of a chat completion: its text, and on the last one the finish reason and usage."""
 

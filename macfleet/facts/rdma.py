@@ -78,6 +78,11 @@ class IbvDeviceInfo(Facts):
     has_ipv4_gid: bool | None = None  # a ::ffff:a.b.c.d entry; None when no GID table was printed
     ipv4_gid_address: str | None = None  # the a.b.c.d of the first IPv4-mapped GID
     ipv4_gid_index: int | None = None  # JACCL uses index 1 (mlx.md)
+    # The device's limits, printed by `-v` only (None when not printed: no public capture of a Mac's shows
+    # them yet; reported as 11 protection domains and queue pairs, 100 memory regions: macos-outputs.md §8)
+    max_pd: int | None = None
+    max_qp: int | None = None
+    max_mr: int | None = None
 
 
 class IbvDevinfoFacts(Facts):
@@ -85,10 +90,11 @@ class IbvDevinfoFacts(Facts):
     verbose: bool  # a GID table was seen (`ibv_devinfo -v`)
 
 
+_LIMIT_KEYS = ("pd", "qp", "mr")  # the device limits kept (the `max_*` lines `-v` prints)
 _DEVINFO_KEYS = (
     "hca_id", "transport", "node_guid", "sys_image_guid", "vendor_id", "vendor_part_id", "hw_ver", "fw_ver",
     "phys_port_cnt", "port", "state", "max_mtu", "active_mtu", "sm_lid", "port_lid", "port_lmc", "link_layer",
-    "active_width", "active_speed", "phys_state", "GID",
+    "active_width", "active_speed", "phys_state", "GID", *(f"max_{k}" for k in _LIMIT_KEYS),
 )
 # Copies that lost their line breaks run several "key: value" pairs together: split them apart again.
 _JOINED = re.compile(r"(?<=\S)\s+(?=(?:" + "|".join(_DEVINFO_KEYS) + r")(?:\[\s*\d+\])?:(?:\s|$))")
@@ -158,9 +164,9 @@ def parse_ibv_devinfo(text: str) -> IbvDevinfoFacts:
             if vm:
                 cur["state"] = vm.group("v")
                 cur["state_code"] = int(vm.group("code")) if vm.group("code") else None
-        elif key in ("phys_port_cnt", "port", "max_mtu", "active_mtu"):
+        elif key in ("phys_port_cnt", "port", "max_mtu", "active_mtu", *(f"max_{k}" for k in _LIMIT_KEYS)):
             cur[key] = _int(value) if value else None
-        # other keys (vendor_id, hw_ver, sm_lid, max_qp...) are tolerated and not kept
+        # other keys (vendor_id, hw_ver, sm_lid, max_cq...) are tolerated and not kept
     if not blocks:
         first = split[0] if split else (1, "")
         raise fail(kind, "'hca_id: <device>' blocks", line=first[0], found=first[1].strip())

@@ -9,10 +9,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from macfleet.act.bench import LinkRaw, measure_rounds
-from macfleet.act.files import check_plain_file_path, write_text_atomic
+from macfleet.act.files import read_stored, write_text_atomic
 from macfleet.errors import FactsParseError, UnreachableError, UsageError
 from macfleet.facts.bench import Iperf3Result, PingSummary, parse_iperf3_json, parse_ping
 from macfleet.flow.topology import plan_live
@@ -35,8 +33,6 @@ from macfleet.judge.links_bench import (
     links_to_bench,
     schedule_rounds,
 )
-
-MAX_BASELINE_BYTES = 1 << 20
 
 
 @dataclass
@@ -82,31 +78,14 @@ def latest_path(fleet: Fleet) -> Path:
     return fleet.root / LATEST_FILE
 
 
-def _load(path: Path, model: type[Baselines] | type[LatestRuns], what: str, hint: str
-          ) -> Baselines | LatestRuns | None:
-    try:
-        check_plain_file_path(path)
-        with path.open("rb") as fh:
-            data = fh.read(MAX_BASELINE_BYTES + 1)
-    except FileNotFoundError:
-        return None
-    if len(data) > MAX_BASELINE_BYTES:
-        raise UsageError(f"{path} is larger than {MAX_BASELINE_BYTES} bytes: not {what} macfleet wrote")
-    try:
-        return model.model_validate_json(data)
-    except ValidationError as exc:
-        raise UsageError(f"{path} is not {what} macfleet wrote: {str(exc).splitlines()[0][:160]}",
-                         hint=hint) from None
-
-
 def load_baselines(path: Path) -> Baselines | None:
     """The saved baselines, None when there is no file; UsageError naming the file when it is not one of ours."""
-    return _load(path, Baselines, "a baseline",  # type: ignore[return-value]
-                 "remove it, then `macfleet bench links --save-baseline` on a healthy mesh")
+    return read_stored(path, Baselines, "a baseline",
+                       "remove it, then `macfleet bench links --save-baseline` on a healthy mesh")
 
 
 def load_latest(path: Path) -> LatestRuns | None:
-    return _load(path, LatestRuns, "a bench result", "remove it, then `macfleet bench links`")  # type: ignore
+    return read_stored(path, LatestRuns, "a bench result", "remove it, then `macfleet bench links`")
 
 
 def links_bench_inputs(fleet: Fleet, meshes: Sequence[Mesh]) -> dict[str, LinksBenchInput]:

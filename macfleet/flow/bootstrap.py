@@ -174,6 +174,8 @@ def bootstrap(
     on_step: Callable[[str, str, str], None] | None = None,
     cancel: threading.Event | None = None,
     partial: tuple[str, ...] = (),
+    diff: bool = False,
+    on_diff: Callable[[str, str, str], None] | None = None,
 ) -> BootstrapReport:
     """Bootstrap every node of `meshes`. `become_password(nodes)` is asked only when sudo wants a password on
     those nodes; it returns the password, or None when none may be asked for (those nodes are then left out and
@@ -220,6 +222,8 @@ def bootstrap(
         return BootstrapReport(outcomes, unreachable, check)
 
     def on_event(e: ProgressEvent) -> None:
+        if e.diff and on_diff is not None:  # --diff: what the task changed (or would) in files
+            on_diff(e.host, e.task, e.diff)
         if e.host in outcomes:
             _record(outcomes[e.host], e)
             if on_step is not None:
@@ -231,8 +235,8 @@ def bootstrap(
     # the plan goes into generated host_vars (under --check, into a private copy of the inventory)
     with inventory_for_run(fleet, prepared, check) if prepared else nullcontext(fleet.root) as inventory:
         result = run_playbook(
-            PlaybookRun(playbook="bootstrap", inventory=inventory, limit=tuple(run_nodes), check=check, diff=check,
-                        extravars={"bootstrap_ipplan": prepared is not None,
+            PlaybookRun(playbook="bootstrap", inventory=inventory, limit=tuple(run_nodes), check=check,
+                        diff=check or diff, extravars={"bootstrap_ipplan": prepared is not None,
                                    "bootstrap_homes": _homes(gathered, run_nodes)}),
             on_event=on_event, cancel=cancel, raise_on_failure=False, become_password=password)
     if result.status == "canceled":

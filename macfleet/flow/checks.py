@@ -63,9 +63,6 @@ class NodeAnswers:
     def keys(self, kind: str) -> list[str]:
         return [k for k in dict.fromkeys((*self.outputs, *self.failed)) if k.split(":", 1)[0] == kind]
 
-    def asked(self, probe: Probe) -> bool:
-        return probe.key in self.outputs or probe.key in self.failed or bool(self.keys(probe.key))
-
     def unread(self, key: str, why: str) -> None:
         self.problems[key] = why
 
@@ -74,9 +71,8 @@ class NodeAnswers:
 
 
 def node_facts(gathered: Gathered, node: str, probes: Sequence[Probe] | None = None) -> NodeFacts:
-    """One node's answers of the pass, parsed by `probes` (None: every probe of the catalogue, those only some
-    nodes are asked, a ping or llama-rpc's sockets, where they were asked); each fact that could not be read
-    says why."""
+    """One node's answers of the pass, parsed by `probes` (None: every probe of the catalogue); each fact that
+    could not be read says why."""
     from macfleet.judge.checks.catalogue import PROBES
     from macfleet.judge.health import NodeFacts
 
@@ -85,14 +81,8 @@ def node_facts(gathered: Gathered, node: str, probes: Sequence[Probe] | None = N
     answers = NodeAnswers(gathered, node)
     values: dict = {}
     for probe in PROBES.values() if probes is None else probes:
-        if probes is None and probe.key in ASKED_WHERE_NEEDED and not answers.asked(probe):
-            continue
         values.update(probe.facts(answers))
     return NodeFacts(**values, timed_out=answers.timed_out, problems=answers.problems)
-
-
-# Probes asked only of some nodes (their peers' addresses; where llama-rpc is enabled): read where asked.
-ASKED_WHERE_NEEDED = ("tb-ping", "netstat-listen")
 
 
 # ------------------------------------------------------------------------------------------------ the plan
@@ -150,8 +140,13 @@ class CheckPlan:
             from macfleet.flow.bench_links import links_bench_inputs
 
             bench = links_bench_inputs(self.fleet, self.meshes)
+        inference = None
+        if "inference" in self.codes:
+            from macfleet.flow.placed import inference_inputs
+
+            inference = inference_inputs(self.fleet, self.meshes, facts)
         return judge_health(self.fleet, self.meshes, facts, now or datetime.now(UTC), only=self.codes,
-                            links_bench=bench)
+                            links_bench=bench, inference=inference)
 
 
 # ----------------------------------------------------------------------------------------------- the pass

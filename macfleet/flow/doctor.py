@@ -3,6 +3,7 @@ judge/checks); `--fix` applies the safe fixes through their checks' playbooks an
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,7 +43,8 @@ class FixStep:
     nodes: list[str]
     checks: list[str]
     extravars: dict = field(default_factory=dict)
-    status: str = "pending"  # "applied", "failed: ...", "skipped: ..."
+    status: str = "pending"  # "applied", "would apply" (--check), "failed: ...", "skipped: ..."
+    changes: dict[str, list[str]] = field(default_factory=dict)  # node -> tasks that changed (or would)
 
 
 @dataclass
@@ -108,19 +110,44 @@ def fix_doctor(fleet: Fleet, meshes: list[Mesh], apply: Callable[[FixStep, Fleet
     return FixRun(before=before, after=after, steps=steps, not_fixed=left)
 
 
-def apply_fix_step(step: FixStep, fleet: Fleet, meshes: list[Mesh]) -> None:
+def apply_fix_step(step: FixStep, fleet: Fleet, meshes: list[Mesh], *, check: bool = False,
+                   diff: bool = False, on_diff: Callable[[str, str, str], None] | None = None) -> None:
     """Run one fix's playbook on its nodes. The IP plan is written as generated host_vars first (the same
-    `prepare_apply` as `topology apply`), so the playbook applies exactly the plan doctor judged against."""
+    `prepare_apply` as `topology apply`), so the playbook applies exactly the plan doctor judged against.
+    `check`: Ansible's check mode, against a private copy of the inventory (as `topology apply --check`), so
+    nothing changes on a node or on disk; `diff`: Ansible's --diff. What changed (or would) is in `step.changes`."""
     # imported here: a plain doctor run (and `watch` at every tick) does not pay for Ansible's side
     from macfleet.act.ansible import PLAYBOOKS_DIR, PlaybookRun, run_playbook
-    from macfleet.flow.topology import prepare_apply
+    from macfleet.flow.topology import inventory_for_run, prepare_apply
 
     if not (PLAYBOOKS_DIR / f"{step.playbook}.yml").is_file():
         raise MacfleetError(f"playbooks/{step.playbook}.yml is not built yet", hint="; ".join(step.checks))
-    if step.playbook == "network":
-        prepare_apply(fleet, [m for m in meshes if set(step.nodes) & set(m.node_names)])
-    run_playbook(PlaybookRun(playbook=step.playbook, inventory=fleet.root, limit=tuple(step.nodes),
-                             extravars=step.extravars))
+    with contextlib.ExitStack() as stack:
+        inventory = fleet.root
+        if step.playbook == "network":
+            prepared = prepare_apply(fleet, [m for m in meshes if set(step.nodes) & set(m.node_names)])
+            if check:
+                inventory = stack.enter_context(inventory_for_run(fleet, prepared, check=True))
+        result = run_playbook(PlaybookRun(playbook=step.playbook, inventory=inventory, limit=tuple(step.nodes),
+                                          extravars=step.extravars, check=check, diff=diff),
+                              on_event=lambda e: on_diff(e.host, e.task, e.diff) if e.diff and on_diff else None)
+    step.changes = result.changes
+
+
+def preview_fixes(fleet: Fleet, meshes: list[Mesh], *, only: list[str] | None = None, fresh: bool = False,
+                  diff: bool = False, on_diff: Callable[[str, str, str], None] | None = None) -> FixRun:
+    """`doctor --fix --check`: judge once, then run each fix's playbook in check mode on its nodes: which
+    playbooks would run where, and the tasks that would change. Nothing changes; no second look."""
+    first = run_doctor(fleet, meshes, only=only, fresh=fresh)
+    steps, left = plan_fixes(first.report)
+    for step in steps:
+        step.extravars = fix_vars(step, meshes, first.facts)
+        try:
+            apply_fix_step(step, fleet, meshes, check=True, diff=diff, on_diff=on_diff)
+            step.status = "would apply"
+        except Exception as exc:  # reported with the rest, as a real run reports a failed fix
+            step.status = f"failed: {getattr(exc, 'message', exc)}"
+    return FixRun(before=first.report, after=None, steps=steps, not_fixed=left)
 
 
 def check_catalogue() -> list[CheckSpec]:
@@ -163,6 +190,6 @@ def doctor_exit_code(report: HealthReport) -> int:
 def fix_payload(run: FixRun) -> dict:
     """`doctor --fix --json`: the report before and after, the playbooks run and what was left."""
     return {"before": run.before.json_payload(), "after": run.after.json_payload() if run.after else None,
-            "fixes": [{"playbook": s.playbook, "nodes": s.nodes, "checks": s.checks, "status": s.status}
-                      for s in run.steps],
+            "fixes": [{"playbook": s.playbook, "nodes": s.nodes, "checks": s.checks, "status": s.status,
+                       "changes": s.changes} for s in run.steps],
             "not_fixed": [{"node": n, "check": c, "fix": w} for n, c, w in run.not_fixed]}

@@ -21,12 +21,15 @@ if TYPE_CHECKING:
     from macfleet.act.exoapi import ExoApi
     from macfleet.facts.exoapi import ExoCluster, ExoInstance
     from macfleet.inventory.model import Fleet, Mesh
+    from macfleet.judge.placement import Choice, Refusal
 
 Say = Callable[[str], None]
 PLACE_TIMEOUT_S = 600.0  # --wait: exo loads a large model for minutes
 STOP_TIMEOUT_S = 60.0
 CHAT_TIMEOUT_S = 600.0
 POLL_S = 0.5
+DOWNLOADS_SETTLE_S = 10.0  # exo's /state shows a model's files on a node within its scan interval
+ANSWER_S = 5.0  # a node's exo answering /node_id, before it is asked for anything
 
 
 def _quiet(_: str) -> None:
@@ -42,26 +45,32 @@ def _checked(model: str) -> None:
 
 @contextlib.contextmanager
 def api_on(fleet: Fleet, m: Mesh, node: str | None = None) -> Iterator[ExoApi]:
-    """exo's API on `node`, or on the first node of the mesh that logs in."""
+    """exo's API on `node`; without one, on the first node of the mesh that logs in and whose exo answers (a
+    node rebooting or with exo stopped is passed over: any node's exo speaks for the cluster)."""
     from macfleet.act.exoapi import ExoApi
     from macfleet.collect.ssh import SshSession, SshTarget, Unreachable
     from macfleet.errors import UnreachableError
 
-    names = [node] if node else list(m.node_names)
     why: dict[str, str] = {}
-    for name in names:
+    for name in [node] if node else list(m.node_names):
         session = SshSession(SshTarget.for_node(fleet, fleet.node(name)))
         try:
             session.connect()
-        except Unreachable as exc:
-            why[name] = str(exc)
+            api = ExoApi(session, port=m.settings.exo.port, node=name)
+            if node is None:
+                api.json("GET", "/node_id", timeout_s=ANSWER_S)
+        except (Unreachable, UnreachableError, ExoApiError) as exc:
+            why[name] = getattr(exc, "message", None) or str(exc)
             session.close()
             continue
         try:
-            yield ExoApi(session, port=m.settings.exo.port, node=name)
+            yield api
         finally:
             session.close()
         return
+    if why and all(isinstance(w, str) and "not answering" in w for w in why.values()):
+        raise ExoApiError(f"no exo answers on mesh {m.name}: " + "; ".join(why.values()), node=m.name,
+                          hint="`macfleet exo status` and `macfleet doctor` say why")
     raise UnreachableError(why)
 
 
@@ -126,7 +135,7 @@ def place(fleet: Fleet, model: str, *, mesh: str | None = None, sharding: str = 
     """exo's preview for the model; refused with exo's reason (or when the model is not on a node it needs);
     placed unless --check; with `wait`, until every runner of it is ready."""
     from macfleet.facts.exoapi import parse_previews
-    from macfleet.judge.placement import TRANSPORTS, Refusal, choose, missing_on
+    from macfleet.judge.placement import TRANSPORTS, Refusal, choose, no_card
 
     _checked(model)
     m = one_mesh(fleet, mesh)
@@ -142,9 +151,15 @@ def place(fleet: Fleet, model: str, *, mesh: str | None = None, sharding: str = 
             report.nodes = [s.node for s in report.instance.shards]
             say(f"{model} is placed already (instance {existing[0].instance_id}): nothing to do")
             return report
-        previews = parse_previews(api.json("GET", "/instance/previews", query={"model_id": model}))
+        try:
+            previews = parse_previews(api.json("GET", "/instance/previews", query={"model_id": model}))
+        except ExoApiError as exc:
+            if exc.status != 400:
+                raise
+            refusal = no_card(state, model, exc.exo_says or exc.message)
+            raise Refused(refusal.reason, hint=refusal.hint) from None
         got = choose(previews, model, sharding=sharding, transport=transport, min_nodes=min_nodes)
-        refusal = got if isinstance(got, Refusal) else missing_on(got, state, model)
+        refusal = got if isinstance(got, Refusal) else _missing_on(api, got, state, model)
         if refusal is not None:
             raise Refused(refusal.reason, hint=refusal.hint)
         assert not isinstance(got, Refusal)
@@ -161,6 +176,18 @@ def place(fleet: Fleet, model: str, *, mesh: str | None = None, sharding: str = 
             inst = _await_ready(api, model, timeout_s, say)
             report.instance, report.waited_s = view(inst, names), round(time.monotonic() - started, 1)
     return report
+
+
+def _missing_on(api: ExoApi, choice: Choice, state: ExoCluster, model: str) -> Refusal | None:
+    """The refusal for a model missing on a node of the placement, once exo's /state, which follows the disks
+    at its own pace, has had DOWNLOADS_SETTLE_S to show a model just pushed."""
+    from macfleet.judge.placement import missing_on
+
+    deadline = time.monotonic() + DOWNLOADS_SETTLE_S
+    while (refusal := missing_on(choice, state, model)) is not None and time.monotonic() < deadline:
+        time.sleep(POLL_S * 2)
+        state = cluster(api)
+    return refusal
 
 
 def _names(m: Mesh, state: ExoCluster) -> dict[str, str]:
@@ -234,7 +261,7 @@ def chat(fleet: Fleet, model: str, prompt: str, *, mesh: str | None = None, max_
                 last = piece if piece.finish_reason else last
         except ExoApiError as exc:
             if exc.status == 404:
-                raise Refused(f"{model} is not placed on mesh {m.name}: {exc.message.split(': ', 1)[-1]}",
+                raise Refused(f"{model} is not placed on mesh {m.name} (exo: {exc.exo_says or exc.message})",
                               hint=f"place it first: `macfleet exo place {model} --wait`") from None
             raise
         got = speeds(stats, prompt_tokens=last.prompt_tokens if last else None,

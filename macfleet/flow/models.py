@@ -206,3 +206,29 @@ def _targets(m: Mesh, nodes: list[str] | None) -> list[str]:
 
 def transfer_cache(fleet: Fleet) -> Path:
     return model_cache_dir()
+
+
+def plan_model_push(fleet: Fleet, model: str, source: Path | None, *, hf: bool = False, mesh: str | None = None,
+                    nodes: list[str] | None = None) -> dict:
+    """`rollout model --check`: what a push would send where, with sizes, from each node's read-only preflight.
+    Nothing is sent, downloaded, staged or locked. The `rollout model --check --json` shape (docs/cli.md)."""
+    name = _checked_name(model)
+    m = one_mesh(fleet, mesh)
+    targets = _targets(m, nodes)
+    shown: dict = {"result": "check", "model": model, "directory": name, "mesh": m.name, "download": None,
+                   "files": None, "bytes": None, "seed": None, "nodes": {n: None for n in targets}}
+    if hf:
+        cached = transfer_cache(fleet) / name
+        if not cached.is_dir():  # sizes are known only once it is downloaded, which --check does not do
+            shown["download"] = {"from": "huggingface", "into": str(cached)}
+            return shown
+        source = cached
+    if source is None or not source.is_dir():
+        raise UsageError(f"--from {source}: not a directory")
+    manifest = transfer.local_manifest(source)
+    plan = plan_push(targets, _preflight(fleet, targets, m.settings.exo.models_dir, name, manifest), manifest)
+    shown.update(files=len(manifest.files), bytes=manifest.total_bytes, seed=plan.seed,
+                 nodes={n: {"has_files": len(manifest.files) - len(plan.lacking[n]),
+                            "would_send_files": len(plan.lacking[n]), "would_send_bytes": plan.need[n],
+                            "refused": plan.refusals.get(n)} for n in targets})
+    return shown

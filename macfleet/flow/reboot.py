@@ -30,6 +30,7 @@ from macfleet.errors import MacfleetError, UsageError
 from macfleet.flow.bootstrap import read_secret_file
 from macfleet.flow.checks import CheckPlan
 from macfleet.flow.meshes import one_mesh
+from macfleet.flow.placed import MODELS_PHASE, models_answer
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.health import HealthReport, NodeFacts
 from macfleet.judge.model import Refusal
@@ -45,7 +46,7 @@ VERIFY_EXO = ["reachable", "exo-running", "exo-peers", "exo-rdma"]
 VERIFY_DEADLINE_S = 120.0
 READ_DEADLINE_S = 30.0  # one read of one node's facts
 # The lock's phases once every reboot command was accepted: a successor resumes from there.
-AFTER_ISSUE = ("waiting for nodes", "verifying", "starting exo", "verifying exo")
+AFTER_ISSUE = ("waiting for nodes", "verifying", "starting exo", "verifying exo", "placing models")
 
 
 @dataclass
@@ -267,7 +268,7 @@ def _resume(fleet, mesh, nodes, reason, prior: LockRecord, lock, dry_run, progre
                f"({why}): its reboots were issued, so this run waits for every node, verifies the mesh and "
                "starts exo where it ran, rather than rebooting the mesh again")
     steps = ["wait for every node to be back", "verify RDMA ports, the IP plan, the cabling",
-             "start exo where it ran before", "verify exo /state"]
+             "start exo where it ran before", "verify exo /state", MODELS_PHASE]
     if dry_run:
         return RebootResult(mesh=mesh.name, result="dry-run", reason=reason, steps=steps, resumed=resumed)
     held = lock.acquire("reboot", f"resuming: {prior.reason}", ttl_s=mesh.settings.reboot.lock_ttl_s,
@@ -348,8 +349,12 @@ class Run:
                 return False, (f"could not read whether exo runs, or the boot time, on {', '.join(unread)}: "
                                "nothing was changed")
             self.phase("stopping exo")
-            act.stop_exo_on(self.sessions, [n for n, r in self.running.items() if r])
-            return True, f"exo was running on {sum(self.running.values())} of {len(self.nodes)} node(s)"
+            stops = act.stop_exo_on(self.sessions, [n for n, r in self.running.items() if r])
+            held = [f"{n}: {h}" for n, st in stops.items() for h in st.holdouts()]
+            for line in held:
+                self.say(f"exo did not stop cleanly on {line}")
+            return True, (f"exo was running on {sum(self.running.values())} of {len(self.nodes)} node(s)"
+                          + (f"; did not exit when asked: {'; '.join(held)}" if held else ""))
 
         def reboot() -> tuple[bool, str]:
             self.phase("rebooting", critical=True)
@@ -394,10 +399,9 @@ class Run:
             waits = act.wait_for_nodes(self.sessions, self.nodes, self.boottime, timeout_s, self.progress,
                                        on_back=came_back, unlock=unlocker(self.fleet, self.mesh))
             self.result.nodes = {n: asdict(w) for n, w in waits.items()}
-            lost = {n: w.last_seen for n, w in waits.items() if not w.back}
+            lost = [w.verdict(n) for n, w in waits.items() if not w.back]
             if lost:
-                return False, "not back within {:g} s: {}".format(
-                    timeout_s, "; ".join(f"{n} (last seen: {s})" for n, s in lost.items()))
+                return False, "not back within {:g} s: {}".format(timeout_s, "; ".join(lost))
             return True, f"every node back (slowest {max(w.took_s or 0 for w in waits.values()):g} s)"
 
         def verify(v: Verifier, all_back_at: float = 0.0) -> tuple[bool, str]:
@@ -424,6 +428,9 @@ class Run:
             self.phase("verifying exo", critical=True)
             exo = Verifier(self.fleet, self.mesh, self.sessions, VERIFY_EXO)
             if not _timed(self.result, "verify exo /state", self.say, lambda: verify(exo)):
+                return
+            self.phase("placing models", critical=True)
+            if not _timed(self.result, MODELS_PHASE, self.say, lambda: models_answer(self.fleet, self.mesh, self.say)):
                 return
         self.held.critical = False
         self.result.result = "ok"

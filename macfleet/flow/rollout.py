@@ -31,6 +31,7 @@ from macfleet.errors import RolloutFailed, UsageError
 from macfleet.flow.checks import run_checks
 from macfleet.flow.defaults import EXO_HEALTH_TIMEOUT_S, ROLLOUT_KEEP
 from macfleet.flow.meshes import one_mesh
+from macfleet.flow.placed import MODELS_PHASE, models_answer
 from macfleet.inventory.model import ExoBuildSettings, Fleet, Mesh
 from macfleet.judge.build import (
     BuildStep,
@@ -247,7 +248,12 @@ def switch(fleet: Fleet, mesh: Mesh, lock: ClusterLock, held: Acquired, root: st
     rel.start_exo(fleet, nodes)
     say(f"switched {len(nodes)} nodes to {to} in {time.monotonic() - t0:.1f} s; waiting for health")
     step("health")
-    return wait_healthy(fleet, mesh, timeout_s)
+    verdict = wait_healthy(fleet, mesh, timeout_s)
+    if not verdict.healthy:
+        return verdict
+    answering, detail = models_answer(fleet, mesh, say)  # exo restarted: no instance survived it
+    say(f"{MODELS_PHASE}: {detail}")
+    return verdict if answering else HealthVerdict(healthy=False, reasons=(detail,))
 
 
 def follow_ports(fleet: Fleet, mesh: Mesh, root: str, frm: str | None, to: str, say: Say) -> None:
@@ -629,27 +635,43 @@ def _previous(fleet: Fleet, current: str) -> str | None:
 
 
 def rollback_exo(fleet: Fleet, *, mesh: str | None = None, keep: int = DEFAULT_KEEP,
-                 timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S, say: Say = quiet) -> RolloutReport:
+                 timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S, say: Say = quiet, check: bool = False) -> RolloutReport:
+    """`check`: read each node's releases and say what the rollback would switch to; take no lock, change nothing."""
     m = one_mesh(fleet, mesh)
     root = m.settings.exo.install_root
     lock = ClusterLock(lock_path(fleet.root))
+    if check:
+        held = lock.read()
+        if held is not None:
+            say(f"the cluster lock is held by {held.owner}: a rollback now would "
+                + ("repair its unfinished step first" if held.phase else "be refused until it is released"))
+        current, target = _rollback_target(fleet, m, root)
+        return RolloutReport(result="check", release=target, previous=current, took_s=0.0,
+                             status=rollout_status(fleet, m.name))
     with lock.hold("rollout rollback", f"roll {m.name} back", may_repair=_repairs(m)) as held:
         if held.taken_over is not None:
             say(held.explain() or "")
         if repair(fleet, m, lock, held, root, timeout_s, say):
             return RolloutReport(result="repaired", release=held.taken_over.phase.get("from"), previous=None,
                                  took_s=0.0, status=rollout_status(fleet, m.name))
-        have = rel.read_nodes(fleet, list(m.node_names), root)
-        currents = {h.current for h in have.values()}
-        if len(currents) != 1 or None in currents:
-            raise RolloutFailed(f"nodes are on different releases ({', '.join(sorted(map(str, currents)))}); "
-                                "run `macfleet rollout exo` to put them on one")
-        current = next(iter(currents))
-        target = _previous(fleet, current)
-        if target is None:
-            common = set.intersection(*(set(h.releases) for h in have.values())) - {current}
-            order = [r for r in have[m.node_names[0]].releases if r in common]
-            target = order[-1] if order else None
-        if target is None:
-            raise RolloutFailed(f"no release to roll back to from {current} on every node")
+        current, target = _rollback_target(fleet, m, root)
         return _finish(fleet, m, lock, held, root, current, target, keep, timeout_s, say, "rollback")
+
+
+def _rollback_target(fleet: Fleet, m: Mesh, root: str) -> tuple[str, str]:
+    """(the release every node runs, the one a rollback switches to): the one before it in the history, else
+    the newest other release every node still holds."""
+    have = rel.read_nodes(fleet, list(m.node_names), root)
+    currents = {h.current for h in have.values()}
+    if len(currents) != 1 or None in currents:
+        raise RolloutFailed(f"nodes are on different releases ({', '.join(sorted(map(str, currents)))}); "
+                            "run `macfleet rollout exo` to put them on one")
+    current = next(iter(currents))
+    target = _previous(fleet, current)
+    if target is None:
+        common = set.intersection(*(set(h.releases) for h in have.values())) - {current}
+        order = [r for r in have[m.node_names[0]].releases if r in common]
+        target = order[-1] if order else None
+    if target is None:
+        raise RolloutFailed(f"no release to roll back to from {current} on every node")
+    return current, target

@@ -319,11 +319,13 @@ def apply_network(
     check: bool,
     on_prepared: Callable[[PreparedApply], None] = lambda _: None,
     on_event: Callable[[ProgressEvent], None] | None = None,
+    diff: bool = False,
 ) -> AppliedPlan:
     """Refuse (nothing written, nothing run) or run `playbooks/network.yml` on the plan."""
     prepared = prepare_apply(fleet, meshes)
     on_prepared(prepared)
     with inventory_for_run(fleet, prepared, check) as inventory:
         result = run_playbook(PlaybookRun(playbook="network", inventory=inventory, limit=tuple(prepared.nodes),
-                                          check=check, diff=check), on_event=on_event, raise_on_failure=False)
+                                          check=check, diff=check or diff), on_event=on_event,
+                              raise_on_failure=False)
     return AppliedPlan(prepared=prepared, result=result, check=check)

@@ -66,8 +66,10 @@ class HostKeySeen:
 class TrustReport:
     known_hosts: Path  # the file written: the unlock-screen keys' with --unlock
     nodes: list[HostKeySeen]
-    recorded: list[str]  # nodes whose key was written now
+    recorded: list[str]  # nodes whose key was written now (with `check`: would be)
     refused: dict[str, str]  # node -> why its key was not recorded
+    check: bool = False  # nothing was written: what would be
+    to_confirm: list[str] = field(default_factory=list)  # with `check`: new keys that would be shown to confirm
 
     @property
     def unreachable(self) -> dict[str, str]:
@@ -80,9 +82,11 @@ class TrustReport:
                 {"name": s.node, "host": s.entry, "status": s.status, "key_type": s.key_type,
                  "fingerprint": s.fingerprint, "known_fingerprint": s.known_fingerprint,
                  "recorded": s.node in self.recorded, "refused": self.refused.get(s.node),
-                 "reason": s.reason, "methods": list(s.methods) if s.methods is not None else None}
+                 "reason": s.reason, "methods": list(s.methods) if s.methods is not None else None,
+                 "to_confirm": s.node in self.to_confirm}
                 for s in self.nodes
             ],
+            "check": self.check,
         }
 
 
@@ -198,12 +202,14 @@ def trust_nodes(
     confirm: Callable[[HostKeySeen], bool] | None,
     cancel: threading.Event | None = None,
     unlock: bool = False,
+    check: bool = False,
 ) -> TrustReport:
     """See every node's key in parallel, then decide node by node (in inventory order) what to record:
     a key matching its --fingerprint, a key the operator confirms, or (accept_all) every new key. A changed key
     is never recorded; without a way to confirm, a new key is refused. `unlock`: the nodes wait at their FileVault
     unlock screen, and the key recorded is that screen's, in the unlock-screen keys' file; a node offering key
-    logins there is not at an unlock screen, and is refused."""
+    logins there is not at an unlock screen, and is refused. `check`: decide, write nothing, ask nothing (a new
+    key that would be shown for confirmation is in `to_confirm`)."""
     targets = {n: SshTarget.for_node(fleet, fleet.node(n)) for n in nodes}
     through = sorted(n for n, t in targets.items() if t.jumps or t.proxy_command)
     if through:
@@ -223,6 +229,7 @@ def trust_nodes(
     assert written is not None
     recorded: list[str] = []
     refused: dict[str, str] = {}
+    to_confirm: list[str] = []
     lines: list[str] = []
     for s in seen:
         if cancel is not None and cancel.is_set():
@@ -256,6 +263,9 @@ def trust_nodes(
                 refused[s.node] = f"the node shows {s.fingerprint}, not the {wanted} given with --fingerprint"
         elif accept_all:
             ok = True
+        elif check:
+            ok = False
+            to_confirm.append(s.node)
         elif confirm is not None:
             ok = confirm(s)
             if not ok:
@@ -266,6 +276,7 @@ def trust_nodes(
         if ok:
             lines.append(f"{s.entry} {s.key_type} {s.key_base64}")
             recorded.append(s.node)
-    if lines:
+    if lines and not check:
         _append(written, lines)
-    return TrustReport(known_hosts=written, nodes=seen, recorded=recorded, refused=refused)
+    return TrustReport(known_hosts=written, nodes=seen, recorded=recorded, refused=refused, check=check,
+                       to_confirm=to_confirm)

@@ -726,6 +726,9 @@ def load_inventory(root: Path) -> Fleet:
             )
         nodes = [_with_connection_vars(n, [*all_sources, *mesh_sources], hosts_src, root, problems) for n in nodes]
         _check_models(nodes, mesh_name, _display(hosts_file, root), problems)
+        models_src = origin.get("models") or all_origin.get("models")
+        if settings is not None and models_src is not None:
+            _check_min_nodes(settings, mesh_name, len(nodes), _display(models_src.path, root), problems)
         ipplan_src = origin.get("ipplan") or all_origin.get("ipplan")
         if ipplan_src is not None:
             pool_origin[mesh_name] = _display(ipplan_src.path, root)
@@ -751,6 +754,13 @@ def _check_models(nodes: list[Node], mesh_name: str, shown: str, problems: list[
                     KNOWN_MODELS_TEXT,
                 )
             )
+
+
+def _check_min_nodes(settings: Settings, mesh_name: str, size: int, shown: str, problems: list[Problem]) -> None:
+    for i, m in enumerate(settings.models):
+        if m.place is not None and m.place.min_nodes is not None and m.place.min_nodes > size:
+            problems.append(Problem(shown, f"macfleet_models.{i}.place.min_nodes", str(m.place.min_nodes),
+                                    f"at most the {size} Macs of mesh `{mesh_name}`"))
 
 
 # Ansible's connection variables, at any level; macfleet's own SSH reads them to log in as Ansible does.

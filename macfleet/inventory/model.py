@@ -244,6 +244,24 @@ class ExoSettings(_Settings):
     port: int = Field(default=EXO_PORT, ge=1, le=65535)
     env: dict[str, str] = Field(default_factory=dict)
     build: ExoBuildSettings = Field(default_factory=ExoBuildSettings)
+    # Client networks let through the packet filter to exo's API port (its dashboard too): the people's laptops.
+    # None by default: only the mesh and the controller reach it (playbooks/roles/pf, through bootstrap's vars).
+    clients: list[str] = Field(default_factory=list, max_length=64)
+
+    @field_validator("clients")
+    @classmethod
+    def _clients(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                net = ipaddress.ip_network(item, strict=True)
+            except ValueError:
+                raise ValueError(f"{item!r}: an IPv4 or IPv6 address or network (e.g. 192.168.1.0/24)") from None
+            if net.prefixlen == 0:
+                raise ValueError(f"{item!r} is everyone: exo's API has no authentication; list the client networks")
+        return value
+
+    # placing a model and loading it on every node it spans (a model of hundreds of GB takes minutes)
+    place_timeout_s: float = Field(default=1800.0, gt=0, le=DAY_S, allow_inf_nan=False)
 
     @field_validator("models_dir")
     @classmethod
@@ -259,10 +277,41 @@ class ExoSettings(_Settings):
         return value
 
 
+# A model as exo names it: a Hugging Face id, ORG/NAME (exo's ModelId; its files live in `<models dir>/org--name`).
+MODEL_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+MODEL_ID_EXPECTED = ("a Hugging Face model id, ORG/NAME (letters, digits, . _ -), "
+                     "e.g. mlx-community/Llama-3.2-1B-Instruct-4bit")
+Sharding = Literal["pipeline", "tensor"]  # exo's Sharding.Pipeline / Sharding.Tensor
+Transport = Literal["rdma", "ring"]  # exo's instance meta: MlxJaccl (RDMA over Thunderbolt) / MlxRing (TCP)
+
+
+def is_model_id(value: str) -> bool:
+    return bool(MODEL_ID_RE.match(value)) and ".." not in value
+
+
+class KeepPlaced(_Settings):
+    """A model that should be running on its mesh: placed again after every reboot and `rollout exo`, and
+    reported by doctor while it is not."""
+
+    sharding: Sharding = "pipeline"
+    transport: Transport = "rdma"
+    min_nodes: int | None = Field(default=None, ge=1, le=MAX_MESH_NODES)  # None: as exo places it
+
+
 class ModelToStage(_Settings):
+    """One of `macfleet_models`: weights `rollout model` stages, and with `place`, a model kept running."""
+
     name: str
     source: str | None = None
     bytes: int | None = Field(default=None, ge=0, le=1 << 50)
+    place: KeepPlaced | None = None  # None: staged only, never placed by macfleet on its own
+
+    @field_validator("name")
+    @classmethod
+    def _model_id(cls, value: str) -> str:
+        if not is_model_id(value):
+            raise ValueError(MODEL_ID_EXPECTED)
+        return value
 
 
 class PowerSettings(_Settings):
@@ -286,12 +335,17 @@ class ProbeSettings(_Settings):
     # doctor: how old a node's cached `softwareupdate --list` answer may be before a pass asks Apple again
     # (act/probecache.py; 0 = every pass asks)
     updates_max_age_s: float = Field(default=6 * 3600.0, ge=0, le=7 * DAY_S, allow_inf_nan=False)
+    # inference as health: a completion through a placed model that gives no token within this is a failure
+    completion_timeout_s: float = Field(default=60.0, gt=0, le=HOUR_S, allow_inf_nan=False)
 
 
 class BenchSettings(_Settings):
-    """`macfleet bench links`: a link measured below `min_fraction` of its saved baseline is named (exit 1)."""
+    """`macfleet bench links`: a link measured below `min_fraction` of its saved baseline is named (exit 1).
+    `macfleet bench exo` and doctor's inference check: a model answering below `inference_min_fraction` of its
+    saved tokens/s (prompt or generation) is named."""
 
     min_fraction: float = Field(default=0.8, gt=0, le=1, allow_inf_nan=False)
+    inference_min_fraction: float = Field(default=0.6, gt=0, le=1, allow_inf_nan=False)
     iperf3_port: int = Field(default=5201, ge=1024, le=65535)  # iperf3's own default
 
 
@@ -417,6 +471,20 @@ class Settings(_Settings):
     bench: BenchSettings = Field(default_factory=BenchSettings)
     llama: LlamaSettings = Field(default_factory=LlamaSettings)
     macos: MacosSettings = Field(default_factory=MacosSettings)
+
+    @field_validator("models")
+    @classmethod
+    def _each_model_once(cls, value: list[ModelToStage]) -> list[ModelToStage]:
+        names = [m.name for m in value]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"each model once: {', '.join(twice)} is listed more than once")
+        return value
+
+    @property
+    def kept_placed(self) -> list[ModelToStage]:
+        """The declared models that should be running, in the inventory's order."""
+        return [m for m in self.models if m.place is not None]
 
 
 SETTINGS_KEYS = {f"macfleet_{name}": name for name in Settings.model_fields}

@@ -19,17 +19,18 @@ from macfleet.judge.checks.base import (
     CheckResult,
     CheckSpec,
     ClockReading,
+    Frozen,
     HealthContext,
     HealthFinding,
     NodeFacts,
     Unknown,
     Verdict,
-    _Model,
 )
 from macfleet.judge.checks.catalogue import CHECK_CODES, CHECKS, select_checks
 from macfleet.judge.checks.network import ping_targets
 from macfleet.judge.checks.system import check_reachable, wired_limit_target
 from macfleet.judge.checks.updates import age_words
+from macfleet.judge.inference import InferenceInput
 from macfleet.judge.links_bench import LinksBenchInput
 from macfleet.judge.topology import NodeTopologyFacts, check_cabling
 
@@ -42,7 +43,7 @@ __all__ = ["CHECKS", "CHECK_CODES", "CHECK_FUNCTIONS", "CheckResult", "CheckSpec
 CHECK_FUNCTIONS: dict[str, Callable[[HealthContext, str], Verdict]] = {c.code: c.judge for c in CHECKS}
 
 
-class HealthSummary(_Model):
+class HealthSummary(Frozen):
     nodes: int
     checks: int
     ok: int
@@ -55,7 +56,7 @@ class HealthSummary(_Model):
     checked_at: str
 
 
-class HealthReport(_Model):
+class HealthReport(Frozen):
     findings: list[HealthFinding]
     checks: list[CheckResult]
     summary: HealthSummary
@@ -80,11 +81,12 @@ def topology_facts(f: NodeFacts) -> NodeTopologyFacts:
 
 
 def judge_health(fleet: Fleet, meshes: list[Mesh], facts: Mapping[str, NodeFacts], now: datetime,
-                 only: list[str] | None = None, links_bench: Mapping[str, LinksBenchInput] | None = None
-                 ) -> HealthReport:
+                 only: list[str] | None = None, links_bench: Mapping[str, LinksBenchInput] | None = None,
+                 inference: Mapping[str, InferenceInput] | None = None) -> HealthReport:
     """Run the (selected) checks on every node of `meshes`, in catalogue order, so a check sees which of the
     checks it depends on found a problem on that node."""
-    ctx = HealthContext(fleet=fleet, meshes=meshes, facts=dict(facts), now=now, links_bench=links_bench or {})
+    ctx = HealthContext(fleet=fleet, meshes=meshes, facts=dict(facts), now=now, links_bench=links_bench or {},
+                        inference=inference or {})
     for m in meshes:
         up = {n: topology_facts(facts[n]) for n in m.node_names if n in facts and facts[n].reachable}
         down = {n: facts[n].unreachable_reason or "no answer" for n in m.node_names if n not in up}

@@ -85,6 +85,15 @@ def node_names(cluster: ExoCluster, inventory: dict[str, str]) -> dict[str, str]
     return out
 
 
+def no_card(cluster: ExoCluster, model: str, error: str) -> Refusal:
+    """exo could not load the model's card (it reads it from the model's files, or from Hugging Face: exo
+    src/exo/api/main.py:517-522 answers 400 "Failed to load model card")."""
+    held = sorted(cluster.name_of(n) for n, models in cluster.models.items() if model in models)
+    where = f"only {', '.join(held)} hold{'s' if len(held) == 1 else ''} it" if held else "no node holds it"
+    return Refusal(f"exo cannot place {model}: {error} ({where})",
+                   f"push it to every node first: `macfleet rollout model {model} --from DIR` (or --hf)")
+
+
 def targets(instances: list[ExoInstance], what: str) -> list[ExoInstance]:
     """The instances `stop WHAT` means: the one whose id is WHAT, else every instance of model WHAT."""
     by_id = [i for i in instances if i.instance_id == what]

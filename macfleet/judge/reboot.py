@@ -35,7 +35,8 @@ class RebootPlan:
     timeout_s: float
     phases: list[str] = field(default_factory=lambda: [
         "stop exo on every node", "reboot every node at once", "wait for every node",
-        "verify RDMA ports, IP plan and cabling", "start exo where it ran", "verify exo's /state"])
+        "verify RDMA ports, IP plan and cabling", "start exo where it ran", "verify exo's /state",
+        "place the declared models again, a token through every placed model"])
 
     def describe(self) -> list[str]:
         lines = [f"reboot mesh {self.mesh} ({len(self.nodes)} nodes): {self.reason}"]

@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from macfleet.inventory.model import is_model_id
+
 if TYPE_CHECKING:  # the gate's report: read here, judged by judge/health (not imported with the manifests)
     from macfleet.judge.health import HealthReport
 
 DIGEST = "blake2b-256"
 VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._+-]{0,63}$")
 RELEASE_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._+-]{0,63}-[0-9a-f]{12}$")
-MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _PART_RE = re.compile(r"^[^\x00-\x1f\x7f/]{1,255}$")
 MAX_FILES = 100_000
 
@@ -115,7 +116,7 @@ def check_release_name(name: str) -> str:
 
 def model_dir_name(model: str) -> str:
     """exo's layout: `org/name` lives in `<models dir>/org--name` (ModelId.normalize)."""
-    if not MODEL_RE.match(model) or ".." in model:
+    if not is_model_id(model):
         raise ValueError(f"bad model {model!r}: expected ORG/NAME (letters, digits, . _ -)")
     return model.replace("/", "--")
 

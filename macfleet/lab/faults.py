@@ -6,10 +6,11 @@ moved or down, tc rate, addresses), so the macOS stand-ins and the exo stand-in 
 and nowhere else. Active faults are recorded in `<state>/faults.json` with what `--clear` needs to undo
 exactly what was done. Reboots keep or clear them as a Mac would (`on_boot`, called by every boot):
 
-  kept    cabling, bridge-on, apipa, ip-drift saved, rdma-off, slow-boot, os-mismatch, filevault-on,
+  kept    cabling, bridge-on, apipa, ip-drift saved, rdma-off, slow-boot, slow-shutdown, os-mismatch, filevault-on,
           disk-full, sleep-on, clock-skew, exo-version, exo-networksetup (settings, disk, hardware, an installed
           daemon: until --clear)
-  cleared ip-drift live, hang, qp-exhausted, wired-limit-lost, exo-down, exo-runner-failed (at the node's boot)
+  cleared ip-drift live, hang, qp-exhausted, wired-limit-lost, exo-down, exo-runner-failed, runner-ignores-term,
+          rdma-leak, exo-split, exo-coordinator (at the node's boot)
   rdma-wedge  only once every node of its mesh has booted within WEDGE_WINDOW_S of each other, after the
               fault; rebooting the wedged node alone leaves it wedged.
 
@@ -577,6 +578,62 @@ def _secs(text: str, *, signed: bool = False, hi: float = 3600) -> float:
 
 rdma_off_apply, rdma_off_clear = _persist_set("rdma", lambda target, a: False)
 slow_boot_apply, slow_boot_clear = _persist_set("lab_boot_seconds", lambda target, a: _secs(a[1], hi=600))
+# A Mac that stalls in shutdown for minutes (issue 28: "reboots are reported to stall in shutdown for minutes";
+# a process holding the RDMA device in uninterruptible wait): the lab keeps the node as it was (SSH answering,
+# the old boot time) for SECS before it goes down: GUESS for what keeps answering meanwhile (docs/lab.md).
+slow_shutdown_apply, slow_shutdown_clear = _persist_set("lab_shutdown_seconds",
+                                                        lambda target, a: _secs(a[1], hi=3600))
+
+
+def shutdown_seconds(lab: dict, node: str) -> float:
+    """How long a software restart or shutdown of NODE stalls before the node goes down (slow-shutdown)."""
+    persist = userland.read_json(state.node_dir(lab["name"], node) / "persist.json", {})
+    return float(persist.get("lab_shutdown_seconds") or 0)
+
+
+def _overlay_fault(key: str, value_of: Callable[[list[str]], object]):
+    """A fault that sets one key of the exo stand-in's overlay (read every tick); clear removes it."""
+
+    def apply(target: LoadedLab, node: str, *rest: str) -> dict:
+        target.set_overlay(node, key, value_of([node, *rest]))
+        return {}
+
+    def clear(target: LoadedLab, data: dict, node: str, *rest: str) -> None:
+        target.set_overlay(node, key, None)
+
+    return apply, clear
+
+
+MAX_FAIL_STARTS = 20
+
+
+def _count(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_FAIL_STARTS:
+        raise UsageError(f"rdma-leak N: expected a whole number of failed starts from 1 to {MAX_FAIL_STARTS}, "
+                         f"got {text!r}")
+    return n
+
+
+def _address(text: str) -> str:
+    try:
+        return str(ipaddress.IPv4Address(text))
+    except ValueError:
+        raise UsageError(f"exo-coordinator ADDRESS: expected an IPv4 address, got {text!r}") from None
+
+
+# lab/exo/runner.py and lab/exo/discovery.py say what the stand-in does with each (and cite it)
+ignore_term_apply, ignore_term_clear = _overlay_fault("runnerIgnoresTerm", lambda a: True)
+leak_apply, leak_clear = _overlay_fault("failStarts", lambda a: _count(a[1]))
+split_apply, split_clear = _overlay_fault("discoverySplit", lambda a: True)
+coordinator_apply, coordinator_clear = _overlay_fault("coordinatorAddress", lambda a: _address(a[1]))
+# the overlay key each fault cleared at the node's boot sets
+OVERLAY_OF = {"qp-exhausted": "runnerFailed", "exo-runner-failed": "runnerFailed",
+              "runner-ignores-term": "runnerIgnoresTerm", "rdma-leak": "failStarts", "exo-split": "discoverySplit",
+              "exo-coordinator": "coordinatorAddress"}
 os_apply, os_clear = _persist_set("os", _other_build)
 fv_apply_base, fv_clear_base = _persist_set("filevault", lambda target, a: True)
 disk_apply, disk_clear = _persist_set("disk_full", lambda target, a: True)
@@ -971,6 +1028,8 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
           "(--clear does `lab power NODE cycle`)", hang_apply, hang_clear, reboot="cleared"),
     Fault("slow-boot", ("NODE", "SECS"), "host", "every boot of NODE takes SECS seconds",
           slow_boot_apply, slow_boot_clear),
+    Fault("slow-shutdown", ("NODE", "SECS"), "host", "every software restart or shutdown of NODE stalls SECS "
+          "seconds before it goes down (it keeps answering meanwhile)", slow_shutdown_apply, slow_shutdown_clear),
     Fault("os-mismatch", ("NODE",), "host", "NODE runs another macOS build (sw_vers, sysctl, exo identity)",
           os_apply, os_clear),
     Fault("update-offered", ("NODE", "BUILD", "VERSION", "[SECS]"), "host", "Apple offers NODE the macOS update "
@@ -1003,6 +1062,17 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
     Fault("exo-runner-failed", ("NODE", "[TEXT]"), "exo", "exo's runner crashed (RunnerFailed: Terminated "
           "(signal=11 (Segmentation fault: 11)), or TEXT as given) in /state and the log; a reboot clears it",
           runner_apply, runner_clear, reboot="cleared", exo=True, check=runner_check),
+    Fault("runner-ignores-term", ("NODE",), "exo", "exo's runner on NODE ignores SIGTERM (started so at exo's "
+          "next start): exo kills it after its own retries; a reboot clears it", ignore_term_apply, ignore_term_clear,
+          reboot="cleared", exo=True),
+    Fault("rdma-leak", ("NODE", "N"), "rdma", "exo's next N runner starts on NODE fail, one every 5 s, each "
+          "leaving a protection domain and a queue pair held until NODE reboots; at 10 every start fails with "
+          "errno 16 (EBUSY)", leak_apply, leak_clear, reboot="cleared", exo=True),
+    Fault("exo-split", ("NODE",), "exo", "NODE's exo hears no peer and no peer hears it: it elects itself master "
+          "(exo's cluster split in two)", split_apply, split_clear, reboot="cleared", exo=True),
+    Fault("exo-coordinator", ("NODE", "ADDRESS"), "exo", "NODE's exo tells the other nodes to reach rank 0 of its "
+          "instance at ADDRESS (master and worker disagree on rank 0's address)", coordinator_apply,
+          coordinator_clear, reboot="cleared", exo=True),
     Fault("exo-hang", ("NODE",), "exo", "exo stops answering without dying (SIGSTOP): connections to its API hang; "
           "--clear or a restart of exo or a reboot ends it", exo_hang_apply, exo_hang_clear, reboot="cleared",
           exo=True),
@@ -1143,8 +1213,8 @@ def on_boot(lab: dict, node: str) -> None:
                     node_obj.update("boot", lambda b: b.update(rdma_hang=True, rdma_wedged=True))
             elif node in rec["nodes"] and (f.reboot == "cleared" or (f.reboot == "live" and "service" not in
                                                                      rec["data"])):
-                if f.name in ("qp-exhausted", "exo-runner-failed"):
-                    _clear_overlay(d, lab, node, "runnerFailed")
+                if f.name in OVERLAY_OF:
+                    _clear_overlay(d, lab, node, OVERLAY_OF[f.name])
                 continue
             keep.append(rec)
         _save_records(d, keep)

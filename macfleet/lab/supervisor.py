@@ -39,6 +39,9 @@ def main(name: str) -> int:
             boot = read_json(d / "nodes" / node / "boot.json", {})
             if action != "reboot" and boot.get("authrestart"):  # authrestart covers a software restart only
                 Lab(d).node(node).update("boot", lambda b: b.pop("authrestart", None))
+            stall = faults.shutdown_seconds(lab, node) if action in ("reboot", "halt") else 0.0
+            if stall and boot.get("power") == "on" and stop.wait(stall):  # slow-shutdown: a stalled shutdown
+                return
             if action in ("reboot", "cycle", "halt", "off") and boot.get("power") != "off":
                 halt_node(lab, node)
             if action in ("on", "unlock") and boot.get("power") == "locked":

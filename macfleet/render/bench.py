@@ -1,5 +1,6 @@
 """`bench links`: a node × node matrix (row sends, column receives, Gb/s), each link's latency, and the links
-below their baseline. Names read from the inventory or a Mac are printed as plain text, never markup."""
+below their baseline. `bench exo`: each placed model's prompt and generation tokens/s.
+Names read from the inventory or a Mac are printed as plain text, never markup."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from macfleet.judge.inference import Completion, nodes_of
 from macfleet.judge.links_bench import BelowBaseline, LinkResult
+from macfleet.judge.model import Finding
+from macfleet.judge.placement import InstanceView
 from macfleet.render.text import text
 
 
@@ -68,3 +72,26 @@ def baseline_note(saved_at: str | None, min_fraction: float, path: str) -> str:
     if saved_at is None:
         return f"no baseline yet ({path}); `--save-baseline` on a healthy mesh keeps one"
     return f"compared with the baseline of {saved_at} ({path}): a direction below {min_fraction:.0%} is named"
+
+
+def _tps(value: float | None) -> Text:
+    return Text(f"{value:.1f}") if value is not None else Text("—", style="dim")
+
+
+def render_bench_exo(models: Sequence[tuple[InstanceView, Completion]], findings: Sequence[Finding],
+                     baseline_note: str | None) -> RenderableType:
+    """Each placed model's tokens/s as exo measured them, then what is wrong."""
+    t = Table(title="Placed models, tokens/s (exo's bench endpoint)")
+    for col in ("model", "cut", "nodes", "prompt", "generation", "tokens", "s"):
+        t.add_column(Text(col), overflow="fold")
+    for i, c in models:
+        cut = f"{i.sharding or '?'} over {i.transport or '?'}"
+        secs = f"{c.seconds:.1f}" if c.seconds is not None else "—"
+        t.add_row(text(i.model), text(cut), text(", ".join(nodes_of(i))), _tps(c.prompt_tps),
+                  _tps(c.generation_tps), Text(str(c.tokens)), Text(secs))
+    parts: list[RenderableType] = [t if models else text("no model is placed: nothing to measure "
+                                                          "(`macfleet exo place MODEL`)", style="yellow")]
+    if baseline_note:
+        parts.append(text(baseline_note, style="dim"))
+    parts += [text(f"{f.code}: {f.message}", style="bold red") for f in findings]
+    return Group(*parts)

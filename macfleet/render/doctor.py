@@ -84,6 +84,8 @@ def render_fix(before: HealthReport, after: HealthReport | None, steps: list, no
     for s in steps:
         parts.append(Text(f"fix: playbooks/{s.playbook}.yml on {', '.join(s.nodes)} ({', '.join(s.checks)}): "
                           f"{s.status}"))
+        for node, tasks in sorted(s.changes.items()):
+            parts.append(Text(f"  {node}: {', '.join(tasks)}", style="dim"))
     for node, check, why in not_fixed:
         parts.append(Text(f"not fixed automatically: {node} {check}: {why}", style="yellow"))
     if after is not None:

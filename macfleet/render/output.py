@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from macfleet.errors import MacfleetError
+from macfleet.render import events
 from macfleet.render.text import text
 
 if TYPE_CHECKING:
@@ -83,7 +84,9 @@ def emit(
 ) -> None:
     """Print a command's result, then exit with `exit_code` when it is not 0."""
     as_json = mode.json if json_mode is None else json_mode
-    if as_json:
+    if events.stream.on:  # stdout is the event stream: the result goes in its `finished` line
+        events.result(to_jsonable(result))
+    elif as_json:
         sys.stdout.write(json.dumps(to_jsonable(result), indent=2, ensure_ascii=False) + "\n")
         sys.stdout.flush()
     elif human is not None:
@@ -102,6 +105,20 @@ def info(message: str | Text) -> None:
     """A human message (progress, notes); always on stderr so stdout stays data. A str may carry deliberate
     markup: put any data inside it through `render.text.markup()`."""
     _named("err_console").print(message, soft_wrap=True)
+    if events.stream.on:
+        events.progress(_plain(message))
+
+
+def _plain(message: str | Text) -> str:
+    from rich.errors import MarkupError
+    from rich.text import Text
+
+    if isinstance(message, Text):
+        return message.plain
+    try:
+        return Text.from_markup(message).plain
+    except MarkupError:
+        return message
 
 
 def verbose(message: str) -> None:
@@ -111,15 +128,17 @@ def verbose(message: str) -> None:
 
 def fail(error: MacfleetError) -> int:
     """Report an expected error; returns its exit code."""
-    if mode.json:
-        payload = {
-            "error": {
-                "code": error.code,
-                "message": error.message,
-                "hint": error.hint,
-                "details": error.details,
-            }
+    payload = {
+        "error": {
+            "code": error.code,
+            "message": error.message,
+            "hint": error.hint,
+            "details": error.details,
         }
+    }
+    if events.stream.on:
+        events.error(json.loads(json.dumps(payload["error"], default=str)))
+    elif mode.json:
         sys.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False, default=str) + "\n")
     lines = error.lines()
     err_console = _named("err_console")

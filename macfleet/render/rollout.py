@@ -41,6 +41,7 @@ def render_report(report: RolloutReport) -> RenderableType:
         "switched": f"switched to {report.release}" + (f" (from {report.previous})" if report.previous else ""),
         "already": f"already on {report.release}, healthy: nothing to do",
         "repaired": f"repaired an interrupted switch: back on {report.release}",
+        "check": f"would switch back from {report.previous} to {report.release} (--check: nothing changed)",
     }.get(report.result, report.result)
     line = Text(what + (f" in {report.took_s:g} s" if report.took_s else ""), style="bold green")
     if report.staged:
@@ -88,6 +89,23 @@ def render_model_push(report: ModelPushReport) -> RenderableType:
         t.add_row(Text(node), str(n.had_files), f"{n.received_bytes / 1e6:.1f}")
     notes = [Text(f"rerouted: {r}", style="yellow") for r in report.rerouted]
     return Group(head, t, *notes)
+
+
+def render_model_plan(plan: dict) -> RenderableType:
+    """`rollout model --check`: what would be sent to each node; nothing was."""
+    if plan["download"] is not None:
+        return Text(f"{plan['model']}: would be downloaded from Hugging Face into {plan['download']['into']} first; "
+                    "its sizes are known only then (--check downloads nothing)")
+    head = Text(f"{plan['model']}: {plan['files']} files, {plan['bytes'] / 1e6:.1f} MB; "
+                + (f"the seed would be {plan['seed']} (nothing sent: --check)" if plan["seed"]
+                   else "already on every node"), style="bold")
+    t = Table()
+    for col in ("node", "has files", "would send files", "would send MB", "refused"):
+        t.add_column(col, justify="left" if col in ("node", "refused") else "right")
+    for node, n in plan["nodes"].items():
+        t.add_row(Text(node), str(n["has_files"]), str(n["would_send_files"]), f"{n['would_send_bytes'] / 1e6:.1f}",
+                  Text(n["refused"] or ""))
+    return Group(head, t)
 
 
 def render_model_verify(report: ModelVerifyReport) -> RenderableType:

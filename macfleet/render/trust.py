@@ -8,13 +8,16 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-STATUS_STYLE = {"recorded": "green", "known": "green", "refused": "red", "changed": "bold red",
-                "unreachable": "red", "new": "yellow", "unlock-screen": "yellow"}
+STATUS_STYLE = {"recorded": "green", "would record": "green", "to confirm": "yellow", "known": "green",
+                "refused": "red", "changed": "bold red", "unreachable": "red", "new": "yellow",
+                "unlock-screen": "yellow"}
 
 
-def _outcome(node: dict[str, Any]) -> str:
+def _outcome(node: dict[str, Any], check: bool = False) -> str:
     if node["recorded"]:
-        return "recorded"
+        return "would record" if check else "recorded"
+    if node.get("to_confirm"):
+        return "to confirm"
     if node["status"] in ("known", "changed", "unreachable", "unlock-screen"):
         return node["status"]
     return "refused" if node["refused"] else "new"
@@ -27,7 +30,7 @@ def render_trust(payload: dict[str, Any]) -> RenderableType:
         table.add_column(col, overflow="fold", min_width=51 if col == "fingerprint" else None)
     notes: list[Text] = []
     for n in payload["nodes"]:
-        outcome = _outcome(n)
+        outcome = _outcome(n, payload.get("check", False))
         table.add_row(Text(n["name"]), Text(n["host"]), Text(n["key_type"] or "—"), Text(n["fingerprint"] or "—"),
                       Text(outcome, style=STATUS_STYLE.get(outcome, "")))
         if n["status"] == "changed":
@@ -40,7 +43,12 @@ def render_trust(payload: dict[str, Any]) -> RenderableType:
         if n["reason"]:
             notes.append(Text(f"{n['name']}: {n['reason']}", style="red"))
     recorded = sum(1 for n in payload["nodes"] if n["recorded"])
-    notes.append(Text(f"{recorded} key(s) recorded", style="green" if recorded else "dim"))
+    if payload.get("check"):
+        asks = sum(1 for n in payload["nodes"] if n.get("to_confirm"))
+        notes.append(Text(f"--check: nothing written; {recorded} key(s) would be recorded, {asks} shown for you to "
+                          "confirm"))
+    else:
+        notes.append(Text(f"{recorded} key(s) recorded", style="green" if recorded else "dim"))
     return Group(table, *notes)
 
 

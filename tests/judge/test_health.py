@@ -54,7 +54,8 @@ def all_nodes(**kw) -> dict[str, NodeFacts]:
 def test_catalogue_codes_are_stable_and_each_has_a_function() -> None:
     assert CHECK_CODES == ("reachable", "macos-build", "cabling", "bridge", "ip-plan", "rdma", "power",
                            "wired-limit", "filevault", "exo-running", "exo-version", "exo-peers", "exo-rdma",
-                           "exo-runners", "exo-log", "clock-skew", "disk", "updates", "macos-target", "auto-updates",
+                           "exo-runners", "exo-log", "rdma-ledger", "model-placed", "inference", "exo-discovery",
+                           "clock-skew", "disk", "updates", "macos-target", "auto-updates",
                            "tb-ping",
                            "exo-models-dir", "exo-networksetup", "exo-api-exposure", "llama-rpc", "links-bench")
     assert set(CHECK_FUNCTIONS) == set(CHECK_CODES)

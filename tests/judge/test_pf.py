@@ -50,3 +50,14 @@ def test_exposure(text: str, why: str | None) -> None:
 def test_udp_port_judged_for_udp() -> None:
     rules = "block drop in quick proto udp from any to any port = 52413\n"
     assert judge(rules, 52413, "udp") is None and judge(rules, 52413, "tcp") is not None
+
+
+def test_client_networks_the_inventory_lets_in_are_not_an_exposure() -> None:
+    """macfleet_exo.clients: a source list the person chose, for exo's API port only; rpc-server's port, judged
+    with no source list trusted, is still closed by the block that follows."""
+    rules = ("pass in quick proto tcp from <macfleet_exo_clients> to any port = 52415 flags S/SA keep state\n"
+             "block drop in quick proto tcp from any to any port = 52415\n"
+             "pass in quick on en2 proto tcp from any to any port = 50052 flags S/SA keep state\n"
+             "block drop in quick proto tcp from any to any port = 50052\n")
+    assert judge(rules) is None
+    assert exposure(parse_pf_rules(rules), 50052, ALLOWED, "tcp", sources_ok=False) is None

@@ -25,7 +25,7 @@ A `Lab` gives:
   .status() -> {node: {"name", "mesh", "state", "address", "faults"}}
   .fault(*args, clear=False) -> CompletedProcess  (`macfleet lab fault --name NAME ARGS… [--clear]`)
   .wait(lambda: cond, timeout, what)   poll with a deadline (never sleep)
-  .wait_state(node, {"up"}, timeout)
+  .wait_state(node, {"up"}, timeout)   polls .state(node) (in-process; .status() runs the CLI)
   .truth() -> lab.json (the plan: nodes, cables, addresses), read from the lab's state directory
 Teardown runs `macfleet lab down` and asserts no namespace, link, process, state or inventory is left.
 """
@@ -163,9 +163,15 @@ class Lab:
                 raise AssertionError(f"timed out after {timeout}s waiting for {what}")
             time.sleep(every)
 
+    def state(self, node: str) -> str:
+        """The node's state as `lab status` says it, read in-process: a poll costs a file read, not a CLI start
+        (`status()` runs the CLI, tested in test_lab_mesh.py)."""
+        from macfleet.lab import control
+
+        return next(n["state"] for n in control.status(self.name) if n["name"] == node)
+
     def wait_state(self, node: str, states: set[str], timeout: float = 60) -> str:
-        return self.wait(lambda: self.status()[node]["state"] in states and self.status()[node]["state"],
-                         timeout, f"{node} in {states}")
+        return self.wait(lambda: (s := self.state(node)) in states and s, timeout, f"{node} in {states}")
 
     def wait_ssh(self, node: str, timeout: float = 60) -> None:
         self.wait(lambda: self.ssh(node, "true", check=False, timeout=15).returncode == 0, timeout,

@@ -357,7 +357,7 @@ def test_prepared_lab_is_a_bootstrapped_mesh_and_exo_survives_a_reboot(make_lab,
     for node in lab.nodes:
         lab.ssh(node, "sudo -n shutdown -r now", check=False)
     for node in lab.nodes:
-        lab.wait(lambda n=node: lab.status()[n]["state"] == "up" and lab.ssh(n, "true", check=False).returncode == 0,
+        lab.wait(lambda n=node: lab.state(n) == "up" and lab.ssh(n, "true", check=False).returncode == 0,
                  120, f"{node} back")
         lab.wait(lambda n=node: lab.ssh(n, "launchctl print system/org.macfleet.exo", check=False).returncode == 0,
                  60, f"exo's LaunchDaemon on {node}")

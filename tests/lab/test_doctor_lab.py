@@ -54,18 +54,31 @@ def set_wired_limit(lab, value: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def bootstrapped(lab4):
+def bootstrapped(lab4, tmp_path_factory):
+    """lab4 with the inventory's wired limit, and a controller state directory of the module's own: its first
+    doctor pass waits for softwareupdate, the later ones use the answer it kept (as an operator's do)."""
     set_wired_limit(lab4, WIRED_MB)
-    yield lab4
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MACFLEET_STATE_DIR", str(tmp_path_factory.mktemp("doctor-state")))
+        yield lab4
     set_wired_limit(lab4, WIRED_MB)
 
 
-def test_healthy_lab_every_check_ok(bootstrapped) -> None:
-    rc, report, _ = wait_doctor(bootstrapped, set(), 60, "healthy lab")
+def test_healthy_lab_every_check_ok_and_softwareupdate_is_waited_for_once(bootstrapped) -> None:
+    """Every check ok. The module's first pass waits for softwareupdate's tens of seconds
+    (lab/macos/latency.py); the next uses the answer it kept and says how old it is."""
+    lab = bootstrapped
+    _, first, first_s = doctor(lab)
+    rc, report, took = wait_doctor(lab, set(), 60, "healthy lab")
     assert rc == 0 and report["findings"] == []
     assert {c["result"] for c in report["checks"]} == {"ok"}
-    assert {c["node"] for c in report["checks"]} == set(bootstrapped.nodes)
+    assert {c["node"] for c in report["checks"]} == set(lab.nodes)
     assert report["summary"]["healthy"] is True
+    assert first["cached"] == {} and set(report["cached"]) == set(lab.nodes)
+    assert all(0 <= ages["softwareupdate"] < 120 for ages in report["cached"].values())
+    scale = float(lab.truth().get("latency", 1.0))
+    if scale > 0:  # a run that chose the lab's own speed (MACFLEET_TEST_LAB_LATENCY=0) has no wait to save
+        assert first_s >= 20 * scale and took < first_s - 15 * scale, (first_s, took)
 
 
 def both(check: str, *nodes: str) -> set[tuple[str, str]]:
@@ -247,23 +260,13 @@ def test_fix_applies_the_safe_fixes_and_leaves_the_wedge(bootstrapped) -> None:
     wait_doctor(lab, set(), 120, "healthy after --fix")
 
 
-def test_stand_ins_answer_as_slowly_as_a_mac_and_doctor_waits_on_softwareupdate_once(bootstrapped, tmp_path,
-                                                                                       monkeypatch) -> None:
-    """system_profiler takes its second (lab/macos/latency.py); doctor's first pass waits for softwareupdate's
-    tens of seconds, the next uses the answer it kept and says how old it is."""
+def test_stand_ins_answer_as_slowly_as_a_mac(bootstrapped) -> None:
+    """system_profiler takes its second (lab/macos/latency.py); softwareupdate's wait is in the healthy test."""
     lab = bootstrapped
     scale = float(lab.truth().get("latency", 1.0))
     t0 = time.monotonic()
     lab.ssh(S1, "system_profiler SPThunderboltDataType >/dev/null")
     assert time.monotonic() - t0 >= 1.0 * scale
-    monkeypatch.setenv("MACFLEET_STATE_DIR", str(tmp_path))
-    _, first, first_s = doctor(lab, "--only", "updates")
-    _, second, second_s = doctor(lab, "--only", "updates")
-    assert first["cached"] == {} and set(second["cached"]) == set(lab.nodes)
-    assert all(0 <= ages["softwareupdate"] < 120 for ages in second["cached"].values())
-    assert {c["result"] for c in second["checks"]} == {"ok"}  # judged from the kept answer
-    if scale > 0:  # a run that chose the lab's own speed (MACFLEET_TEST_LAB_LATENCY=0) has no wait to save
-        assert first_s >= 20 * scale and second_s < first_s - 15 * scale, (first_s, second_s)
 
 
 def test_limit_probes_only_those_nodes_and_leaves_out_the_mesh_wide_checks(bootstrapped) -> None:

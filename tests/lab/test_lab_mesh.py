@@ -67,75 +67,84 @@ def test_macos_userland_first(lab4):
 
 
 def test_every_standin_parses_into_true_state(lab4):
+    """Each node's stand-ins against the lab's plan; the nodes are read at once (each one's commands in turn, at
+    a Mac's pace), as doctor reads them."""
+    from concurrent.futures import ThreadPoolExecutor
+
     truth = lab4.truth()
     st = lab4.status()
-    for node in lab4.nodes:
-        info = truth["nodes"][node]
-        ports = truth["models"][info["model"]]["ports"]
-        cabled = {}
-        for c in truth["cables"]:
-            for end, far in ((c["a"], c["b"]), (c["b"], c["a"])):
-                if end["node"] == node:
-                    cabled[end["receptacle"]] = far
-        boot = lab4.node_state(node)
+    with ThreadPoolExecutor(len(lab4.nodes)) as pool:
+        for done in [pool.submit(_parses_into_true_state, lab4, truth, st, node) for node in lab4.nodes]:
+            done.result()  # a node's failed assert is raised here
 
-        tb = parse("thunderbolt", lab4.ssh(node, "system_profiler SPThunderboltDataType -json").stdout)
-        text = parse("thunderbolt", lab4.ssh(node, "system_profiler SPThunderboltDataType").stdout)
-        xml = parse("thunderbolt", lab4.ssh(node, "system_profiler SPThunderboltDataType -xml").stdout)
-        for facts in (tb, text, xml):
-            by_r = {p.receptacle: p for p in facts.ports}
-            assert set(by_r) == {p["receptacle"] for p in ports}
-            for r, p in by_r.items():
-                assert p.domain_uuid == boot["domain_uuids"][str(r)]
-                assert p.connected == (r in cabled)
-                if r in cabled:
-                    far = cabled[r]
-                    assert p.speed_gbps == 80
-                    peer_boot = lab4.node_state(far["node"])
-                    dumped = json.dumps(p.model_dump(mode="json"))
-                    assert peer_boot["domain_uuids"][str(far["receptacle"])] in dumped
 
-        hp = parse("hardware-ports", lab4.ssh(node, "networksetup -listallhardwareports").stdout)
-        tbports = {x.name: x.device for x in hp.ports if x.name.startswith("Thunderbolt ") and x.name[-1].isdigit()}
-        assert tbports == {f"Thunderbolt {p['receptacle']}": p["device"] for p in ports}
+def _parses_into_true_state(lab4, truth: dict, st: dict, node: str) -> None:
+    info = truth["nodes"][node]
+    ports = truth["models"][info["model"]]["ports"]
+    cabled = {}
+    for c in truth["cables"]:
+        for end, far in ((c["a"], c["b"]), (c["b"], c["a"])):
+            if end["node"] == node:
+                cabled[end["receptacle"]] = far
+    boot = lab4.node_state(node)
 
-        devs = parse("ibv-devices", lab4.ssh(node, "ibv_devices").stdout)
-        assert [d.name for d in devs.devices] == [f"rdma_{p['device']}" for p in ports]
+    tb = parse("thunderbolt", lab4.ssh(node, "system_profiler SPThunderboltDataType -json").stdout)
+    text = parse("thunderbolt", lab4.ssh(node, "system_profiler SPThunderboltDataType").stdout)
+    xml = parse("thunderbolt", lab4.ssh(node, "system_profiler SPThunderboltDataType -xml").stdout)
+    for facts in (tb, text, xml):
+        by_r = {p.receptacle: p for p in facts.ports}
+        assert set(by_r) == {p["receptacle"] for p in ports}
+        for r, p in by_r.items():
+            assert p.domain_uuid == boot["domain_uuids"][str(r)]
+            assert p.connected == (r in cabled)
+            if r in cabled:
+                far = cabled[r]
+                assert p.speed_gbps == 80
+                peer_boot = lab4.node_state(far["node"])
+                dumped = json.dumps(p.model_dump(mode="json"))
+                assert peer_boot["domain_uuids"][str(far["receptacle"])] in dumped
 
-        info_v = parse("ibv-devinfo", lab4.ssh(node, "ibv_devinfo -v").stdout)
-        for d in info_v.devices:
-            port = next(p for p in ports if f"rdma_{p['device']}" == d.name)
-            expect = "PORT_ACTIVE" if port["receptacle"] in cabled and port["rdma_capable"] else "PORT_DOWN"
-            assert d.state == expect, (node, d.name)
+    hp = parse("hardware-ports", lab4.ssh(node, "networksetup -listallhardwareports").stdout)
+    tbports = {x.name: x.device for x in hp.ports if x.name.startswith("Thunderbolt ") and x.name[-1].isdigit()}
+    assert tbports == {f"Thunderbolt {p['receptacle']}": p["device"] for p in ports}
 
-        ifc = parse("ifconfig", lab4.ssh(node, "ifconfig").stdout)
-        by_if = {i.name: i for i in ifc.interfaces}
-        for r, (ip, prefix) in truth["addresses"][node].items():
-            dev = next(p["device"] for p in ports if p["receptacle"] == int(r))
-            assert [a.address for a in by_if[dev].inet] == [ip]
-            assert by_if[dev].inet[0].prefixlen == prefix
-        assert "bridge0" not in by_if  # Thunderbolt Bridge off in the default start state
+    devs = parse("ibv-devices", lab4.ssh(node, "ibv_devices").stdout)
+    assert [d.name for d in devs.devices] == [f"rdma_{p['device']}" for p in ports]
 
-        assert parse("rdma-ctl", lab4.ssh(node, "rdma_ctl status").stdout).enabled is True
-        sw = parse("sw-vers", lab4.ssh(node, "sw_vers").stdout)
-        assert sw.product_name == "macOS" and sw.product_version == boot.get("os_version", "26.5.1")
-        sc = parse("sysctl", lab4.ssh(node, "sysctl hw.memsize hw.ncpu hw.model iogpu.wired_limit_mb").stdout)
-        assert sc.values["hw.memsize"] == str(512 * 1024**3) and sc.values["hw.model"] == "Mac15,14"
-        hw = parse("hardware", lab4.ssh(node, "system_profiler SPHardwareDataType -json").stdout)
-        assert hw.memory_bytes == 512 * 1024**3 and hw.chip == "Apple M3 Ultra"
-        pm = parse("pmset", lab4.ssh(node, "pmset -g").stdout)
-        assert pm.settings["sleep"] == "0" and pm.settings["autorestart"] == "1"
-        assert parse("fdesetup", lab4.ssh(node, "fdesetup status").stdout).filevault_on is False
-        assert parse("csrutil", lab4.ssh(node, "csrutil status").stdout).status == "enabled"
-        assert parse("remote-login", lab4.ssh(node, "sudo -n systemsetup -getremotelogin").stdout).enabled is True
-        svcs = parse("services", lab4.ssh(node, "networksetup -listallnetworkservices").stdout)
-        assert {s.name: s.enabled for s in svcs.services}["Thunderbolt Bridge"] is False
-        order = parse("service-order", lab4.ssh(node, "networksetup -listnetworkserviceorder").stdout)
-        assert len(order.services) == len(svcs.services)
-        r0, (ip0, _p) = next(iter(truth["addresses"][node].items()))
-        gi = parse("getinfo", lab4.ssh(node, f"networksetup -getinfo 'Thunderbolt {r0}'").stdout)
-        assert gi.configuration == "manual" and gi.ip_address == ip0
-        assert st[node]["state"] == "up"
+    info_v = parse("ibv-devinfo", lab4.ssh(node, "ibv_devinfo -v").stdout)
+    for d in info_v.devices:
+        port = next(p for p in ports if f"rdma_{p['device']}" == d.name)
+        expect = "PORT_ACTIVE" if port["receptacle"] in cabled and port["rdma_capable"] else "PORT_DOWN"
+        assert d.state == expect, (node, d.name)
+
+    ifc = parse("ifconfig", lab4.ssh(node, "ifconfig").stdout)
+    by_if = {i.name: i for i in ifc.interfaces}
+    for r, (ip, prefix) in truth["addresses"][node].items():
+        dev = next(p["device"] for p in ports if p["receptacle"] == int(r))
+        assert [a.address for a in by_if[dev].inet] == [ip]
+        assert by_if[dev].inet[0].prefixlen == prefix
+    assert "bridge0" not in by_if  # Thunderbolt Bridge off in the default start state
+
+    assert parse("rdma-ctl", lab4.ssh(node, "rdma_ctl status").stdout).enabled is True
+    sw = parse("sw-vers", lab4.ssh(node, "sw_vers").stdout)
+    assert sw.product_name == "macOS" and sw.product_version == boot.get("os_version", "26.5.1")
+    sc = parse("sysctl", lab4.ssh(node, "sysctl hw.memsize hw.ncpu hw.model iogpu.wired_limit_mb").stdout)
+    assert sc.values["hw.memsize"] == str(512 * 1024**3) and sc.values["hw.model"] == "Mac15,14"
+    hw = parse("hardware", lab4.ssh(node, "system_profiler SPHardwareDataType -json").stdout)
+    assert hw.memory_bytes == 512 * 1024**3 and hw.chip == "Apple M3 Ultra"
+    pm = parse("pmset", lab4.ssh(node, "pmset -g").stdout)
+    assert pm.settings["sleep"] == "0" and pm.settings["autorestart"] == "1"
+    assert parse("fdesetup", lab4.ssh(node, "fdesetup status").stdout).filevault_on is False
+    assert parse("csrutil", lab4.ssh(node, "csrutil status").stdout).status == "enabled"
+    assert parse("remote-login", lab4.ssh(node, "sudo -n systemsetup -getremotelogin").stdout).enabled is True
+    svcs = parse("services", lab4.ssh(node, "networksetup -listallnetworkservices").stdout)
+    assert {s.name: s.enabled for s in svcs.services}["Thunderbolt Bridge"] is False
+    order = parse("service-order", lab4.ssh(node, "networksetup -listnetworkserviceorder").stdout)
+    assert len(order.services) == len(svcs.services)
+    r0, (ip0, _p) = next(iter(truth["addresses"][node].items()))
+    gi = parse("getinfo", lab4.ssh(node, f"networksetup -getinfo 'Thunderbolt {r0}'").stdout)
+    assert gi.configuration == "manual" and gi.ip_address == ip0
+    assert st[node]["state"] == "up"
 
 
 def test_topology_links_six_at_80(lab4, tmp_path):

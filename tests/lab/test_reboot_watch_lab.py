@@ -175,7 +175,9 @@ def test_node_not_back_is_named_with_what_it_looked_like_and_hang_refused(lab_sm
         out = json.loads(p.stdout)
         assert out["result"] == "failed" and out["nodes"]["studio-2"]["back"] is False
         assert out["nodes"]["studio-2"]["last_seen"].startswith("down:")
-        assert "not back within 4 s: studio-2 (last seen: down" in out["phases"][-1]["detail"]
+        detail = out["phases"][-1]["detail"]
+        assert "not back within 4 s: studio-2 went down and answers nothing" in detail
+        assert "power-cycle studio-2: hold its power button" in detail
         assert "released (failed" in out["lock"]
     finally:
         back_up(lab)
@@ -348,7 +350,8 @@ def test_a_reboot_killed_after_issuing_its_reboots_is_resumed_and_the_mesh_verif
         out = json.loads(p.stdout)
         assert out["result"] == "ok" and out["resumed"].startswith(f"resuming the reboot of reboot (pid {first.pid}")
         assert [ph["name"] for ph in out["phases"]] == ["wait for nodes", "verify RDMA, IP plan, cabling",
-                                                         "start exo", "verify exo /state"]
+                                                         "start exo", "verify exo /state",
+                                                         "models placed and answering"]
         assert out["phases"][2]["detail"] == f"started on {len(lab.nodes)} node(s)"  # exo ran everywhere before
         assert "took over a stale cluster lock held by reboot" in out["lock"] and "released (ok: clean" in out["lock"]
         after = boottimes(lab)

@@ -17,11 +17,6 @@ def _json(p) -> dict:
     return json.loads(p.stdout)
 
 
-def _faults_available(lab) -> bool:
-    p = lab.macfleet("lab", "--help", check=False)
-    return " fault " in p.stdout or "│ fault" in p.stdout
-
-
 def test_healthy_4_node_mesh_is_clean(lab4) -> None:
     p = lab4.macfleet("topology", "check", "-i", str(lab4.inventory), "--json", check=False)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -44,8 +39,6 @@ FAULTS = [
 
 @pytest.mark.parametrize(("fault", "args", "code", "fix"), FAULTS, ids=[f[0] for f in FAULTS])
 def test_cabling_fault_gives_the_right_finding_and_fix(lab4, fault, args, code, fix) -> None:
-    if not _faults_available(lab4):
-        pytest.skip("`macfleet lab fault` is not available in this lab yet")
     lab4.macfleet("lab", "fault", "--name", lab4.name, fault, *args)
     try:
         p = lab4.macfleet("topology", "check", "-i", str(lab4.inventory), "--json", check=False)

@@ -17,8 +17,11 @@ from macfleet.errors import FactsParseError
 from macfleet.facts.commands import CommandSpec, spec_for
 from macfleet.facts.daemons import ExoDaemonsFacts
 from macfleet.facts.defaults import DefaultsFacts
+from macfleet.facts.discovery import Coordinators
 from macfleet.facts.disk import DfFacts
 from macfleet.facts.exo import ExoStateFacts
+from macfleet.facts.exoapi import ExoCluster
+from macfleet.facts.ledger import BootTime, FailedStarts
 from macfleet.facts.network import HardwarePortsFacts, IfconfigFacts, RoutesFacts, ServiceOrderFacts
 from macfleet.facts.probes import PfInfoFacts, PfRulesFacts, PingFacts, UpdatesFacts
 from macfleet.facts.rdma import IbvDevicesFacts, IbvDevinfoFacts, RdmaCtlFacts
@@ -27,6 +30,7 @@ from macfleet.facts.sockets import TcpSocketsFacts
 from macfleet.facts.system import FdesetupFacts, PmsetFacts, SwVersFacts, SysctlFacts
 from macfleet.facts.thunderbolt import ThunderboltFacts
 from macfleet.inventory.model import Fleet, Mesh
+from macfleet.judge.inference import InferenceInput
 from macfleet.judge.links_bench import LinksBenchInput
 from macfleet.judge.rdma import NodeRdma
 from macfleet.judge.topology import TopologyReport
@@ -34,11 +38,13 @@ from macfleet.judge.topology import TopologyReport
 Result = Literal["ok", "finding", "unknown"]
 
 
-class _Model(BaseModel):
+class Frozen(BaseModel):
+    """A report part: immutable, and nothing but its fields."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class HealthFinding(_Model):
+class HealthFinding(Frozen):
     node: str
     check: str
     severity: Literal["error", "warning"]
@@ -47,18 +53,18 @@ class HealthFinding(_Model):
     evidence: str = ""
 
 
-class CheckResult(_Model):
+class CheckResult(Frozen):
     check: str
     node: str
     result: Result
     reason: str | None = None  # why unknown (or which finding); None when ok
 
 
-class Unknown(_Model):
+class Unknown(Frozen):
     reason: str
 
 
-class ClockReading(_Model):
+class ClockReading(Frozen):
     """`date -u +%s` on the node, and when its answer reached the controller after how long a round trip."""
 
     node_epoch_s: int
@@ -76,7 +82,7 @@ class ClockReading(_Model):
         return self.round_trip_s / 2 + 1.0
 
 
-class NodeFacts(_Model):
+class NodeFacts(Frozen):
     """Everything one node told us in one pass. A fact that is None could not be read: `problems` says why."""
 
     reachable: bool = True
@@ -97,6 +103,7 @@ class NodeFacts(_Model):
     exo_node_id: str | None = None
     exo_version: str | None = None  # the release `current` points at: its exo package's version (facts/exo.py)
     exo_state: ExoStateFacts | None = None
+    exo_cluster: ExoCluster | None = None  # the same /state: its instances, for the models checks
     exo_log: list[str] | None = None  # exo's log lines since its last start
     clock: ClockReading | None = None
     df: DfFacts | None = None  # `df -k` of the models directory
@@ -107,6 +114,10 @@ class NodeFacts(_Model):
     pings: dict[str, PingFacts] = Field(default_factory=dict)  # peer's planned address -> one ping to it
     tcp_sockets: TcpSocketsFacts | None = None  # `netstat -an -p tcp` (read where llama-rpc is enabled)
     exo_daemons: ExoDaemonsFacts | None = None  # exo's job's plist, exo's app's network daemon (facts/daemons)
+    boottime: BootTime | None = None  # `sysctl -n kern.boottime` (facts/ledger.py)
+    exo_failed_starts: FailedStarts | None = None  # exo's failed runner starts since boot (facts/ledger.py)
+    exo_master: str | None = None  # the node id its exo follows as master, "self": itself (facts/discovery.py)
+    exo_coordinators: list[Coordinators] | None = None  # its /state instances' rank-0 addresses
     timed_out: list[str] = Field(default_factory=list)  # kinds whose command gave no answer in time
     problems: dict[str, str] = Field(default_factory=dict)  # kind -> why it is missing
     ages: dict[str, float] = Field(default_factory=dict)  # probe key -> age (s) of the cached answer used
@@ -129,6 +140,7 @@ class HealthContext:
     now: datetime
     cabling: dict[str, TopologyReport] = field(default_factory=dict)  # mesh -> report
     links_bench: Mapping[str, LinksBenchInput] = field(default_factory=dict)  # mesh -> latest `bench links`
+    inference: Mapping[str, InferenceInput] = field(default_factory=dict)  # mesh -> its models' answers
     found: dict[tuple[str, str], bool] = field(default_factory=dict)  # (check, node) -> has a finding
     rdma: dict[str, dict[str, NodeRdma]] = field(default_factory=dict)  # mesh -> node -> `rdma status`'s verdict
 
@@ -233,7 +245,7 @@ def pick(specs: tuple[CommandSpec, ...], kind: str) -> tuple[CommandSpec, ...]:
 # ------------------------------------------------------------------------------------------------ checks
 
 
-class CheckSpec(_Model):
+class CheckSpec(Frozen):
     """What `doctor --list` says of a check."""
 
     code: str

@@ -8,10 +8,10 @@ a new family is a module here and in FAMILIES.
 
 from __future__ import annotations
 
-from macfleet.judge.checks import bench, exo, llama, network, rdma, system, updates
+from macfleet.judge.checks import bench, exo, llama, models, network, rdma, system, updates
 from macfleet.judge.checks.base import Check, CheckSpec, Probe
 
-FAMILIES = (system, network, rdma, exo, updates, llama, bench)
+FAMILIES = (system, network, rdma, exo, models, updates, llama, bench)
 
 CHECKS: tuple[Check, ...] = tuple(sorted((c for f in FAMILIES for c in f.CHECKS), key=lambda c: c.order))
 CHECK_CODES: tuple[str, ...] = tuple(c.code for c in CHECKS)

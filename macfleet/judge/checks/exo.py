@@ -1,18 +1,21 @@
 """exo on each node: its API answers, one version, peers that see each other, RDMA connections, runners, its
-log, its models directory, its app's network daemon, and who may reach its API."""
+log, one master and reachable rank-0 addresses, its models directory, its app's network daemon, and who may reach
+its API."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from macfleet.constants import EXO_MODELS_DIR
-from macfleet.facts.commands import exo_daemons_spec, exo_specs
+from macfleet.facts.commands import CommandSpec, exo_daemons_spec, exo_specs
 from macfleet.facts.daemons import (
     EXO_JOB_PLIST,
     NETWORKSETUP_LABEL,
     NETWORKSETUP_PLIST,
     parse_exo_daemons,
 )
+from macfleet.facts.discovery import master_followed, parse_coordinators
 from macfleet.facts.exo import (
     log_since_start,
     parse_exo_release,
@@ -20,6 +23,7 @@ from macfleet.facts.exo import (
     parse_http_response,
     parse_node_id,
 )
+from macfleet.facts.exoapi import parse_cluster
 from macfleet.inventory.model import Mesh
 from macfleet.judge.checks.base import (
     Answers,
@@ -28,12 +32,14 @@ from macfleet.judge.checks.base import (
     HealthFinding,
     NodeFacts,
     Probe,
+    Scope,
     Unknown,
     Verdict,
     parsed,
     pick,
 )
 from macfleet.judge.checks.network import CABLING, ok_cable_ends, pf_exposure
+from macfleet.judge.discovery import NodeDiscovery, coordinators, masters
 from macfleet.judge.exolog import UNRECOGNISED, Signature, match_signature, shown
 
 # --------------------------------------------------------------------------------------------------- exo
@@ -288,12 +294,42 @@ def check_exo_networksetup(ctx: HealthContext, node: str) -> Verdict:
                  f"{'unread' if not ns.disabled_read else 'yes' if ns.disabled else 'no'}")]
 
 
+# A node cut off from exo's cluster by one of these is that check's finding, not a split of the cluster.
+DISCOVERY_CAUSES = ("reachable", "cabling", "bridge", "ip-plan", "exo-running", "exo-version")
+
+
+def _discovery(ctx: HealthContext, mesh: Mesh) -> dict[str, NodeDiscovery]:
+    out = {}
+    for n in mesh.node_names:
+        f = ctx.facts[n]
+        if not ctx.up(n) or f.exo_state is None or any(ctx.found.get((c, n)) for c in DISCOVERY_CAUSES):
+            continue
+        addresses = {a.address: i.name for i in (f.ifconfig.interfaces if f.ifconfig else []) if i.name
+                     for a in i.inet}
+        out[n] = NodeDiscovery(node_id=f.exo_node_id, master=f.exo_master, sees=set(f.exo_state.nodes),
+                               coordinators=f.exo_coordinators or [], addresses=addresses)
+    return out
+
+
+def check_exo_discovery(ctx: HealthContext, node: str) -> Verdict:
+    """One master for the mesh and rank-0 addresses a peer can reach (judge/discovery.py); nodes that do not see
+    each other are exo-peers' finding. A finding is told on the first node it names (for a split: the smallest
+    group's)."""
+    f = ctx.facts[node]
+    if f.exo_state is None:
+        return Unknown(reason=f.why("exo-state"))
+    mesh = _discovery(ctx, ctx.mesh_of(node))
+    return [HealthFinding(node=node, check="exo-discovery", severity="error", message=d.message, fix=d.fix,
+                          evidence=d.evidence)
+            for d in masters(mesh) + coordinators(mesh) if d.nodes[0] == node]
+
+
 # ------------------------------------------------------------------------------------------- declarations
 
 CURL_REFUSED = 7  # curl: "Failed to connect": nothing listens on the port
 
 
-def _exo(kind: str) -> object:
+def _exo(kind: str) -> Callable[[Scope], tuple[CommandSpec, ...]]:
     """The exo read of this kind, at the mesh's exo port and install root."""
     return lambda s: pick(exo_specs(s.mesh.settings.exo.port, s.mesh.settings.exo.install_root), kind)
 
@@ -319,7 +355,17 @@ def _read_node_id(answers: Answers) -> dict[str, object]:
 
 def _read_log(answers: Answers) -> dict[str, object]:
     text = answers.text("exo-log")
-    return {} if text is None else {"exo_log": log_since_start(text)}
+    return {} if text is None else {"exo_log": log_since_start(text), "exo_master": master_followed(text)}
+
+
+def _read_state(answers: Answers) -> dict[str, object]:
+    """exo's /state, once read: what the exo checks judge, its instances' rank-0 addresses (facts/discovery.py)
+    and its instances as `macfleet exo` reads them (the models checks')."""
+    state = parsed(answers, "exo-state", parse_exo_state)
+    if state is None:
+        return {}
+    return {"exo_state": state, "exo_coordinators": parsed(answers, "exo-state", parse_coordinators),
+            "exo_cluster": parsed(answers, "exo-state", parse_cluster)}
 
 
 def _read_release(answers: Answers) -> dict[str, object]:
@@ -335,8 +381,9 @@ def _read_release(answers: Answers) -> dict[str, object]:
 PROBES = (
     Probe(key="exo-node-id", command=_exo("exo-node-id"), read=_read_node_id,
           fills=("exo_api", "exo_node_id")),
-    Probe(key="exo-state", command=_exo("exo-state"), fact="exo_state", parse=parse_exo_state),
-    Probe(key="exo-log", command=_exo("exo-log"), read=_read_log, fills=("exo_log",)),
+    Probe(key="exo-state", command=_exo("exo-state"), read=_read_state,
+          fills=("exo_state", "exo_coordinators", "exo_cluster")),
+    Probe(key="exo-log", command=_exo("exo-log"), read=_read_log, fills=("exo_log", "exo_master")),
     Probe(key="exo-release", command=_exo("exo-release"), read=_read_release,
           fills=("exo_version",)),
     Probe(key="exo-daemons", command=lambda s: (exo_daemons_spec(),), fact="exo_daemons", parse=parse_exo_daemons),
@@ -360,6 +407,9 @@ CHECKS = (
     Check(code="exo-log", title="no JACCL or runner error signature in exo's log since its last start, while it "
           "has no healthy runner", order=150, judge=check_exo_log, reads=(*_API, "exo-state", "exo-log"),
           depends=(*_R, "rdma", "exo-running", "exo-runners")),
+    Check(code="exo-discovery", title="one exo master for the mesh, rank-0 addresses rank 0 holds (not its "
+          "Thunderbolt Bridge)", order=158, judge=check_exo_discovery,
+          reads=(*_API, "exo-state", "exo-log", "ifconfig"), depends=(*_R, "exo-running"), mesh_wide=True),
     Check(code="exo-models-dir", title="exo looks for models in the directory rollout fills (exo.models_dir)",
           order=220, judge=check_exo_models_dir, reads=("exo-daemons",), depends=_R),
     Check(code="exo-networksetup", title="exo's app's network daemon (io.exo.networksetup) is not loaded and will "

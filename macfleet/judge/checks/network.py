@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from macfleet.facts.commands import ping_spec, probe_specs
+from macfleet.facts.commands import CommandSpec, ping_spec, probe_specs
 from macfleet.facts.network import HardwarePortsFacts
 from macfleet.facts.probes import (
     parse_pf_info,
@@ -265,7 +265,7 @@ CABLING = ("thunderbolt", "hardware-ports", "ibv-devices", "ibv-devinfo:verbose"
 ADDRESSES = (*CABLING, "service-order", "netstat-routes")
 
 
-def _pings(scope: Scope) -> tuple:
+def _pings(scope: Scope) -> tuple[CommandSpec, ...]:
     """One short ping to every peer of the IP plan, at the peer's address on their link."""
     return tuple(ping_spec(a) for a in ping_targets(scope.fleet, scope.mesh.name, scope.node))
 

@@ -3,12 +3,16 @@ IPv4-mapped GID."""
 
 from __future__ import annotations
 
+from macfleet.facts.commands import BOOTTIME, EXO_LOG_LINES
+from macfleet.facts.ledger import failed_starts_since, parse_boottime
 from macfleet.inventory.model import Mesh
 from macfleet.judge.checks.base import (
+    Answers,
     Check,
     HealthContext,
     HealthFinding,
     NodeFacts,
+    Probe,
     Unknown,
     Verdict,
     kind_probe,
@@ -16,6 +20,8 @@ from macfleet.judge.checks.base import (
 from macfleet.judge.checks.network import CABLING, ok_cable_ends
 from macfleet.judge.rdma import NodeRdma, NodeRdmaFacts, Problem
 from macfleet.judge.rdma import check_rdma as check_rdma_mesh
+from macfleet.judge.rdma_ledger import REBOOT_FIRST, ledger
+from macfleet.judge.rdma_ledger import verdict as ledger_verdict
 
 # `rdma status`'s judgement, read by doctor: the problems of a node's own RDMA stack and ports. What the cabling
 # check already says (a slow cable, a hub, a port that cannot do RDMA, a cable to a stranger), the macOS check
@@ -69,15 +75,61 @@ def check_rdma(ctx: HealthContext, node: str) -> Verdict:
     return Unknown(reason="RDMA ports not read: " + "; ".join(unread)) if unread else []
 
 
+NOT_HOLDING = ("RunnerFailed", "RunnerShutdown", "RunnerIdle")  # runner states that hold no RDMA resources
+
+
+def check_rdma_ledger(ctx: HealthContext, node: str) -> Verdict:
+    """Room for the next runner starts on the node's RDMA devices (judge/rdma_ledger.py)."""
+    f = ctx.facts[node]
+    if f.ibv_devinfo is None:
+        return Unknown(reason=f.why("ibv-devinfo:verbose"))
+    if f.exo_failed_starts is None:
+        why = f.why("exo-log", "boottime")
+        return Unknown(reason=f"exo's failed runner starts since boot could not be counted: {why}")
+    running = f.exo_state is not None and any(r.node_id == f.exo_node_id and r.status not in NOT_HOLDING
+                                               for r in f.exo_state.runners)
+    led = ledger(node, f.ibv_devinfo, f.exo_failed_starts, running)
+    if isinstance(led, str):
+        return Unknown(reason=led)
+    said = ledger_verdict(led)
+    if said is None:
+        return []
+    return [HealthFinding(node=node, check="rdma-ledger", severity=said[0], message=said[1], fix=REBOOT_FIRST,
+                          evidence=led.evidence())]
+
+
+def _read_failed_starts(answers: Answers) -> dict[str, object]:
+    """The node's boot time, and exo's failed runner starts since then counted in the end of its log read."""
+    text = answers.text(BOOTTIME.key)
+    if text is None:
+        return {}
+    boot = parse_boottime(text)
+    if boot is None:
+        answers.unread(BOOTTIME.key, f"not `{{ sec = N, usec = N }} <date>`: {text.strip()[:80]!r}")
+        return {}
+    log = answers.text("exo-log")
+    if log is None:
+        return {"boottime": boot}
+    whole = len(log.splitlines()) < EXO_LOG_LINES
+    return {"boottime": boot, "exo_failed_starts": failed_starts_since(log, boot, whole_file=whole)}
+
+
 # ------------------------------------------------------------------------------------------- declarations
 
 PROBES = (
     kind_probe("ibv_devices", "ibv-devices"),
     kind_probe("ibv_devinfo", "ibv-devinfo", "verbose"),  # `ibv_devinfo -v`: states and GID tables
     kind_probe("rdma_ctl", "rdma-ctl"),
+    # needs exo's log too: read by the checks that read this (the exo family's probe "exo-log")
+    Probe(key=BOOTTIME.key, command=lambda s: (BOOTTIME,), read=_read_failed_starts,
+          fills=("boottime", "exo_failed_starts")),
 )
 CHECKS = (
     Check(code="rdma", title="RDMA enabled and not wedged; every cabled port ACTIVE with an IPv4-mapped GID",
           order=60, judge=check_rdma, reads=(*CABLING, "rdma-ctl", "sw-vers"),
           depends=("reachable", "bridge", "ip-plan"), mesh_wide=True),
+    Check(code="rdma-ledger", title="room on the node's RDMA devices (max_pd, max_qp) for the next runner starts, "
+          "counting exo's failed starts since boot", order=155, judge=check_rdma_ledger,
+          reads=("ibv-devinfo:verbose", "boottime", "exo-log", "exo-node-id", "exo-state"),
+          depends=("reachable", "rdma")),
 )

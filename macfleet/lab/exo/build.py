@@ -46,7 +46,10 @@ ENTRY = "bin/exo"
 DEFAULT_VERSION = "1.0.71"  # what `lab up` installs; exo's last tag at the time of exo.md
 DEFAULT_PATH = f"/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin:{HOMEBREW_BIN}"
 _SOURCE = Path(__file__).with_name("standin.py")
-_LIBRARY = {"exo_standin.py": _SOURCE, "exo_instances.py": Path(__file__).with_name("instances.py")}
+_LIBRARY = {"exo_standin.py": _SOURCE, "exo_instances.py": Path(__file__).with_name("instances.py"),
+            # the stand-in's discovery and runner (standin.py imports them as exo_<name> in a build)
+            "exo_discovery.py": Path(__file__).with_name("discovery.py"),
+            "exo_runner.py": Path(__file__).with_name("runner.py")}
 _VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._+-]{0,63}$")
 
 _ENTRY_POINT = """#!{python}

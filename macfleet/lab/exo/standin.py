@@ -54,10 +54,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-if __package__:  # macfleet.lab.exo.standin; in a build, lib/exo_standin.py next to lib/exo_instances.py
+if __package__:  # macfleet.lab.exo.standin; in a build, lib/exo_standin.py next to lib/exo_<name>.py
+    from macfleet.lab.exo import discovery
     from macfleet.lab.exo import instances as exo_instances
+    from macfleet.lab.exo import runner as lab_runner
 else:
+    import exo_discovery as discovery  # type: ignore[no-redef]
     import exo_instances  # type: ignore[no-redef]
+    import exo_runner as lab_runner  # type: ignore[no-redef]
 
 API_PORT = 52415  # exo's own --api-port default (exo src/exo/main.py, v1.0.60 and HEAD: research/exo.md)
 VERSION_HEADER = "X-Exo-Version"  # never sent (see LAB_ONLY): named only so the product cannot read it
@@ -72,6 +76,7 @@ LAB_ONLY = frozenset({
     "lab_faults.json", "EXO_LAB_FAULTS_FILE",  # the fault overlay
     "EXO_LAB_API_PORT", "EXO_LAB_BIND", "EXO_LAB_REFRESH_S", "EXO_LAB_INSTANCE_MODEL",  # lab settings
     "node_zid",  # the lab's persisted node id (exo HEAD draws one per start)
+    "lab_rdma_leak.json", "exo-lab-runner",  # the lab's RDMA leak count, its runner's name (lab/exo/runner.py)
     "--exo-version", "--peer-port",  # lab-only options of bin/exo
 })
 DEFAULT_INSTANCE_MODEL = "mlx-community/Llama-3.2-1B-Instruct-4bit"
@@ -438,6 +443,11 @@ class ExoStandin:
         self._ready = False
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="exo-probe")
         self.pace = Pace()
+        self._election = discovery.Election(self.node_id)
+        self._leak = lab_runner.Leak(self.cfg.exo_home / "lab_rdma_leak.json")
+        self._starts = lab_runner.Starts()
+        self._boot: str | None = None
+        self._runner_proc = None
         self._warned: set = set()
         self.registry = exo_instances.Registry()  # placed models, chat and bench: instances.py
         self.api = exo_instances.Api(self)
@@ -479,12 +489,16 @@ class ExoStandin:
         t = threading.Thread(target=self._loop, name="exo-refresh", daemon=True)
         t.start()
         self._threads.append(t)
+        self._read_faults()
+        self._runner_proc = lab_runner.start(self._faults)
 
     @property
     def port(self) -> int:
         return self._servers[0].server_address[1] if self._servers else self.cfg.api_port
 
     def stop(self) -> None:
+        if self._runner_proc is not None:
+            lab_runner.stop(self._runner_proc, self.log)
         self._stop.set()
         for server in self._servers:
             server.shutdown()
@@ -524,8 +538,11 @@ class ExoStandin:
     def refresh(self) -> None:
         """Gather facts, probe links, merge peers' records, rebuild this node's record. One tick."""
         self._read_faults()
+        if self._runner_proc is not None:
+            self._runner_proc = lab_runner.ensure(self._runner_proc, self._faults, self.log)
         facts = self._gather()
-        targets = [] if self.cfg.broken else self._targets(facts)
+        alone = self.cfg.broken or discovery.split(self._faults)
+        targets = [] if alone else self._targets(facts)
         links = self._probe(targets)
         now = time.monotonic()
         slow = self.pace.factor
@@ -542,8 +559,14 @@ class ExoStandin:
                 if now - seen <= self.cfg.node_ttl_s * slow
             }
             self._update_runner(facts)
+            if alone:
+                self._records = {}
             own = self._own_record(facts)
             self._records[self.node_id] = (own, now)
+            elected = self._election.update(list(self._records))
+        if elected:
+            self.log.info(discovery.WHERE, elected)
+        with self._lock:
             self._event_idx += 1
             self._tick += 1
 
@@ -657,10 +680,21 @@ class ExoStandin:
             self.log.info("exo.worker.main:plan_step:214", "RDMA devices answer again")
         self._wedged = wedged
 
+    def _failed_start(self) -> None:
+        """A runner start failed: it leaves its RDMA resources held until the node reboots (lab/exo/runner.py)."""
+        if self._boot is None:
+            self._boot = self._cmd(["sysctl", "-n", "kern.boottime"]) or ""
+        self._leak.failed_start(self._boot)
+        self.log.error("exo.worker.runner.supervisor:_check_runner:401", lab_runner.TERMINATED)
+
     def _update_runner(self, facts: dict) -> None:
         fault = self._faults.get("runnerFailed")
         msg: str | None = None
-        if fault:
+        if self._starts.due(self._faults):
+            self._failed_start()
+        if self._boot is not None and self._leak.held(self._boot) >= lab_runner.CAPACITY:
+            msg = lab_runner.EBUSY
+        elif fault:
             msg = fault if isinstance(fault, str) else (
                 fault.get("errorMessage") if isinstance(fault, dict) else None) or SEGV_MESSAGE
         elif self._wedged:
@@ -668,6 +702,7 @@ class ExoStandin:
         if msg and msg != self._runner_failed_msg and not (self._wedged and not fault):
             self.log.warning("exo.worker.runner.bootstrap:entrypoint:59",
                              f"Runner {self.runner_id} crashed with critical exception {msg}")
+            self._failed_start()
         self._runner_failed_msg = msg
         if not self._ready and not self.cfg.broken and facts.get("identity"):
             self._ready = True
@@ -854,6 +889,7 @@ class ExoStandin:
         size = next((mb * 1024 * 1024 for mid, _n, _f, _q, mb in KNOWN_MODELS if mid == model_id), None)
         held = [m["bytes"] for rec in self.records().values() for m in rec.get("models", [])
                 if m["modelId"] == model_id]
+        held += [m["bytes"] for m in self._scan_models() if m["modelId"] == model_id]  # exo reads its own disk
         size = size or max(held, default=None)
         return exo_instances.model_card(model_id, max(1, size)) if size is not None else None
 
@@ -880,6 +916,8 @@ class ExoStandin:
         instance_id = str(uuid.uuid5(uuid.NAMESPACE_OID, "exo-lab-instance:" + self.version))
         instances = {instance_id: {"MlxJacclInstance": {
             "instanceId": instance_id,
+            "jacclCoordinators": discovery.coordinators(
+                ids, {nid: records[nid]["network"] for nid in ids}, instance_id, self._faults),
             "shardAssignments": {
                 "modelId": self.cfg.instance_model,
                 "nodeToRunner": node_to_runner,
@@ -1063,7 +1101,7 @@ def _make_handler(app: ExoStandin):
             if path == "/node_id":
                 self._send(200, app.node_id)
             elif path == GOSSIP_PATH:
-                if app.cfg.broken:
+                if app.cfg.broken or discovery.split(app._faults):
                     self._error(503, "not ready", "Service Unavailable")
                 else:
                     self._send(200, app.gossip())

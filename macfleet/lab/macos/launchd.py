@@ -130,6 +130,8 @@ def load_job(node: Node, domain: str, path: str, *, start: bool | None = None) -
     return 0, ""
 
 
+# - when a job's process ends, what is left of its process group is killed (AbandonProcessGroup false, the
+#   default): launchd.plist(5); the signal used: GUESS (SIGKILL)
 def stop(pid: int | None, timeout: float = 3.0) -> None:
     import contextlib
     import signal
@@ -137,6 +139,7 @@ def stop(pid: int | None, timeout: float = 3.0) -> None:
     if not alive(pid):
         return
     try:
+        group = os.getpgid(pid)
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return
@@ -146,6 +149,8 @@ def stop(pid: int | None, timeout: float = 3.0) -> None:
     if alive(pid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signal.SIGKILL)
 
 
 def _target(spec: str) -> tuple[str, str]:

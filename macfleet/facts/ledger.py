@@ -1,0 +1,64 @@
+"""What the RDMA resource ledger reads besides `ibv_devinfo -v`'s limits: when the node booted (`sysctl -n
+kern.boottime`) and how many of exo's runners failed since then (exo's log).
+
+macOS shows no current use of an RDMA device's protection domains or queue pairs: `ibv_devinfo -v` prints only
+the limits (research/macos-outputs.md §8), there is no /sys/class/infiniband, and no other command is known to
+count them. What can be counted is exo's failed runner starts since boot: each failed start can leave its
+resources held until the holders are reaped (issue 28), and only a reboot releases them.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from macfleet.facts._common import Facts
+
+# `sysctl -n kern.boottime`: `{ sec = 1764660000, usec = 123456 } Tue Dec  2 08:20:00 2026` (the date part is
+# the node's local time, ctime(3) layout)
+_BOOTTIME = re.compile(r"^\{\s*sec\s*=\s*(?P<sec>\d+),\s*usec\s*=\s*\d+\s*\}\s*"
+                       r"(?P<local>\w{3} \w{3}\s+\d+ [\d:]{8} \d{4})")
+# exo's log lines open with loguru's local time: `[ 2026-05-07 13:04:45.801 | INFO | …` (samples
+# exo__exo-issue-1390_exo_log_node2_jaccl_rtr_errno22.txt; tests/fixtures/exo-log)
+_STAMP = re.compile(r"^\[ (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
+# Logged once per runner process that exited non-zero, whatever killed it: exo b5375f8
+# src/exo/worker/runner/supervisor.py:375-401 (`Runner terminated with signal=N (…)` or `exitcode=N`)
+FAILED_RUNNER = re.compile(r"\bRunner terminated with (?:signal|exitcode)=")
+
+
+class BootTime(Facts):
+    epoch_s: int
+    local: datetime  # the node's local time of its boot (naive), to compare with exo's log stamps
+
+
+class FailedStarts(Facts):
+    """exo's failed runner starts since the node booted, counted in the log lines read."""
+
+    count: int
+    complete: bool  # False: the lines read start after the boot, so earlier failures may be missing
+    last: str | None = None  # the last such line
+
+
+def parse_boottime(text: str) -> BootTime | None:
+    m = _BOOTTIME.match(text.strip())
+    if m is None:
+        return None
+    local = datetime.strptime(" ".join(m.group("local").split()), "%a %b %d %H:%M:%S %Y")
+    return BootTime(epoch_s=int(m.group("sec")), local=local)
+
+
+def failed_starts_since(log_text: str, boot: BootTime, *, whole_file: bool) -> FailedStarts:
+    """Count the runner failures stamped at or after the boot. `whole_file`: the text is the whole log (fewer
+    lines than the tail asked for), so nothing before it is missing."""
+    count, first, last = 0, None, None
+    for line in log_text.splitlines():
+        m = _STAMP.match(line)
+        if m is None:
+            continue
+        at = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")
+        first = first or at
+        if at >= boot.local and FAILED_RUNNER.search(line):
+            count += 1
+            last = line.strip()
+    complete = whole_file or (first is not None and first <= boot.local)
+    return FailedStarts(count=count, complete=complete, last=last)

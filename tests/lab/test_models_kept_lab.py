@@ -1,0 +1,69 @@
+"""Models kept placed, inference as health, on the shared 4-node lab: a model the inventory declares is placed by
+`macfleet reboot` after the mesh is back (exo loses every instance at a reboot, as exo does) and must answer
+before the reboot counts as done; `bench exo` keeps its tokens/s as the baseline; a 40 Gb/s cable between two
+of its nodes then shows as an inference finding against that baseline, in `bench exo` and in doctor. Leaves
+lab4 with no instance placed, no model declared and no baseline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.lab.conftest import Lab
+
+pytestmark = pytest.mark.lab
+
+MODEL = "demo-org/lab-model"  # test_exo_first_token.py pushes the same files: the push is then a no-op
+
+
+def test_reboot_places_the_declared_model_again_and_a_slow_cable_shows_against_the_baseline(
+        lab4: Lab, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("MACFLEET_STATE_DIR", str(tmp_path / "state"))
+    inv = str(lab4.inventory)
+    src = tmp_path / "model"
+    src.mkdir()
+    (src / "config.json").write_text('{"model_type": "llama"}\n')
+    (src / "model.safetensors").write_bytes(b"\0" * 65536)
+    lab4.macfleet("rollout", "model", MODEL, "--from", str(src), "-i", inv, timeout=300)
+    declared = lab4.inventory / "group_vars" / "all" / "zz-models.yml"
+    declared.write_text(f"macfleet_models:\n  - name: {MODEL}\n"
+                        "    place: {sharding: pipeline, transport: ring, min_nodes: 4}\n")
+    baseline = lab4.inventory / "bench-exo.baseline.json"
+    try:
+        p = lab4.macfleet("reboot", "-i", inv, "--json", "--reason", "models kept placed", check=False, timeout=600)
+        out = json.loads(p.stdout)
+        assert p.returncode == 0 and out["result"] == "ok", p.stdout + p.stderr[-3000:]
+        last = out["phases"][-1]
+        assert last["name"] == "models placed and answering" and last["ok"], last
+        assert last["detail"].startswith(f"placed again: {MODEL}; answering: {MODEL}: "), last
+
+        status = json.loads(lab4.macfleet("exo", "status", "--json", "-i", inv).stdout)
+        (inst,) = status["instances"]
+        assert (inst["model"], inst["transport"], inst["ready"]) == (MODEL, "ring", True), inst
+        ranks = [s["node"] for s in sorted(inst["shards"], key=lambda s: s["rank"])]
+        assert sorted(ranks) == sorted(lab4.nodes)
+
+        saved = json.loads(lab4.macfleet("bench", "exo", "--save-baseline", "--json", "-i", inv).stdout)
+        assert saved["saved"] and saved["findings"] == [], saved
+        (fig,) = saved["models"]
+        assert fig["model"] == MODEL and fig["generation_tps"] > 0 and fig["prompt_tps"] > 0
+        assert json.loads(baseline.read_text())["meshes"][status["mesh"]]["models"][MODEL]["generation_tps"] > 0
+
+        lab4.fault("slow-cable", ranks[0], ranks[1])  # neighbours on the ring: its slowest link now
+        try:
+            slow = lab4.macfleet("bench", "exo", "--json", "-i", inv, check=False)
+            found = json.loads(slow.stdout)
+            assert slow.returncode == 1, slow.stdout + slow.stderr[-2000:]
+            assert [f["code"] for f in found["findings"]] == ["inference-below-baseline"], found
+            assert found["models"][0]["generation_tps"] < 0.6 * fig["generation_tps"]
+            doctor = lab4.macfleet("doctor", "--only", "model-placed,inference", "--json", "-i", inv, check=False)
+            said = [(f["check"], f["node"]) for f in json.loads(doctor.stdout)["findings"]]
+            assert said == [("inference", lab4.nodes[0])], doctor.stdout  # placed, but slow: said once
+        finally:
+            lab4.fault("slow-cable", ranks[0], ranks[1], clear=True)
+    finally:
+        declared.unlink(missing_ok=True)
+        baseline.unlink(missing_ok=True)
+        lab4.macfleet("exo", "stop", MODEL, "-i", inv, check=False)

@@ -1,0 +1,102 @@
+"""RDMA-safe stop and reboot, the RDMA ledger and exo's discovery checks, against the 4-node lab where exo runs
+(real CLI, real SSH, the lab's reboots and its exo stand-in)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.lab
+
+STALL_S = 60  # the slow shutdown: longer than the reboot's bound below
+
+
+def mf(lab, env, *args, timeout=400) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "macfleet", *args], cwd=lab.workdir, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_reboot_names_a_runner_that_ignores_sigterm_and_a_node_stalled_in_shutdown(lab4, tmp_path):
+    lab = lab4
+    env = {**os.environ, "MACFLEET_STATE_DIR": str(tmp_path / "state")}
+    stubborn, stalled = lab.nodes[0], lab.nodes[1]
+    policy = lab.inventory / "group_vars" / "all" / "rdmasafe.yml"
+    policy.write_text("macfleet_reboot:\n  timeout_s: 25\n")
+    lab.fault("runner-ignores-term", stubborn)
+    lab.fault("slow-shutdown", stalled, str(STALL_S))
+    try:
+        p = mf(lab, env, "reboot", "-i", str(lab.inventory), "--json")
+        assert p.returncode == 3, p.stdout + p.stderr[-3000:]
+        out = json.loads(p.stdout)
+        stop = next(ph for ph in out["phases"] if ph["name"] == "stop exo")
+        assert stop["ok"] and f"did not exit when asked: {stubborn}: pid " in stop["detail"]
+        assert "exo-lab-runner) ignored SIGTERM: it ended only" in stop["detail"]
+        assert sum(stop["detail"].count(f"{n}: pid") for n in lab.nodes) == 1  # only the stubborn runner
+        detail = out["phases"][-1]["detail"]
+        assert f"{stalled} is still shutting down (it never went down" in detail
+        assert f"power-cycle {stalled}: hold its power button" in detail
+        assert out["nodes"][stubborn]["back"] is True and out["nodes"][stalled]["back"] is False
+    finally:
+        policy.unlink()
+        for n in lab.nodes:
+            lab.fault("slow-shutdown", n, clear=True, check=False)
+            lab.wait_state(n, {"up"}, timeout=STALL_S + 120)
+            lab.wait_ssh(n)
+
+
+def _doctor(lab, *only: str) -> dict:
+    p = lab.macfleet("doctor", "-i", str(lab.inventory), "--json", "--only", ",".join(only), check=False,
+                     timeout=180)
+    assert p.returncode in (0, 1), p.stdout + p.stderr
+    return json.loads(p.stdout)
+
+
+def _findings(report: dict, check: str) -> list[dict]:
+    return [f for f in report["findings"] if f["check"] == check]
+
+
+def test_leaking_runner_starts_are_flagged_before_the_device_runs_out_and_a_reboot_clears_them(lab4, tmp_path):
+    lab = lab4
+    node = lab.nodes[1]
+    assert _findings(_doctor(lab, "rdma-ledger"), "rdma-ledger") == []
+    lab.fault("rdma-leak", node, "8")  # 8 failed starts: 2 left on a device that takes 10 per boot, one held
+    lab.wait(lambda: _findings(_doctor(lab, "rdma-ledger"), "rdma-ledger"), 120, "the ledger's warning")
+    [f] = _findings(_doctor(lab, "rdma-ledger"), "rdma-ledger")
+    assert f["node"] == node and f["severity"] == "warning" and "room for 1 more runner start" in f["message"]
+    assert "reboot the mesh before the next start" in f["fix"] and "8 failed since boot" in f["evidence"]
+    state = json.loads(lab.ssh(node, "curl -s http://127.0.0.1:52415/state").stdout)
+    assert all("RunnerFailed" not in s for s in state["runners"].values())  # flagged while the runner still runs
+    env = {**os.environ, "MACFLEET_STATE_DIR": str(tmp_path / "state")}
+    p = mf(lab, env, "reboot", "-i", str(lab.inventory), "--json")
+    assert p.returncode == 0, p.stdout + p.stderr[-3000:]
+    assert _findings(_doctor(lab, "rdma-ledger"), "rdma-ledger") == []
+
+
+def test_a_split_cluster_and_a_coordinator_rank_zero_does_not_hold_are_found(lab4):
+    lab = lab4
+    odd, other = lab.nodes[3], lab.nodes[2]
+    lab.fault("exo-split", odd)
+    try:
+        def split() -> list[dict]:
+            return _findings(_doctor(lab, "exo-peers", "exo-discovery"), "exo-discovery")
+
+        [f] = lab.wait(split, 90, "the split")
+        assert f["node"] == odd and "2 masters" in f["message"] and f"{odd} follows {odd}" in f["message"]
+        assert "start it on all of them together" in f["fix"]
+    finally:
+        lab.fault("exo-split", odd, clear=True)
+    lab.wait(lambda: not split(), 90, "one master again")
+    lab.fault("exo-coordinator", other, "10.99.0.1")
+    try:
+        def wrong() -> list[dict]:
+            return _findings(_doctor(lab, "exo-discovery"), "exo-discovery")
+
+        found = lab.wait(wrong, 60, "the wrong rank-0 address")
+        assert all("at 10.99.0.1, which it does not hold" in f["message"] for f in found)
+        assert len({f["node"] for f in found}) == len(lab.nodes) - 1  # every node but rank 0
+    finally:
+        lab.fault("exo-coordinator", other, clear=True)
