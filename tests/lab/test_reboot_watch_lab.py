@@ -398,7 +398,7 @@ def test_the_healer_leaves_a_mesh_in_maintenance_to_the_operators_reboot(lab_sma
         watch.send_signal(signal.SIGTERM)
         _out, err = watch.communicate(timeout=60)
         hook.shutdown()
-        lab.fault("rdma-wedge", "studio-1", clear=True)
+        lab.fault("rdma-wedge", "studio-1", clear=True, check=False)  # the reboot cleared it, unless it failed
     assert watch.returncode == 0, err[-2000:]
     actions = [e["action"] for e in audit(env)]
     assert "reboot" not in actions and actions[0] == "maintenance-start" and "maintenance-end" in actions
