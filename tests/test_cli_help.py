@@ -98,13 +98,8 @@ KINDS: dict[str, set[str]] = {
 # and no inventory.
 LAB = {"no-inventory"}
 # Options a command lacks today (by the first name of what it needs), each with why; an entry that is no longer
-# true fails (remove it then).
-NOT_YET: dict[tuple[str, str], str] = {
-    ("exo status", "-l"): "cli/exo.py (another branch this round) takes --mesh only",
-    ("exo place", "-l"): "cli/exo.py (another branch this round) takes --mesh only",
-    ("exo place", "--events"): "cli/exo.py (another branch this round): its wait is not streamed yet",
-    ("exo stop", "-l"): "cli/exo.py (another branch this round) takes --mesh only",
-}
+# true fails (remove it then). None now.
+NOT_YET: dict[tuple[str, str], str] = {}
 # Commands whose --json is refused because what they print is not a result (a shell, a build on disk).
 JSON_REFUSED = {"lab down", "lab ssh", "lab recovery", "lab exo-build", "lab llama-build"}
 REQUIRED = {"nodes": ("-l", "--limit"), "changes": ("--check",), "long": ("--events",), "playbook": ("--diff",)}

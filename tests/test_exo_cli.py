@@ -59,6 +59,10 @@ def test_place_chat_status_stop(cli, node, tmp_path: Path) -> None:
     # exo's name for the node (its ComputerName): 127.0.0.1 is none of the addresses exo lists for it
     assert check.exit_code == 0 and plan["check"] and not plan["placed"] and plan["nodes"] == ["mini0"]
     assert "would place" in cli("exo", "place", MODEL, "--over", "ring", "--check", "-i", str(inv), env=env).stdout
+    streamed = cli("exo", "place", MODEL, "--over", "ring", "--check", "--events", "-i", str(inv), env=env)
+    lines = [json.loads(x) for x in streamed.stdout.splitlines()]
+    assert [lines[0]["event"], lines[-1]["event"]] == ["started", "finished"], lines
+    assert lines[-1]["result"]["check"] and lines[-1]["result"]["nodes"] == ["mini0"]
     assert not any(i for i in _get(app.port, "/state")[2]["instances"]
                    if "PipelineShardMetadata" in json.dumps(i) and MODEL in json.dumps(i))
     placed = cli("exo", "place", MODEL, "--over", "ring", "--wait", "--json", "-i", str(inv), env=env)
@@ -91,6 +95,8 @@ def test_place_chat_status_stop(cli, node, tmp_path: Path) -> None:
     (("chat", "org/../m", "hi"), "bad model"),
     (("chat", "org/m", "   "), "the prompt must be 1 to"),
     (("tunnel", "no-such-node"), "no node 'no-such-node'"),
+    (("status", "-l", "studio-1"), "which is not every node of one mesh"),
+    (("stop", "org/m", "-l", "studio-1,studio-2"), "which is not every node of one mesh"),
 ])
 def test_bad_input_exit_2_before_any_node(cli, args, says) -> None:
     result = cli("exo", *args, "-i", str(EXAMPLE_INVENTORY))

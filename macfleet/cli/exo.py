@@ -7,7 +7,16 @@ from typing import Annotated
 
 import typer
 
-from macfleet.cli.options import CheckOpt, InventoryOpt, JsonOpt, MeshOpt, inventory_path
+from macfleet.cli.options import (
+    CheckOpt,
+    EventsOpt,
+    InventoryOpt,
+    JsonOpt,
+    LimitOpt,
+    MeshOpt,
+    inventory_path,
+    whole_mesh,
+)
 from macfleet.cli.shared import lazy_module
 from macfleet.constants import EXO_PORT
 from macfleet.errors import UsageError
@@ -28,12 +37,17 @@ def _fleet(inventory):
     return load_inventory(inventory_path(inventory))
 
 
+WHOLE = "exo places and serves a model across the whole mesh"
+
+
 @app.command("status")
-def status_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, json_output: JsonOpt = False) -> None:
+def status_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, limit: LimitOpt = None,
+               json_output: JsonOpt = False) -> None:
     """Each node's exo (release, running, the peers it sees) and the placed instances with their shards.
 
     Exit 0 all running and every instance ready, 1 otherwise, 3 a node could not be reached."""
-    report = flow.status(_fleet(inventory), mesh)
+    fleet = _fleet(inventory)
+    report = flow.status(fleet, whole_mesh(fleet, mesh, limit, WHOLE))
     emit(report, human=render.render_status, exit_code=report.exit_code())
 
 
@@ -48,7 +62,9 @@ def place_cmd(
     check: CheckOpt = False,
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
+    limit: LimitOpt = None,
     json_output: JsonOpt = False,
+    events: EventsOpt = False,
 ) -> None:
     """Show exo's placement and place the model: refused with the reason when it does not fit, when the mesh
     has no RDMA for `--over rdma`, or when the model is not on every node it needs (`macfleet rollout model`).
@@ -58,8 +74,9 @@ def place_cmd(
         raise UsageError(f"--sharding {sharding!r}: expected pipeline or tensor")
     if over not in ("rdma", "ring"):
         raise UsageError(f"--over {over!r}: expected rdma or ring")
-    report = flow.place(_fleet(inventory), model, mesh=mesh, sharding=sharding, transport=over, min_nodes=min_nodes,
-                        wait=wait, check=check, timeout_s=timeout, say=info)
+    fleet = _fleet(inventory)
+    report = flow.place(fleet, model, mesh=whole_mesh(fleet, mesh, limit, WHOLE), sharding=sharding, transport=over,
+                        min_nodes=min_nodes, wait=wait, check=check, timeout_s=timeout, say=info)
     emit(report, human=render.render_place)
 
 
@@ -99,11 +116,13 @@ def stop_cmd(
     check: CheckOpt = False,
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
+    limit: LimitOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
     """Stop an instance (or every instance of a model) and wait until exo no longer shows it. Nothing placed by
     that name: nothing to do, exit 0."""
-    report = flow.stop(_fleet(inventory), target, mesh=mesh, check=check, say=info)
+    fleet = _fleet(inventory)
+    report = flow.stop(fleet, target, mesh=whole_mesh(fleet, mesh, limit, WHOLE), check=check, say=info)
     emit(report, human=render.render_stop)
 
 
