@@ -106,7 +106,7 @@ def chat_cmd(
         sys.stdout.flush()
 
     report = flow.chat(_fleet(inventory), model, text, mesh=mesh, max_tokens=max_tokens,
-                       on_text=show if streaming else flow._quiet)
+                       on_text=show if streaming else flow.quiet)
     emit(report, human=render.render_chat)
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from macfleet.errors import ExoApiError, Refused, UsageError
+from macfleet.flow import Say, quiet
 from macfleet.flow.meshes import one_mesh
 from macfleet.judge.placement import ChatReport, ExoStatus, NodeExo, PlaceReport, StopReport, view
 from macfleet.judge.rollout import model_dir_name
@@ -23,17 +24,12 @@ if TYPE_CHECKING:
     from macfleet.inventory.model import Fleet, Mesh
     from macfleet.judge.placement import Choice, Refusal
 
-Say = Callable[[str], None]
 PLACE_TIMEOUT_S = 600.0  # --wait: exo loads a large model for minutes
 STOP_TIMEOUT_S = 60.0
 CHAT_TIMEOUT_S = 600.0
 POLL_S = 0.5
 DOWNLOADS_SETTLE_S = 10.0  # exo's /state shows a model's files on a node within its scan interval
 ANSWER_S = 5.0  # a node's exo answering /node_id, before it is asked for anything
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 def _checked(model: str) -> None:
@@ -131,7 +127,7 @@ def status(fleet: Fleet, mesh: str | None = None) -> ExoStatus:
 
 def place(fleet: Fleet, model: str, *, mesh: str | None = None, sharding: str = "pipeline", transport: str = "rdma",
           min_nodes: int = 1, wait: bool = False, check: bool = False, timeout_s: float = PLACE_TIMEOUT_S,
-          say: Say = _quiet) -> PlaceReport:
+          say: Say = quiet) -> PlaceReport:
     """exo's preview for the model; refused with exo's reason (or when the model is not on a node it needs);
     placed unless --check; with `wait`, until every runner of it is ready."""
     from macfleet.facts.exoapi import parse_previews
@@ -229,7 +225,7 @@ def _await_ready(api: ExoApi, model: str, timeout_s: float, say: Say) -> ExoInst
 
 
 def chat(fleet: Fleet, model: str, prompt: str, *, mesh: str | None = None, max_tokens: int | None = None,
-         on_text: Callable[[str], None] = _quiet, timeout_s: float = CHAT_TIMEOUT_S) -> ChatReport:
+         on_text: Callable[[str], None] = quiet, timeout_s: float = CHAT_TIMEOUT_S) -> ChatReport:
     """Stream a completion of `prompt` from the model's instance, each piece to `on_text` as it comes."""
     from macfleet.facts.exoapi import parse_chat_chunk, parse_stats
     from macfleet.judge.placement import speeds
@@ -282,7 +278,7 @@ def _r(value: float | None) -> float | None:
 
 
 def stop(fleet: Fleet, target: str, *, mesh: str | None = None, check: bool = False,
-         timeout_s: float = STOP_TIMEOUT_S, say: Say = _quiet) -> StopReport:
+         timeout_s: float = STOP_TIMEOUT_S, say: Say = quiet) -> StopReport:
     """Delete the instance TARGET, or every instance of model TARGET; wait until /state no longer shows them.
     Nothing placed by that name: nothing to do (exit 0)."""
     from macfleet.judge.placement import targets

@@ -21,9 +21,10 @@ from macfleet.act import transfer
 from macfleet.act.ansible import PlaybookRun, run_playbook
 from macfleet.act.lock import ClusterLock, append_history, lock_path
 from macfleet.errors import Refused, RolloutFailed, UnreachableError, UsageError
+from macfleet.flow import Say, quiet
 from macfleet.flow.defaults import LLAMA_HEALTH_TIMEOUT_S
 from macfleet.flow.meshes import one_mesh
-from macfleet.flow.rollout import DEFAULT_KEEP, Say, quiet, resolve_source, stage_release
+from macfleet.flow.rollout import DEFAULT_KEEP, resolve_source, stage_release
 from macfleet.flow.topology import plan_live
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.llama_rpc import (

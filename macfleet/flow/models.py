@@ -37,8 +37,9 @@ from macfleet.judge.rollout import (
 )
 from macfleet.paths import model_cache_dir
 
+from . import Say, quiet
 from .meshes import one_mesh
-from .rollout import Say, link_addresses, quiet
+from .rollout import link_addresses
 
 Progress = push.Progress
 

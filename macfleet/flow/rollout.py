@@ -28,6 +28,7 @@ from macfleet.act.lock import Acquired, ClusterLock, LockRecord, append_history,
 from macfleet.act.lock import read_history as lock_history
 from macfleet.collect.kept import NodeSessions
 from macfleet.errors import RolloutFailed, UsageError
+from macfleet.flow import Say, quiet
 from macfleet.flow.checks import run_checks
 from macfleet.flow.defaults import EXO_HEALTH_TIMEOUT_S, ROLLOUT_KEEP
 from macfleet.flow.meshes import one_mesh
@@ -58,14 +59,9 @@ from macfleet.judge.rollout import (
     releases_to_prune,
 )
 
-Say = Callable[[str], None]
 DEFAULT_KEEP = ROLLOUT_KEEP
 DEFAULT_HEALTH_TIMEOUT_S = EXO_HEALTH_TIMEOUT_S
 SWITCH_STEPS = ("stop", "flip", "start", "health", "rollback")
-
-
-def quiet(_: str) -> None:
-    """A `say` that says nothing (a flow called without a console)."""
 
 
 GIT_URL_PREFIXES = ("https://", "ssh://", "git@", "file://")  # a --source that is cloned, not read
