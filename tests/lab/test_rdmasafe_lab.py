@@ -28,13 +28,18 @@ def test_reboot_names_a_runner_that_ignores_sigterm_and_a_node_stalled_in_shutdo
     policy.write_text("macfleet_reboot:\n  timeout_s: 25\n")
     lab.fault("runner-ignores-term", stubborn)
     lab.fault("slow-shutdown", stalled, str(STALL_S))
+    from macfleet.constants import EXO_LABEL
+
+    # what the stop program starts from on the node (shown if the stop says nothing of the runner)
+    seen = lab.ssh(stubborn, f"launchctl print system/{EXO_LABEL} | grep pid; ps -A -o pid=,ppid=,stat=,args= | "
+                             "grep -v grep | grep -e exo -e python | cut -c1-120", check=False).stdout
     try:
         p = mf(lab, env, "reboot", "-i", str(lab.inventory), "--json")
         assert p.returncode == 3, p.stdout + p.stderr[-3000:]
         out = json.loads(p.stdout)
         stop = next(ph for ph in out["phases"] if ph["name"] == "stop exo")
-        assert stop["ok"] and f"did not exit when asked: {stubborn}: pid " in stop["detail"]
-        assert "exo-lab-runner) ignored SIGTERM: it ended only" in stop["detail"]
+        assert stop["ok"] and f"did not exit when asked: {stubborn}: pid " in stop["detail"], (stop, seen)
+        assert "exo-lab-runner" in stop["detail"] and "ignored SIGTERM: it ended only" in stop["detail"]
         assert sum(stop["detail"].count(f"{n}: pid") for n in lab.nodes) == 1  # only the stubborn runner
         detail = out["phases"][-1]["detail"]
         assert f"{stalled} is still shutting down (it never went down" in detail
