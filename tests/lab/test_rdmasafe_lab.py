@@ -69,7 +69,18 @@ def test_leaking_runner_starts_are_flagged_before_the_device_runs_out_and_a_rebo
     node = lab.nodes[1]
     assert _findings(_doctor(lab, "rdma-ledger"), "rdma-ledger") == []
     lab.fault("rdma-leak", node, "8")  # 8 failed starts: 2 left on a device that takes 10 per boot, one held
-    lab.wait(lambda: _findings(_doctor(lab, "rdma-ledger"), "rdma-ledger"), 120, "the ledger's warning")
+    last: dict = {}
+
+    def warned() -> list[dict]:
+        last.update(_doctor(lab, "rdma-ledger"))
+        return _findings(last, "rdma-ledger")
+
+    try:
+        lab.wait(warned, 120, "the ledger's warning")
+    except AssertionError:
+        log = lab.ssh(node, "grep -c 'Runner terminated' .exo/exo_log/exo.log; sysctl -n kern.boottime; tail -3 "
+                            ".exo/exo_log/exo.log", check=False).stdout
+        raise AssertionError(f"{[c for c in last['checks'] if c['check'] == 'rdma-ledger']}\n{log}") from None
     [f] = _findings(_doctor(lab, "rdma-ledger"), "rdma-ledger")
     assert f["node"] == node and f["severity"] == "warning" and "room for 1 more runner start" in f["message"]
     assert "reboot the mesh before the next start" in f["fix"] and "8 failed since boot" in f["evidence"]
