@@ -27,12 +27,16 @@ def test_reboot_names_a_runner_that_ignores_sigterm_and_a_node_stalled_in_shutdo
     policy = lab.inventory / "group_vars" / "all" / "rdmasafe.yml"
     policy.write_text("macfleet_reboot:\n  timeout_s: 25\n")
     lab.fault("runner-ignores-term", stubborn)
+    lab.wait(lambda: "ignore exo-lab-runner" in lab.ssh(stubborn, "ps -A -o args=", check=False).stdout, 60,
+             "the stubborn runner in place")  # the stand-in replaces its runner at its next tick
+    before = lab.ssh(stalled, "sysctl -n kern.boottime").stdout
     lab.fault("slow-shutdown", stalled, str(STALL_S))
     from macfleet.constants import EXO_LABEL
 
     # what the stop program starts from on the node (shown if the stop says nothing of the runner)
     seen = lab.ssh(stubborn, f"launchctl print system/{EXO_LABEL} | grep pid; ps -A -o pid=,ppid=,stat=,args= | "
                              "grep -v grep | grep -e exo -e python | cut -c1-120", check=False).stdout
+    print(seen)
     try:
         p = mf(lab, env, "reboot", "-i", str(lab.inventory), "--json")
         assert p.returncode == 3, p.stdout + p.stderr[-3000:]
@@ -49,7 +53,11 @@ def test_reboot_names_a_runner_that_ignores_sigterm_and_a_node_stalled_in_shutdo
         policy.unlink()
         for n in lab.nodes:
             lab.fault("slow-shutdown", n, clear=True, check=False)
-            lab.wait_state(n, {"up"}, timeout=STALL_S + 120)
+        # the stalled node goes down once its stall ran out: wait for its new boot, not just for SSH
+        lab.wait(lambda: lab.ssh(stalled, "sysctl -n kern.boottime", check=False).stdout not in ("", before),
+                 STALL_S + 120, f"{stalled} rebooted after its stall", every=1)
+        for n in lab.nodes:
+            lab.wait_state(n, {"up"}, timeout=120)
             lab.wait_ssh(n)
 
 
@@ -100,7 +108,7 @@ def test_a_split_cluster_and_a_coordinator_rank_zero_does_not_hold_are_found(lab
         def split() -> list[dict]:
             return _findings(_doctor(lab, "exo-peers", "exo-discovery"), "exo-discovery")
 
-        [f] = lab.wait(split, 90, "the split")
+        [f] = lab.wait(lambda: [f for f in split() if f["node"] == odd], 90, "the split, told on the odd node")
         assert f["node"] == odd and "2 masters" in f["message"] and f"{odd} follows {odd}" in f["message"]
         assert "start it on all of them together" in f["fix"]
     finally:
