@@ -1108,7 +1108,8 @@ def _matches(fault: Fault, rec: dict, args: list[str]) -> bool:
     if fault.pair:
         return sorted(rec["args"][:2]) == sorted(args[:2])
     nodes = fault.nodes_of(args)
-    return rec["nodes"] == nodes if fault.params[-1] in ("SECS", "VERSION", "[live|saved]", "[TEXT]", "[SECS]") \
+    return rec["nodes"] == nodes if fault.params[-1] in ("SECS", "VERSION", "[live|saved]", "[TEXT]", "[SECS]", "N",
+                                                         "ADDRESS") \
         else rec["args"] == args
 
 

@@ -27,14 +27,23 @@ def test_reboot_names_a_runner_that_ignores_sigterm_and_a_node_stalled_in_shutdo
     policy = lab.inventory / "group_vars" / "all" / "rdmasafe.yml"
     policy.write_text("macfleet_reboot:\n  timeout_s: 25\n")
     lab.fault("runner-ignores-term", stubborn)
+    lab.wait(lambda: "ignore exo-lab-runner" in lab.ssh(stubborn, "ps -A -o args=", check=False).stdout, 60,
+             "the stubborn runner in place")  # the stand-in replaces its runner at its next tick
+    before = lab.ssh(stalled, "sysctl -n kern.boottime").stdout
     lab.fault("slow-shutdown", stalled, str(STALL_S))
+    from macfleet.constants import EXO_LABEL
+
+    # what the stop program starts from on the node (shown if the stop says nothing of the runner)
+    seen = lab.ssh(stubborn, f"launchctl print system/{EXO_LABEL} | grep pid; ps -A -o pid=,ppid=,stat=,args= | "
+                             "grep -v grep | grep -e exo -e python | cut -c1-120", check=False).stdout
+    print(seen)
     try:
         p = mf(lab, env, "reboot", "-i", str(lab.inventory), "--json")
         assert p.returncode == 3, p.stdout + p.stderr[-3000:]
         out = json.loads(p.stdout)
         stop = next(ph for ph in out["phases"] if ph["name"] == "stop exo")
-        assert stop["ok"] and f"did not exit when asked: {stubborn}: pid " in stop["detail"]
-        assert "exo-lab-runner) ignored SIGTERM: it ended only" in stop["detail"]
+        assert stop["ok"] and f"did not exit when asked: {stubborn}: pid " in stop["detail"], (stop, seen)
+        assert "exo-lab-runner" in stop["detail"] and "ignored SIGTERM: it ended only" in stop["detail"]
         assert sum(stop["detail"].count(f"{n}: pid") for n in lab.nodes) == 1  # only the stubborn runner
         detail = out["phases"][-1]["detail"]
         assert f"{stalled} is still shutting down (it never went down" in detail
@@ -44,7 +53,11 @@ def test_reboot_names_a_runner_that_ignores_sigterm_and_a_node_stalled_in_shutdo
         policy.unlink()
         for n in lab.nodes:
             lab.fault("slow-shutdown", n, clear=True, check=False)
-            lab.wait_state(n, {"up"}, timeout=STALL_S + 120)
+        # the stalled node goes down once its stall ran out: wait for its new boot, not just for SSH
+        lab.wait(lambda: lab.ssh(stalled, "sysctl -n kern.boottime", check=False).stdout not in ("", before),
+                 STALL_S + 120, f"{stalled} rebooted after its stall", every=1)
+        for n in lab.nodes:
+            lab.wait_state(n, {"up"}, timeout=120)
             lab.wait_ssh(n)
 
 
@@ -64,7 +77,18 @@ def test_leaking_runner_starts_are_flagged_before_the_device_runs_out_and_a_rebo
     node = lab.nodes[1]
     assert _findings(_doctor(lab, "rdma-ledger"), "rdma-ledger") == []
     lab.fault("rdma-leak", node, "8")  # 8 failed starts: 2 left on a device that takes 10 per boot, one held
-    lab.wait(lambda: _findings(_doctor(lab, "rdma-ledger"), "rdma-ledger"), 120, "the ledger's warning")
+    last: dict = {}
+
+    def warned() -> list[dict]:
+        last.update(_doctor(lab, "rdma-ledger"))
+        return _findings(last, "rdma-ledger")
+
+    try:
+        lab.wait(warned, 120, "the ledger's warning")
+    except AssertionError:
+        log = lab.ssh(node, "grep -c 'Runner terminated' .exo/exo_log/exo.log; sysctl -n kern.boottime; tail -3 "
+                            ".exo/exo_log/exo.log", check=False).stdout
+        raise AssertionError(f"{[c for c in last['checks'] if c['check'] == 'rdma-ledger']}\n{log}") from None
     [f] = _findings(_doctor(lab, "rdma-ledger"), "rdma-ledger")
     assert f["node"] == node and f["severity"] == "warning" and "room for 1 more runner start" in f["message"]
     assert "reboot the mesh before the next start" in f["fix"] and "8 failed since boot" in f["evidence"]
@@ -84,7 +108,7 @@ def test_a_split_cluster_and_a_coordinator_rank_zero_does_not_hold_are_found(lab
         def split() -> list[dict]:
             return _findings(_doctor(lab, "exo-peers", "exo-discovery"), "exo-discovery")
 
-        [f] = lab.wait(split, 90, "the split")
+        [f] = lab.wait(lambda: [f for f in split() if f["node"] == odd], 90, "the split, told on the odd node")
         assert f["node"] == odd and "2 masters" in f["message"] and f"{odd} follows {odd}" in f["message"]
         assert "start it on all of them together" in f["fix"]
     finally:

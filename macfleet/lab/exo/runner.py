@@ -34,7 +34,8 @@ EBUSY = "[jaccl] Creating the queue pair failed with errno 16"  # samples exo__m
 STOP_WHERE = "exo.utils.async_process:_terminate_if_still_alive:234"
 # The child: `exo-lab-runner` in its argv names it in ps; it holds nothing but its place, and ends once its exo is
 # gone, as a runner whose channel to exo closed does (exo b5375f8 src/exo/worker/runner/bootstrap.py:90-91).
-_CHILD = ("import os, signal, sys, time\n"
+_CHILD = ("# exo-lab-runner\n"
+          "import os, signal, sys, time\n"
           "if sys.argv[1] == 'ignore':\n"
           "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
           "parent = os.getppid()\n"

@@ -497,9 +497,9 @@ class ExoStandin:
         return self._servers[0].server_address[1] if self._servers else self.cfg.api_port
 
     def stop(self) -> None:
+        self._stop.set()  # first: the refresh loop starts no new runner meanwhile
         if self._runner_proc is not None:
             lab_runner.stop(self._runner_proc, self.log)
-        self._stop.set()
         for server in self._servers:
             server.shutdown()
             server.server_close()
