@@ -147,6 +147,11 @@ def place(fleet: Fleet, model: str, *, mesh: str | None = None, sharding: str = 
             report.nodes = [s.node for s in report.instance.shards]
             say(f"{model} is placed already (instance {existing[0].instance_id}): nothing to do")
             return report
+        if len(state.nodes) < min_nodes:
+            seen = ", ".join(sorted(names.get(n, n[:8]) for n in state.nodes)) or "none"
+            raise Refused(f"exo on {api.node} sees {len(state.nodes)} of mesh {m.name}'s {len(m.nodes)} nodes "
+                          f"({seen}): fewer than --min-nodes {min_nodes}",
+                          hint="`macfleet exo status` shows which exo sees whom; `macfleet doctor` says why")
         try:
             previews = parse_previews(api.json("GET", "/instance/previews", query={"model_id": model}))
         except ExoApiError as exc:

@@ -20,6 +20,9 @@ MODEL = "demo-org/lab-model"
 def test_push_place_over_rdma_and_chat_with_tokens_per_second(lab4: Lab, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("MACFLEET_STATE_DIR", str(tmp_path / "state"))
     inv = str(lab4.inventory)
+    # as a person does after `rollout exo` (day-1.md step 7): every exo running and seeing the three others
+    lab4.wait(lambda: all(n["running"] and len(n["peers"]) == 3 for n in json.loads(lab4.macfleet(
+        "exo", "status", "--json", "-i", inv, check=False).stdout)["nodes"]), 180, "every exo to see the mesh")
     missing = lab4.macfleet("exo", "place", MODEL, "--over", "rdma", "-i", inv, check=False)
     assert missing.returncode == 1 and f"macfleet rollout model {MODEL}" in missing.stderr, missing.stderr
 
