@@ -7,9 +7,11 @@ lab4 with no instance placed, no model declared and no baseline."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.lab.conftest import Lab
 
@@ -27,13 +29,19 @@ def test_reboot_places_the_declared_model_again_and_a_slow_cable_shows_against_t
     (src / "config.json").write_text('{"model_type": "llama"}\n')
     (src / "model.safetensors").write_bytes(b"\0" * 65536)
     lab4.macfleet("rollout", "model", MODEL, "--from", str(src), "-i", inv, timeout=300)
-    declared = lab4.inventory / "group_vars" / "all" / "zz-models.yml"
-    declared.write_text(f"macfleet_models:\n  - name: {MODEL}\n"
-                        "    place: {sharding: pipeline, transport: ring, min_nodes: 4}\n")
+    gv = lab4.inventory / "group_vars" / "all"
+    exo = {**yaml.safe_load((gv / "macfleet.yml").read_text())["macfleet_exo"], "place_timeout_s": 180}
+    declared = gv / "zz-models.yml"  # read after macfleet.yml: its macfleet_exo replaces that one whole
+    declared.write_text(yaml.safe_dump({"macfleet_exo": exo, "macfleet_models": [
+        {"name": MODEL, "place": {"sharding": "pipeline", "transport": "ring", "min_nodes": 4}}]}))
     baseline = lab4.inventory / "bench-exo.baseline.json"
     try:
-        p = lab4.macfleet("reboot", "-i", inv, "--json", "--reason", "models kept placed", check=False, timeout=600)
-        out = json.loads(p.stdout)
+        try:
+            p = lab4.macfleet("reboot", "-i", inv, "--json", "--reason", "models kept placed", check=False,
+                              timeout=600)
+        except subprocess.TimeoutExpired as exc:  # what it said so far: the phase it was in
+            pytest.fail(f"the reboot did not end: {str(exc.stderr or '')[-4000:]}")
+        out = json.loads(p.stdout or "{}")
         assert p.returncode == 0 and out["result"] == "ok", p.stdout + p.stderr[-3000:]
         last = out["phases"][-1]
         assert last["name"] == "models placed and answering" and last["ok"], last
