@@ -48,15 +48,17 @@ def test_reboot_places_the_declared_model_again_and_a_slow_cable_shows_against_t
         assert last["detail"].startswith(f"placed again: {MODEL}; answering: {MODEL}: "), last
 
         status = json.loads(lab4.macfleet("exo", "status", "--json", "-i", inv).stdout)
-        (inst,) = status["instances"]
+        (inst,) = [i for i in status["instances"] if i["model"] == MODEL]
         assert (inst["model"], inst["transport"], inst["ready"]) == (MODEL, "ring", True), inst
         ranks = [s["node"] for s in sorted(inst["shards"], key=lambda s: s["rank"])]
         assert sorted(ranks) == sorted(lab4.nodes)
 
-        saved = json.loads(lab4.macfleet("bench", "exo", "--save-baseline", "--json", "-i", inv).stdout)
-        assert saved["saved"] and saved["findings"] == [], saved
-        (fig,) = saved["models"]
-        assert fig["model"] == MODEL and fig["generation_tps"] > 0 and fig["prompt_tps"] > 0
+        # (the lab's exo also lists an instance of its own that no prompt reaches: bench exo names it, health
+        # does not wait for it, as for any model placed by hand)
+        saved = json.loads(lab4.macfleet("bench", "exo", "--save-baseline", "--json", "-i", inv, check=False).stdout)
+        assert saved["saved"] and not [f for f in saved["findings"] if MODEL in f["message"]], saved
+        (fig,) = [m for m in saved["models"] if m["model"] == MODEL]
+        assert fig["generation_tps"] > 0 and fig["prompt_tps"] > 0
         assert json.loads(baseline.read_text())["meshes"][status["mesh"]]["models"][MODEL]["generation_tps"] > 0
 
         lab4.fault("slow-cable", ranks[0], ranks[1])  # neighbours on the ring: its slowest link now
@@ -64,8 +66,9 @@ def test_reboot_places_the_declared_model_again_and_a_slow_cable_shows_against_t
             slow = lab4.macfleet("bench", "exo", "--json", "-i", inv, check=False)
             found = json.loads(slow.stdout)
             assert slow.returncode == 1, slow.stdout + slow.stderr[-2000:]
-            assert [f["code"] for f in found["findings"]] == ["inference-below-baseline"], found
-            assert found["models"][0]["generation_tps"] < 0.6 * fig["generation_tps"]
+            assert [f["code"] for f in found["findings"] if MODEL in f["message"]] == ["inference-below-baseline"]
+            (now,) = [m for m in found["models"] if m["model"] == MODEL]
+            assert now["generation_tps"] < 0.6 * fig["generation_tps"], found
             doctor = lab4.macfleet("doctor", "--only", "model-placed,inference", "--json", "-i", inv, check=False)
             said = [(f["check"], f["node"]) for f in json.loads(doctor.stdout)["findings"]]
             assert said == [("inference", lab4.nodes[0])], doctor.stdout  # placed, but slow: said once
