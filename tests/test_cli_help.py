@@ -104,7 +104,6 @@ NOT_YET: dict[tuple[str, str], str] = {
     ("exo place", "-l"): "cli/exo.py (another branch this round) takes --mesh only",
     ("exo place", "--events"): "cli/exo.py (another branch this round): its wait is not streamed yet",
     ("exo stop", "-l"): "cli/exo.py (another branch this round) takes --mesh only",
-    ("watch", "--check"): "the watcher has no decide-only mode yet (watch --once acts)",
 }
 # Commands whose --json is refused because what they print is not a result (a shell, a build on disk).
 JSON_REFUSED = {"lab down", "lab ssh", "lab recovery", "lab exo-build", "lab llama-build"}

@@ -60,12 +60,14 @@ def watch(
                                               "decision as it happens, the last status in the finished line.")]
     = False,
     events: EventsOpt = False,
+    check: Annotated[bool, typer.Option("--check", help="One probe and the decision the healer would take now; "
+                                        "nothing done, written or sent. Exit codes as --once.")] = False,
 ) -> None:
     """Probe every interval over kept-open SSH sessions; act on a problem that persists (restart exo, then
     reboot the mesh, then stop and page), within the inventory's policy; log every decision."""
     from macfleet.flow.reboot import select
     from macfleet.inventory.load import load_inventory
-    from macfleet.watch.loop import Watcher, reset
+    from macfleet.watch.loop import Watcher, preview, reset
     from macfleet.watch.metrics import exposed, read_token
 
     if json_output:
@@ -74,7 +76,13 @@ def watch(
     mesh = whole_mesh(fleet, mesh, limit, "the watcher heals whole meshes (its last rung reboots one)")
     meshes = [select(fleet, mesh, [])[0]] if mesh or len(fleet.meshes) == 1 else list(fleet.meshes)
     if reset_breaker:
+        if check:
+            raise UsageError("--check with --reset: --reset changes the healer's state; run it without --check")
         reset(fleet, meshes, say)
+        return
+    if check:
+        decisions, code = preview(fleet, meshes, say)
+        emit({"check": True, "decisions": decisions}, human=lambda _: None, exit_code=code)  # said on stderr
         return
     port = listen.rpartition(":")[2] if listen is not None else "1"
     if listen is not None and (":" not in listen or not port.isascii() or not port.isdigit()

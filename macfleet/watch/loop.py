@@ -351,10 +351,7 @@ class Watcher:
             self.notifier.notify({**entry, "page": not sent, "breaker_open": False})
 
     def observation(self, mesh: Mesh, problems: dict, gathered: Gathered | None, work: str | None) -> Observation:
-        nodes = list(mesh.node_names)
-        observed = None if gathered is None else sum(n not in gathered.unreachable for n in nodes)
-        return Observation(problems=problems, paused=self.paused(mesh), maintenance=work, observed=observed,
-                           total=len(nodes))
+        return observation(self.fleet, mesh, problems, gathered, work)
 
     def planned_work(self, now: datetime) -> dict[str, str] | None:
         """mesh -> the maintenance in force on it, in words; None when the file cannot be read (every mesh is
@@ -391,10 +388,6 @@ class Watcher:
             if report is None or report.findings or _unjudged(report, mesh):
                 codes.append(EXIT_PROBLEMS)
         return most_severe_exit(codes)
-
-    def paused(self, mesh: Mesh) -> bool:
-        pause = self.fleet.path(mesh.settings.remediation.pause_file)
-        return bool(pause and pause.exists())
 
     def act(self, mesh: Mesh, s: Step, gathered: Gathered | None = None
             ) -> tuple[str, Outcome, HealthReport | None]:
@@ -547,6 +540,73 @@ class Watcher:
 
 
 UNREADABLE_MAINTENANCE = "the maintenance file cannot be read (treated as maintenance)"
+
+
+def preview(fleet: Fleet, meshes: list[Mesh], say: Callable[[str], None]) -> tuple[list[dict], int]:
+    """`watch --check`: one probe of each mesh and the decision the healer would take on it now, from the state it
+    remembers; nothing is done, written or sent (no action, unlock, state, audit line or notice). Returns the
+    decisions and `watch --once`'s exit code for what the probes saw."""
+    now = datetime.now(UTC)
+    states, why = _remembered(fleet, now)
+    work = _maintenance_now(fleet, now)
+    decisions, codes = [], [EXIT_OK]
+    for mesh in meshes:
+        validate_policy(mesh)
+        sessions = Prober(fleet, list(mesh.node_names))
+        try:
+            run = run_checks(fleet, [mesh], mesh.settings.remediation.checks, sessions=sessions, now=now)
+        finally:
+            sessions.close()
+        problems = _problems(run.report, mesh)
+        in_force = work.get(mesh.name) if work is not None else UNREADABLE_MAINTENANCE
+        obs = observation(fleet, mesh, problems, run.gathered, in_force)
+        s = step(mesh.settings.remediation, states.get(mesh.name, State()), obs, now)
+        decisions.append({"mesh": mesh.name, "action": s.action, "reason": s.reason, "check": s.check,
+                          "page": s.page, "problems": problems, "state": why})
+        say(f"{mesh.name}: would {s.action}: {s.reason}" if s.action != "none" else f"{mesh.name}: {s.reason}")
+        if obs.observed is not None and obs.total is not None and obs.observed < obs.total:
+            codes.append(EXIT_UNREACHABLE)
+        if run.report.findings or _unjudged(run.report, mesh):
+            codes.append(EXIT_PROBLEMS)
+    return decisions, most_severe_exit(codes)
+
+
+def observation(fleet: Fleet, mesh: Mesh, problems: dict, gathered: Gathered | None, work: str | None
+                ) -> Observation:
+    """What one probe of `mesh` tells the ladder: its problems, the pause file, the maintenance in force, and how
+    many of its nodes answered (None: not counted, as after a reboot's own verification)."""
+    nodes = list(mesh.node_names)
+    observed = None if gathered is None else sum(n not in gathered.unreachable for n in nodes)
+    pause = fleet.path(mesh.settings.remediation.pause_file)
+    return Observation(problems=problems, paused=bool(pause and pause.exists()), maintenance=work,
+                       observed=observed, total=len(nodes))
+
+
+def _remembered(fleet: Fleet, now: datetime) -> tuple[dict[str, State], str]:
+    """The healer's state as its file holds it, read only; a damaged one is judged as the healer would (breaker
+    open), nothing kept aside."""
+    path = watch_paths(fleet)[0]
+    try:
+        raw = _read_bounded(path)
+        if raw is None:
+            return {}, f"no state yet ({path})"
+        return parse_states(raw), f"as remembered in {path}"
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        why = f"the state file {path} cannot be used ({exc}): the healer keeps its breaker open"
+        return {m.name: damaged(State(), why, now) for m in fleet.meshes}, why
+
+
+def _maintenance_now(fleet: Fleet, now: datetime) -> dict[str, str] | None:
+    """mesh -> the maintenance in force, in words; None when it cannot be read. Nothing created to read it."""
+    store = MaintenanceStore(fleet.root)
+    if not store.path.parent.is_dir():
+        return {}
+    try:
+        records = store.read()
+    except (OSError, MacfleetError):
+        return None
+    return {m: maint.describe(r, now) for m, r in records.items()
+            if maint.in_force(r, now, command_alive=command_alive(r))}
 
 
 def reboot_may_follow(policy: RemediationSettings, state: State) -> bool:

@@ -111,3 +111,40 @@ def test_watch_once_with_every_node_unreachable_exits_3(example_inventory, tmp_p
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 3, p.stderr
     assert "only 0 of 2 node(s) answered" in p.stderr
+
+
+def test_watch_check_says_the_decision_and_writes_nothing(example_inventory, tmp_path, monkeypatch) -> None:
+    """`watch --check` (issue 30: --check on every command that changes something): one probe, the decision the
+    healer would take from the state it remembers; no action, and nothing written anywhere (the shared state
+    directory is not even created), whatever the probe saw."""
+    from macfleet.flow.checks import CheckRun
+    from macfleet.inventory.load import load_inventory
+    from macfleet.inventory.model import RemediationSettings
+
+    monkeypatch.setenv("MACFLEET_STATE_DIR", str(tmp_path / "state"))
+    cluster = tmp_path / "cluster"
+    monkeypatch.setenv("MACFLEET_CLUSTER_STATE_DIR", str(cluster))
+    fleet = load_inventory(example_inventory)
+    mesh = fleet.meshes[0]
+    policy = RemediationSettings(debounce=1, settle_s=0, ladder={"rdma": ["reboot"]})
+    mesh = mesh.model_copy(update={"settings": mesh.settings.model_copy(update={"remediation": policy})})
+    fleet = fleet.model_copy(update={"meshes": (mesh,)})
+    acted: list = []
+    monkeypatch.setattr(loop, "reboot_mesh", lambda *a, **k: acted.append(a))
+    monkeypatch.setattr(loop.act_reboot, "stop_exo_on", lambda *a: acted.append(a))
+    seen = {"studio-4": "no route to host"}
+    monkeypatch.setattr(loop, "run_checks", lambda *a, **k: CheckRun(report=WEDGED,
+                                                                     gathered=Gathered(unreachable=seen)))
+    said: list[str] = []
+    decisions, code = loop.preview(fleet, [mesh], said.append)
+    assert [d["action"] for d in decisions] == ["reboot"] and said == [f"{mesh.name}: would reboot: "
+                                                                       f"{decisions[0]['reason']}"]
+    assert code == 3  # as --once: a node could not be reached
+    assert acted == [] and not cluster.exists() and not (tmp_path / "state").exists()
+
+    del seen["studio-4"]
+    maintenance.start(fleet, [mesh], "2h", "recabling", check=False)  # a person's maintenance: observing only
+    before = sorted((p, p.stat().st_mtime_ns) for p in cluster.rglob("*"))
+    decisions, code = loop.preview(fleet, [mesh], said.append)
+    assert decisions[0]["action"] == "none" and "observing only" in decisions[0]["reason"] and code == 1
+    assert sorted((p, p.stat().st_mtime_ns) for p in cluster.rglob("*")) == before and acted == []
