@@ -76,8 +76,7 @@ def bench_exo(fleet: Fleet, mesh: Mesh, api: Api, *, save_baseline: bool,
     if save_baseline:
         new = baseline_of(measured, now().isoformat(timespec="seconds"))
         if new is None:
-            run.not_saved = ("no model is placed" if not measured else
-                             "a model gave no figure; a baseline with a gap would hide it later")
+            run.not_saved = "no model is placed" if not measured else "no model gave exo's figures"
         else:
             save_inference_baseline(fleet, mesh.name, new)
             run.saved = True

@@ -80,6 +80,13 @@ def by_model(placed: Sequence[InstanceView]) -> dict[str, InstanceView]:
     return out
 
 
+def declared_only(mesh: Mesh, placed: Sequence[InstanceView]) -> list[InstanceView]:
+    """The instances of the models the inventory declares: the ones health waits for. A model placed by hand
+    (an experiment) is measured by `bench exo` but does not hold up a reboot, a rollout or doctor."""
+    declared = {m.name for m in mesh.settings.kept_placed}
+    return [i for i in placed if i.model in declared]
+
+
 def answering(api: Api, placed: Sequence[InstanceView], bound_s: float, *, until: float | None = None,
               clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
               ) -> tuple[dict[str, Completion], list[Finding]]:
@@ -102,8 +109,8 @@ def answering(api: Api, placed: Sequence[InstanceView], bound_s: float, *, until
 def keep_placed(api: Api, mesh: Mesh, *, place_timeout_s: float, say: Callable[[str], None],
                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
                 ) -> KeptPlaced:
-    """Place every declared model exo has no instance of, wait until it is ready, then ask every placed model
-    for a token (declared or placed by hand: a model exo holds that cannot answer is not health)."""
+    """Place every declared model exo has no instance of, wait until it is ready, then ask every declared model
+    for a token: a model exo holds that cannot answer is not health."""
     out = KeptPlaced()
     until = clock() + place_timeout_s
     refused: dict[str, str] = {}
@@ -116,8 +123,8 @@ def keep_placed(api: Api, mesh: Mesh, *, place_timeout_s: float, say: Callable[[
             refused[m.name] = exc.message
     placed = api.instances()
     out.findings += not_placed_findings(mesh, placed, refused)
-    out.answers, failed = answering(api, placed, mesh.settings.probes.completion_timeout_s, until=until,
-                                    clock=clock, sleep=sleep)
+    out.answers, failed = answering(api, declared_only(mesh, placed), mesh.settings.probes.completion_timeout_s,
+                                    until=until, clock=clock, sleep=sleep)
     out.findings += failed
     return out
 
@@ -217,7 +224,7 @@ def api_for(fleet: Fleet, mesh: Mesh) -> Api:
 def inference_inputs(fleet: Fleet, meshes: Sequence[Mesh], facts: Mapping[str, NodeFacts]
                      ) -> dict[str, InferenceInput]:
     """Doctor's inference check, per mesh: the instances the pass read on the mesh's reporting node (no second
-    read), then one short measured completion through each placed model (exo's bench endpoint, the same
+    read), then one short measured completion through each placed declared model (exo's bench endpoint, the same
     prompt as `bench exo`, so its figures compare with that baseline). A mesh with nothing placed costs nothing."""
     out: dict[str, InferenceInput] = {}
     for mesh in meshes:
@@ -225,7 +232,9 @@ def inference_inputs(fleet: Fleet, meshes: Sequence[Mesh], facts: Mapping[str, N
                     None)
         if node is None:
             continue  # exo's checks say why its /state could not be read
-        placed = placed_on(mesh, facts[node].exo_cluster)  # type: ignore[arg-type]
+        placed = declared_only(mesh, placed_on(mesh, facts[node].exo_cluster))  # type: ignore[arg-type]
+        if not placed:
+            continue  # nothing declared is placed: model-placed says so where it should be
         try:
             baselines = load_inference_baselines(fleet)
         except MacfleetError as exc:

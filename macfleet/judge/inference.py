@@ -164,13 +164,15 @@ def slow_finding(completion: Completion, nodes: Sequence[str], baseline: MeshInf
 
 def baseline_of(results: Sequence[tuple[InstanceView, Completion]], saved_at: str
                 ) -> MeshInferenceBaseline | None:
-    """The baseline these measurements make, or None when one has no figure (a gap would hide that model)."""
-    if not results or not all(c.answered and c.prompt_tps and c.generation_tps for _i, c in results):
+    """The baseline the models that answered with both rates make (one that did not is named by its own
+    finding, and has no figure to compare with later); None when none did."""
+    good = [(i, c) for i, c in results if c.answered and c.prompt_tps and c.generation_tps]
+    if not good:
         return None
     return MeshInferenceBaseline(saved_at=saved_at, models={
         i.model: ModelFigures(prompt_tps=c.prompt_tps, generation_tps=c.generation_tps,  # type: ignore[arg-type]
                               sharding=i.sharding, transport=i.transport, nodes=nodes_of(i))
-        for i, c in results})
+        for i, c in good})
 
 
 def inference_findings(inp: InferenceInput, bound_s: float, min_fraction: float) -> list[Finding]:

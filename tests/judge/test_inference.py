@@ -95,12 +95,14 @@ def test_no_baseline_or_no_figures_compare_nothing() -> None:
     assert slow_finding(Completion(model_id=LLAMA, tokens=8), ["a"], BASE, 0.5) is None  # exo gave no rates
 
 
-def test_a_baseline_is_made_only_from_answers_with_both_rates() -> None:
+def test_a_baseline_is_made_from_the_answers_with_both_rates() -> None:
     good = Completion(model_id=LLAMA, tokens=64, prompt_tps=900.0, generation_tps=60.0)
     made = baseline_of([(inst(LLAMA), good)], "2026-12-02T12:00:00+00:00")
     assert made is not None and made.models[LLAMA].generation_tps == 60.0
     assert made.models[LLAMA].nodes == ["a", "b", "c"]
-    assert baseline_of([(inst(LLAMA), good), (inst(QWEN), Completion(model_id=QWEN, tokens=0))], "t") is None
+    with_a_failure = baseline_of([(inst(LLAMA), good), (inst(QWEN), Completion(model_id=QWEN, tokens=0))], "t")
+    assert with_a_failure is not None and list(with_a_failure.models) == [LLAMA]  # QWEN is named by its finding
+    assert baseline_of([(inst(QWEN), Completion(model_id=QWEN, tokens=0))], "t") is None
     assert baseline_of([], "t") is None
     round_trip = InferenceBaselines(meshes={"mesh1": made})
     assert InferenceBaselines.model_validate_json(round_trip.model_dump_json()) == round_trip

@@ -7,9 +7,11 @@ lab4 with no instance placed, no model declared and no baseline."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.lab.conftest import Lab
 
@@ -27,37 +29,51 @@ def test_reboot_places_the_declared_model_again_and_a_slow_cable_shows_against_t
     (src / "config.json").write_text('{"model_type": "llama"}\n')
     (src / "model.safetensors").write_bytes(b"\0" * 65536)
     lab4.macfleet("rollout", "model", MODEL, "--from", str(src), "-i", inv, timeout=300)
-    declared = lab4.inventory / "group_vars" / "all" / "zz-models.yml"
-    declared.write_text(f"macfleet_models:\n  - name: {MODEL}\n"
-                        "    place: {sharding: pipeline, transport: ring, min_nodes: 4}\n")
+    gv = lab4.inventory / "group_vars" / "all"
+    exo = {**yaml.safe_load((gv / "macfleet.yml").read_text())["macfleet_exo"], "place_timeout_s": 180}
+    declared = gv / "zz-models.yml"  # read after macfleet.yml: its macfleet_exo replaces that one whole
+    declared.write_text(yaml.safe_dump({"macfleet_exo": exo, "macfleet_models": [
+        {"name": MODEL, "place": {"sharding": "pipeline", "transport": "ring", "min_nodes": 4}}]}))
     baseline = lab4.inventory / "bench-exo.baseline.json"
     try:
-        p = lab4.macfleet("reboot", "-i", inv, "--json", "--reason", "models kept placed", check=False, timeout=600)
-        out = json.loads(p.stdout)
+        try:
+            p = lab4.macfleet("reboot", "-i", inv, "--json", "--reason", "models kept placed", check=False,
+                              timeout=600)
+        except subprocess.TimeoutExpired as exc:  # what it said so far: the phase it was in
+            pytest.fail(f"the reboot did not end: {str(exc.stderr or '')[-4000:]}")
+        out = json.loads(p.stdout or "{}")
         assert p.returncode == 0 and out["result"] == "ok", p.stdout + p.stderr[-3000:]
         last = out["phases"][-1]
         assert last["name"] == "models placed and answering" and last["ok"], last
         assert last["detail"].startswith(f"placed again: {MODEL}; answering: {MODEL}: "), last
 
         status = json.loads(lab4.macfleet("exo", "status", "--json", "-i", inv).stdout)
-        (inst,) = status["instances"]
+        (inst,) = [i for i in status["instances"] if i["model"] == MODEL]
         assert (inst["model"], inst["transport"], inst["ready"]) == (MODEL, "ring", True), inst
         ranks = [s["node"] for s in sorted(inst["shards"], key=lambda s: s["rank"])]
         assert sorted(ranks) == sorted(lab4.nodes)
 
-        saved = json.loads(lab4.macfleet("bench", "exo", "--save-baseline", "--json", "-i", inv).stdout)
-        assert saved["saved"] and saved["findings"] == [], saved
-        (fig,) = saved["models"]
-        assert fig["model"] == MODEL and fig["generation_tps"] > 0 and fig["prompt_tps"] > 0
+        # (the lab's exo also lists an instance of its own that no prompt reaches: bench exo names it, health
+        # does not wait for it, as for any model placed by hand)
+        saved = json.loads(lab4.macfleet("bench", "exo", "--save-baseline", "--json", "-i", inv, check=False).stdout)
+        assert saved["saved"] and not [f for f in saved["findings"] if MODEL in f["message"]], saved
+        (fig,) = [m for m in saved["models"] if m["model"] == MODEL]
+        assert fig["generation_tps"] > 0 and fig["prompt_tps"] > 0
         assert json.loads(baseline.read_text())["meshes"][status["mesh"]]["models"][MODEL]["generation_tps"] > 0
 
         lab4.fault("slow-cable", ranks[0], ranks[1])  # neighbours on the ring: its slowest link now
         try:
-            slow = lab4.macfleet("bench", "exo", "--json", "-i", inv, check=False)
-            found = json.loads(slow.stdout)
-            assert slow.returncode == 1, slow.stdout + slow.stderr[-2000:]
-            assert [f["code"] for f in found["findings"]] == ["inference-below-baseline"], found
-            assert found["models"][0]["generation_tps"] < 0.6 * fig["generation_tps"]
+            runs: list[dict] = []
+
+            def slow_now() -> bool:  # exo reads the link's speed on its own cadence: bench until it shows
+                slow = lab4.macfleet("bench", "exo", "--json", "-i", inv, check=False)
+                runs.append(json.loads(slow.stdout))
+                return slow.returncode == 1 and [f["code"] for f in runs[-1]["findings"] if MODEL in f["message"]] \
+                    == ["inference-below-baseline"]
+
+            lab4.wait(slow_now, 120, "the 40 Gb/s cable in the model's tokens/s")
+            (now,) = [m for m in runs[-1]["models"] if m["model"] == MODEL]
+            assert now["generation_tps"] < 0.6 * fig["generation_tps"], runs[-1]
             doctor = lab4.macfleet("doctor", "--only", "model-placed,inference", "--json", "-i", inv, check=False)
             said = [(f["check"], f["node"]) for f in json.loads(doctor.stdout)["findings"]]
             assert said == [("inference", lab4.nodes[0])], doctor.stdout  # placed, but slow: said once
