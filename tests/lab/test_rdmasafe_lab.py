@@ -16,8 +16,12 @@ STALL_S = 60  # the slow shutdown: longer than the reboot's bound below
 
 
 def mf(lab, env, *args, timeout=400) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "macfleet", *args], cwd=lab.workdir, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    try:
+        return subprocess.run([sys.executable, "-m", "macfleet", *args], cwd=lab.workdir, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:  # what it was doing when the time ran out
+        said = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        raise AssertionError(f"macfleet {args[0]} still running after {timeout} s:\n{said[-4000:]}") from None
 
 
 def test_reboot_names_a_runner_that_ignores_sigterm_and_a_node_stalled_in_shutdown(lab4, tmp_path):

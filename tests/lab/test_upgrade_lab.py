@@ -1,5 +1,5 @@
-"""`macfleet upgrade` against a 2-node lab with exo, over real SSH (issue 29 item 4): --check changes nothing; an
-update offered to every node is installed one node at a time with exo kept stopped until both run the target; a
+"""`macfleet upgrade` against a 4-node lab with exo, over real SSH (issue 29 item 4): --check changes nothing; an
+update offered to every node is installed one node at a time with exo kept stopped until all four run the target; a
 killed upgrade is resumed by the next run; an install that fails half-way stops the upgrade with the node on its
 build; an update that switches RDMA off stops there and names the walkthrough.
 
@@ -54,11 +54,11 @@ def _done(p: subprocess.Popen, timeout: float = 600) -> tuple[int, dict]:
 
 
 def test_upgrade_one_node_at_a_time_check_resume_and_rdma_off(make_lab, tmp_path: Path) -> None:
-    lab = make_lab("ug", "--nodes", "2", "--boot-seconds", "1", "--tb-rate", "80mbit")
-    n1, n2 = lab.nodes
+    lab = make_lab("ug", "--nodes", "4", "--boot-seconds", "1", "--tb-rate", "80mbit")
+    n1, *rest = lab.nodes
     env = {"MACFLEET_STATE_DIR": str(tmp_path / "state")}
     pw = ["--password-file", str(lab.password_file)]
-    lab.wait(lambda: all(_exo_runs(lab, n) for n in lab.nodes), 120, "exo running on both nodes")
+    lab.wait(lambda: all(_exo_runs(lab, n) for n in lab.nodes), 120, "exo running on every node")
     old = _build(lab, n1)
     for n in lab.nodes:
         lab.fault("update-offered", n, "25C60", "26.2.1", "6")
@@ -67,11 +67,11 @@ def test_upgrade_one_node_at_a_time_check_resume_and_rdma_off(make_lab, tmp_path
     # --check: the plan, nothing changed (no password needed)
     rc, plan = _done(_upgrade(lab, env, "--check"))
     assert rc == 0 and plan["result"] == "check", plan
-    assert [n["standing"] for n in plan["nodes"]] == ["offered", "offered"]
+    assert [n["standing"] for n in plan["nodes"]] == ["offered"] * len(lab.nodes)
     assert plan["nodes"][0]["label"] == "macOS Tahoe 26.2.1-25C60"
     assert {_build(lab, n) for n in lab.nodes} == {old} and all(_exo_runs(lab, n) for n in lab.nodes)
 
-    # killed once the first node runs the target: exo stays stopped on both (the second is not on it yet)
+    # killed once the first node runs the target: exo stays stopped on every node (the others are not on it yet)
     p = _upgrade(lab, env, *pw)
     lab.wait(lambda: _build(lab, n1) == "25C60" or p.poll() is not None, 300, f"{n1} on 25C60")
     if p.poll() is not None:
@@ -79,14 +79,14 @@ def test_upgrade_one_node_at_a_time_check_resume_and_rdma_off(make_lab, tmp_path
         raise AssertionError(f"upgrade ended early ({p.returncode}): {json.loads(out).get('refusals')} "
                              f"{json.loads(out).get('failure')}\n{err[-2000:]}")
     lab.wait_ssh(n1, timeout=120)
-    assert not _exo_runs(lab, n1) and not _exo_runs(lab, n2)
+    assert not any(_exo_runs(lab, n) for n in lab.nodes)
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
     for n in lab.nodes:
         lab.wait_ssh(n, timeout=120)
     assert not any(_exo_runs(lab, n) for n in lab.nodes)
 
-    # the next run resumes: the second node, then exo on both
+    # the next run resumes: the other nodes one at a time, then exo on every node
     rc, out = _done(_upgrade(lab, env, *pw))
     assert rc == 0 and out["result"] == "ok", out
     assert out["resumed"] and "resuming the upgrade" in out["resumed"]
@@ -119,6 +119,6 @@ def test_upgrade_one_node_at_a_time_check_resume_and_rdma_off(make_lab, tmp_path
     rc, out = _done(_upgrade(lab, env, *pw))
     assert rc == 1 and out["result"] == "failed" and out["resumed"], out
     assert f"macfleet rdma enable {n1}" in out["failure"]
-    assert _build(lab, n1) == "25C62" and _build(lab, n2) == "25C60"
+    assert _build(lab, n1) == "25C62" and {_build(lab, n) for n in rest} == {"25C60"}
     assert not any(_exo_runs(lab, n) for n in lab.nodes)
     assert STATE_ROOT.exists()
