@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from pathlib import Path
 
 import pytest
@@ -422,3 +423,26 @@ def test_a_bad_declared_model_is_named(example_inventory: Path, models_yaml: str
     _declare(example_inventory, models_yaml)
     problems = _problems(example_inventory)
     assert any(expected in p for p in problems), problems
+
+
+def _keys(value: object) -> set[str]:
+    if isinstance(value, dict):
+        return {k for k in value if isinstance(k, str)} | {x for v in value.values() for x in _keys(v)}
+    if isinstance(value, list):
+        return {x for v in value for x in _keys(v)}
+    return set()
+
+
+def test_every_key_in_the_example_is_read_by_something() -> None:
+    """Issue 30: `macfleet_exo.source` and `macfleet_models` sat in the example and nothing read them. Each key
+    the example sets (host and group names aside) is named by product code or a playbook other than the model
+    that declares it."""
+    root = Path(__file__).resolve().parents[1]
+    files = [EXAMPLE_INVENTORY / "hosts.yml", *sorted((EXAMPLE_INVENTORY / "group_vars").rglob("*.yml"))]
+    keys = set().union(*(_keys(yaml.safe_load(f.read_text())) for f in files))
+    fleet = load_inventory(EXAMPLE_INVENTORY)
+    names = {n.name for m in fleet.meshes for n in m.nodes} | {m.name for m in fleet.meshes}
+    readers = [p.read_text() for pattern in ("macfleet/**/*.py", "playbooks/**/*.yml", "playbooks/**/*.j2")
+               for p in root.glob(pattern) if p.name != "model.py" and "lab" not in p.relative_to(root).parts]
+    unread = sorted(k for k in keys - names if not any(re.search(rf"\b{re.escape(k)}\b", t) for t in readers))
+    assert unread == [], f"keys in the example nothing reads: {unread}"
