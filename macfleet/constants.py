@@ -45,3 +45,7 @@ WIRED_RESERVE_MB = 16384
 # Homebrew's bin directory on Apple silicon (Homebrew's default prefix /opt/homebrew, docs.brew.sh/Installation),
 # which a non-interactive SSH session's PATH lacks: the rsync, iperf3 and build tools macfleet runs live there.
 HOMEBREW_BIN = "/opt/homebrew/bin"
+# curl's exit statuses macfleet tells apart when it reads exo's API on a node (curl(1), "EXIT CODES"): 7 "Failed
+# to connect to host" (nothing listens on the port), 28 "Operation timeout".
+CURL_REFUSED = 7
+CURL_TIMEOUT = 28

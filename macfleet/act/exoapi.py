@@ -9,13 +9,14 @@ Streamed answers (`/instance/await`, chat with `stream: true`) are read as they 
 
 from __future__ import annotations
 
+import itertools
 import json
 import shlex
 import urllib.parse
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from macfleet.constants import EXO_PORT
+from macfleet.constants import CURL_REFUSED, CURL_TIMEOUT, EXO_PORT
 from macfleet.errors import ExoApiError, UnreachableError
 from macfleet.facts.exo import ExoHttp, parse_http_response
 from macfleet.facts.exoapi import SseEvent, parse_api_error, sse_events
@@ -23,9 +24,8 @@ from macfleet.facts.exoapi import SseEvent, parse_api_error, sse_events
 if TYPE_CHECKING:
     from macfleet.collect.ssh import SshSession
 
-CURL_REFUSED = 7  # curl: "Failed to connect"
-CURL_TIMEOUT = 28  # curl: "Operation timeout"
 MAX_ANSWER = 8 * 1024 * 1024  # bytes of a whole (not streamed) answer read at most
+MAX_LINE = 1024 * 1024  # bytes of one line of a streamed answer (one SSE event of exo's is a few hundred)
 SSH_SLACK_S = 10.0  # the SSH side waits this much longer than curl's own --max-time
 CALL_TIMEOUT_S = 20.0  # a whole (not streamed) answer of exo's API
 
@@ -93,20 +93,24 @@ class ExoApi:
     def events(self, method: str, path: str, *, query: dict | None = None, body: dict | None = None,
                timeout_s: float = 300.0) -> Iterator[SseEvent]:
         """The server-sent events of a streamed answer, as they come; ExoApiError if exo refuses the request."""
-        lines = _lines(self._run(method, path, query, body, timeout_s, stream=True))
+        lines = _lines(self._run(method, path, query, body, timeout_s, stream=True), self.node)
         status = _head(lines)
         if status != 200:
-            said = parse_api_error("".join(lines))
+            said = parse_api_error("".join(itertools.islice(lines, 1000))[:MAX_ANSWER])
             raise ExoApiError(f"{self.node}: exo answered {method} {path} with {status}: {said}",
                               node=self.node, status=status, exo_says=said)
         yield from sse_events(lines)
 
 
-def _lines(chunks: Iterator[bytes]) -> Iterator[str]:
+def _lines(chunks: Iterator[bytes], node: str = "the node") -> Iterator[str]:
+    """A streamed answer's lines as they come; a line longer than MAX_LINE is refused, not held."""
     buf = b""
     for chunk in chunks:
         buf += chunk
         *whole, buf = buf.split(b"\n")
+        if len(buf) > MAX_LINE or any(len(line) > MAX_LINE for line in whole):
+            raise ExoApiError(f"{node}: exo's streamed answer has a line over {MAX_LINE} bytes: not read further",
+                              node=node)
         for line in whole:
             yield line.decode("utf-8", errors="replace") + "\n"
     if buf:

@@ -93,3 +93,16 @@ def test_nothing_listening_is_said_so():
     with pytest.raises(ExoApiError) as e:
         api.json("GET", "/state")
     assert "not answering on port 9" in e.value.message
+
+
+def test_a_streamed_line_is_bounded() -> None:
+    """Hostile input: a node (or what answers on exo's port) that streams one endless line is refused once the line
+    passes MAX_LINE, not held in memory until the deadline."""
+    from macfleet.act.exoapi import MAX_LINE, _lines
+    from macfleet.errors import ExoApiError
+
+    fine = list(_lines(iter([b"HTTP/1.1 200 OK\r\n\r\ndata: {}", b"\n"])))
+    assert fine == ["HTTP/1.1 200 OK\r\n", "\r\n", "data: {}\n"]
+    endless = (b"x" * 65536 for _ in range(MAX_LINE // 65536 + 2))
+    with pytest.raises(ExoApiError, match="a line over"):
+        list(_lines(endless, "studio-1"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from macfleet.constants import EXO_MODELS_DIR
+from macfleet.constants import CURL_REFUSED, EXO_MODELS_DIR
 from macfleet.facts.commands import CommandSpec, exo_daemons_spec, exo_specs
 from macfleet.facts.daemons import (
     EXO_JOB_PLIST,
@@ -326,7 +326,6 @@ def check_exo_discovery(ctx: HealthContext, node: str) -> Verdict:
 
 # ------------------------------------------------------------------------------------------- declarations
 
-CURL_REFUSED = 7  # curl: "Failed to connect": nothing listens on the port
 
 
 def _exo(kind: str) -> Callable[[Scope], tuple[CommandSpec, ...]]:
