@@ -26,7 +26,7 @@ from macfleet.collect.commands import CommandSpec
 from macfleet.collect.gather import Gathered
 from macfleet.collect.kept import NodeSessions
 from macfleet.collect.ssh import SshTarget, unlock_key_recorded
-from macfleet.errors import MacfleetError, UsageError
+from macfleet.errors import LockHeld, MacfleetError, UsageError
 from macfleet.flow.bootstrap import read_secret_file
 from macfleet.flow.checks import CheckPlan
 from macfleet.flow.meshes import one_mesh
@@ -237,7 +237,10 @@ def _reboot(fleet, mesh, nodes, reason, dry_run, respect_windows, progress, say,
     if prior is not None:
         return _resume(fleet, mesh, nodes, reason, prior, lock, dry_run, progress, say, sessions, started)
     if not dry_run:
-        lock.check("reboot")  # a rollout, the healer or another user's reboot holds it: refused before any dial
+        try:  # a rollout, the healer or another user's reboot holds it: refused before any dial
+            lock.check("reboot")
+        except LockHeld as exc:
+            return RebootResult(mesh=mesh.name, result="refused", reason=reason, refusal=exc.message)
     verdict, before = plan_reboot(fleet, mesh, nodes, reason, sessions, respect_windows=respect_windows,
                                   before=before)
     if isinstance(verdict, Refusal):
