@@ -52,5 +52,8 @@ def test_push_place_over_rdma_and_chat_with_tokens_per_second(lab4: Lab, tmp_pat
         assert [i["model"] for i in status["instances"]].count(MODEL) == 1, status["instances"]
     finally:
         lab4.macfleet("exo", "stop", MODEL, "-i", inv, check=False)
+        for n in lab4.nodes:  # the model's files too: the next test finds lab4's models directory as it was
+            lab4.ssh(n, "rm -rf ~/.exo/models/demo-org--lab-model ~/.exo/models/.macfleet-staging/demo-org--lab-model",
+                     check=False)
     after = json.loads(lab4.macfleet("exo", "status", "--json", "-i", inv, check=False).stdout)
     assert MODEL not in [i["model"] for i in after["instances"]], after["instances"]

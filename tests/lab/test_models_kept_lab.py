@@ -1,12 +1,14 @@
 """Models kept placed, inference as health, on the shared 4-node lab: a model the inventory declares is placed by
 `macfleet reboot` after the mesh is back (exo loses every instance at a reboot, as exo does) and must answer
-before the reboot counts as done; `bench exo` keeps its tokens/s as the baseline; a 40 Gb/s cable between two
-of its nodes then shows as an inference finding against that baseline, in `bench exo` and in doctor. Leaves
-lab4 with no instance placed, no model declared and no baseline."""
+before the reboot counts as done, and so by the healer's reboot of a wedged mesh; `bench exo` keeps its
+tokens/s as the baseline; a 40 Gb/s cable between two of its nodes then shows as an inference finding against
+that baseline, in `bench exo` and in doctor. Leaves lab4 with no instance placed, no model declared and no
+baseline."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from tests.lab.conftest import Lab
 
 pytestmark = pytest.mark.lab
 
-MODEL = "demo-org/lab-model"  # test_exo_first_token.py pushes the same files: the push is then a no-op
+MODEL = "demo-org/lab-model"  # as test_exo_first_token.py; each removes it from the nodes at its end
 
 
 def test_reboot_places_the_declared_model_again_and_a_slow_cable_shows_against_the_baseline(
@@ -35,6 +37,7 @@ def test_reboot_places_the_declared_model_again_and_a_slow_cable_shows_against_t
     declared.write_text(yaml.safe_dump({"macfleet_exo": exo, "macfleet_models": [
         {"name": MODEL, "place": {"sharding": "pipeline", "transport": "ring", "min_nodes": 4}}]}))
     baseline = lab4.inventory / "bench-exo.baseline.json"
+    policy = gv / "zz-watch.yml"
     try:
         try:
             p = lab4.macfleet("reboot", "-i", inv, "--json", "--reason", "models kept placed", check=False,
@@ -52,6 +55,26 @@ def test_reboot_places_the_declared_model_again_and_a_slow_cable_shows_against_t
         assert (inst["model"], inst["transport"], inst["ready"]) == (MODEL, "ring", True), inst
         ranks = [s["node"] for s in sorted(inst["shards"], key=lambda s: s["rank"])]
         assert sorted(ranks) == sorted(lab4.nodes)
+
+        # the healer: a wedge it finds ends, through its reboot of the mesh, with the model answering again
+        policy.write_text("macfleet_remediation:\n  checks: [reachable, rdma]\n  debounce: 1\n"
+                          "  ladder: {rdma: [reboot]}\n  reboot_gap_s: 0\n")
+        lab4.fault("rdma-wedge", lab4.nodes[2])
+        def audit() -> list[dict]:
+            return [json.loads(x) for f in Path(os.environ["MACFLEET_CLUSTER_STATE_DIR"]).glob("*/audit.jsonl")
+                    for x in f.read_text().splitlines()]
+
+        def healer_rebooted() -> bool:  # one probe, one decision each (the wedge shows at exo's next look)
+            lab4.macfleet("watch", "--once", "-i", inv, check=False, timeout=600)
+            return any(e["action"] == "reboot" for e in audit())
+
+        lab4.wait(healer_rebooted, 600, "the healer's reboot of the wedged mesh")
+        (healed,) = [e for e in audit() if e["action"] == "reboot"]
+        assert healed["finding"] == "rdma" and healed["result"].startswith("reboot ok"), healed
+        assert f"answering: {MODEL}" in healed["result"], healed
+        again = json.loads(lab4.macfleet("exo", "chat", MODEL, "still there?", "--json", "-i", inv).stdout)
+        assert again["answer"].endswith("You said: still there?") and again["generation_tps"] > 0
+        policy.unlink()
 
         # (the lab's exo also lists an instance of its own that no prompt reaches: bench exo names it, health
         # does not wait for it, as for any model placed by hand)
@@ -82,4 +105,9 @@ def test_reboot_places_the_declared_model_again_and_a_slow_cable_shows_against_t
     finally:
         declared.unlink(missing_ok=True)
         baseline.unlink(missing_ok=True)
+        policy.unlink(missing_ok=True)
+        lab4.fault("rdma-wedge", lab4.nodes[2], clear=True, check=False)
         lab4.macfleet("exo", "stop", MODEL, "-i", inv, check=False)
+        for n in lab4.nodes:  # the model's files too: the next test finds lab4's models directory as it was
+            lab4.ssh(n, "rm -rf ~/.exo/models/demo-org--lab-model ~/.exo/models/.macfleet-staging/demo-org--lab-model",
+                     check=False)

@@ -178,8 +178,9 @@ def test_model_disk_full_refused_before_anything_moves(lab4: Lab, controller: Pa
         assert "digests in" not in p.stderr and "preflight of" not in p.stderr, p.stderr  # no hashing, no lock
         print(f"refused in {took:.1f} s")
         for n in lab4.nodes:
-            assert lab4.ssh(n, f"ls {MODEL_DIR} ~/.exo/models/.macfleet-staging 2>/dev/null | wc -l").stdout.strip() \
-                == "0"
+            # nothing of this model arrived, in place or staged (others' models may be there: the lab is shared)
+            staged = "~/.exo/models/.macfleet-staging/test-org--tiny-model"
+            assert lab4.ssh(n, f"ls -d {MODEL_DIR} {staged} 2>/dev/null | wc -l").stdout.strip() == "0"
     finally:
         lab4.fault("disk-full", victim, clear=True)
 
