@@ -26,7 +26,6 @@ one of ours is (its pid answers kill(pid, 0) with EPERM, and its start time is p
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import socket
@@ -38,7 +37,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from macfleet.act.statedir import ensure, open_shared
+from macfleet.act.statedir import ensure, exclusive, open_shared
 from macfleet.errors import LockHeld, MacfleetError
 from macfleet.paths import history_file, legacy_lock_file, lock_file
 
@@ -280,14 +279,8 @@ class ClusterLock:
 
     @contextlib.contextmanager
     def _guarded(self) -> Iterator[None]:
-        ensure(self.path.parent)
-        with self._mutex:
-            fd = open_shared(self.guard, os.O_RDWR)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                yield
-            finally:
-                os.close(fd)
+        with self._mutex, exclusive(self.guard):
+            yield
 
     def read(self) -> LockRecord | None:
         """The record, from a directory found safe first (a world-writable one could hold anyone's lock)."""

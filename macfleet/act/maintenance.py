@@ -5,16 +5,14 @@ every command see the same; every start and end is a line of the audit log (path
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import socket
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 from macfleet.act.lock import process_alive
-from macfleet.act.statedir import ensure, open_shared
+from macfleet.act.statedir import ensure, exclusive, open_shared
 from macfleet.errors import MacfleetError
 from macfleet.judge.maintenance import Maintenance, in_force
 from macfleet.paths import audit_file, maintenance_file
@@ -28,15 +26,8 @@ class MaintenanceStore:
         self.path = maintenance_file(self.root)
         self.guard = self.path.with_name(self.path.name + ".guard")
 
-    @contextlib.contextmanager
-    def _guarded(self) -> Iterator[None]:
-        ensure(self.path.parent)
-        fd = open_shared(self.guard, os.O_RDWR)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
+    def _guarded(self) -> contextlib.AbstractContextManager[None]:
+        return exclusive(self.guard)
 
     def read(self) -> dict[str, Maintenance]:
         """mesh -> its maintenance record (in force or not: `live` judges); MacfleetError for a damaged file."""

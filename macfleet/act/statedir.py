@@ -8,8 +8,11 @@ maintenance could have been written by anyone."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from macfleet.errors import UsageError
@@ -78,3 +81,16 @@ def open_shared(path: Path, flags: int) -> int:
         os.close(fd)
         raise
     return fd
+
+
+@contextlib.contextmanager
+def exclusive(guard: Path) -> Iterator[None]:
+    """Hold an exclusive flock(2) on `guard`, a file of the shared directory (made safe first), for the block:
+    one writer at a time across every user and process."""
+    ensure(guard.parent)
+    fd = open_shared(guard, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
