@@ -730,30 +730,10 @@ class SshSession:
         deadline = started + timeout_s
         channel = self._start(command_line, deadline, cancel)
         out, err = bytearray(), bytearray()
-        exited_at: float | None = None
         try:
-            while True:
-                while channel.recv_ready():
-                    out += channel.recv(65536)
-                while channel.recv_stderr_ready():
-                    err += channel.recv_stderr(65536)
-                drained = not channel.recv_ready() and not channel.recv_stderr_ready()
-                if channel.exit_status_ready() and drained:
-                    # sshd may send the exit status before the last of the output: wait for its EOF, briefly
-                    # (a background child still holding stdout open must not hold the command to its timeout)
-                    exited_at = exited_at or time.monotonic()
-                    if channel.eof_received or time.monotonic() - exited_at > EOF_GRACE_S:
-                        break
-                if channel.closed and not channel.recv_ready():
-                    break
-                if cancel is not None and cancel.is_set():
-                    raise CommandCancelled(spec)
-                if time.monotonic() > deadline:
-                    raise CommandTimeout(spec, timeout_s)
-                channel.status_event.wait(0.02)
-            rc = channel.recv_exit_status()
-            if rc == -1:  # paramiko's mark for "no exit status came": the session dropped, or a signal ended it
-                raise Unreachable(f"{self.target.host}: the session of `{command_line}` closed without an exit status")
+            for chunk in self._pump(channel, spec, deadline, timeout_s, cancel, err):
+                out += chunk
+            rc = self._exit_status(channel, command_line)
         finally:
             channel.close()
         return Raw(
@@ -764,6 +744,38 @@ class SshSession:
             ended_at=time.time(),
         )
 
+    @staticmethod
+    def _pump(channel: paramiko.Channel, spec: CommandSpec, deadline: float, timeout_s: float,
+              cancel: threading.Event | None, err: bytearray) -> Iterator[bytes]:
+        """A started command's stdout as it comes (its stderr into `err`), until it has exited and its output is
+        drained; CommandCancelled or CommandTimeout (at `deadline`) otherwise."""
+        exited_at: float | None = None
+        while True:
+            while channel.recv_ready():
+                yield channel.recv(65536)
+            while channel.recv_stderr_ready():
+                err += channel.recv_stderr(65536)
+            drained = not channel.recv_ready() and not channel.recv_stderr_ready()
+            if channel.exit_status_ready() and drained:
+                # sshd may send the exit status before the last of the output: wait for its EOF, briefly
+                # (a background child still holding stdout open must not hold the command to its timeout)
+                exited_at = exited_at or time.monotonic()
+                if channel.eof_received or time.monotonic() - exited_at > EOF_GRACE_S:
+                    return
+            if channel.closed and not channel.recv_ready():
+                return
+            if cancel is not None and cancel.is_set():
+                raise CommandCancelled(spec)
+            if time.monotonic() > deadline:
+                raise CommandTimeout(spec, timeout_s)
+            channel.status_event.wait(0.02)
+
+    def _exit_status(self, channel: paramiko.Channel, command_line: str) -> int:
+        rc = channel.recv_exit_status()
+        if rc == -1:  # paramiko's mark for "no exit status came": the session dropped, or a signal ended it
+            raise Unreachable(f"{self.target.host}: the session of `{command_line}` closed without an exit status")
+        return rc
+
     def stream(self, command_line: str, *, stdin: bytes = b"", timeout_s: float,
                cancel: threading.Event | None = None) -> Iterator[bytes]:
         """Run one already-quoted command line with `stdin` as its input (then EOF) and yield its stdout as it
@@ -772,25 +784,11 @@ class SshSession:
         deadline = time.monotonic() + timeout_s
         channel = self._start(command_line, deadline, cancel)
         err = bytearray()
-        exited_at: float | None = None
         try:
             channel.sendall(stdin)
             channel.shutdown_write()
-            while True:
-                while channel.recv_ready():
-                    yield channel.recv(65536)
-                while channel.recv_stderr_ready():
-                    err += channel.recv_stderr(65536)
-                if channel.exit_status_ready() and not channel.recv_ready():
-                    exited_at = exited_at or time.monotonic()  # then its EOF, briefly (as in run_line)
-                    if channel.eof_received or channel.closed or time.monotonic() - exited_at > EOF_GRACE_S:
-                        break
-                if cancel is not None and cancel.is_set():
-                    raise CommandCancelled(spec)
-                if time.monotonic() > deadline:
-                    raise CommandTimeout(spec, timeout_s)
-                channel.status_event.wait(0.02)
-            rc = channel.recv_exit_status()
+            yield from self._pump(channel, spec, deadline, timeout_s, cancel, err)
+            rc = self._exit_status(channel, command_line)
         except (OSError, EOFError) as exc:
             raise Unreachable(f"{self.target.host}: `{command_line}` was cut off: {exc}") from None
         finally:
