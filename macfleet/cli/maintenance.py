@@ -6,16 +6,13 @@ from typing import Annotated
 
 import typer
 
-from macfleet.cli.options import InventoryOpt, JsonOpt, MeshOpt, inventory_path
+from macfleet.cli.options import CheckOpt, InventoryOpt, JsonOpt, MeshOpt, inventory_path
+from macfleet.render.maintenance import said
 from macfleet.render.output import emit
-from macfleet.render.text import plain
 
 # The flows and the inventory's models are imported when a command runs, not for --help.
 
 app = typer.Typer(no_args_is_help=True, help="Tell the healer to leave a mesh alone for a while (planned work).")
-
-CheckOpt = Annotated[bool, typer.Option("--check", help="Say what would change, and change nothing.")]
-
 
 def _meshes(inventory, mesh):
     from macfleet.flow.meshes import select_meshes
@@ -23,20 +20,6 @@ def _meshes(inventory, mesh):
 
     fleet = load_inventory(inventory_path(inventory))
     return fleet, select_meshes(fleet, mesh)
-
-
-def _said(payload: dict, verb: str) -> str:
-    head = "would be (--check): " if payload.get("check") else ""
-    lines = []
-    for m in payload["meshes"]:
-        if verb == "start":
-            lines.append(head + m["said"] + (f"\n  replaces: {m['replaced']['reason']}" if m["replaced"] else ""))
-        elif verb == "end":
-            lines.append(f"{head}mesh {m['mesh']}: " + ("maintenance ended; the healer acts on it again"
-                                                        if m["ended"] else "no maintenance to end"))
-        else:
-            lines.append(m["said"])
-    return plain("\n".join(lines))
 
 
 @app.command("start")
@@ -58,7 +41,7 @@ def start_cmd(
     from macfleet.flow import maintenance
 
     fleet, meshes = _meshes(inventory, mesh)
-    emit(maintenance.start(fleet, meshes, for_, reason, check=check), human=lambda p: _said(p, "start"))
+    emit(maintenance.start(fleet, meshes, for_, reason, check=check), human=lambda p: said(p, "start"))
 
 
 @app.command("end")
@@ -69,7 +52,7 @@ def end_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, check: CheckOp
     from macfleet.flow import maintenance
 
     fleet, meshes = _meshes(inventory, mesh)
-    emit(maintenance.end(fleet, meshes, check=check), human=lambda p: _said(p, "end"))
+    emit(maintenance.end(fleet, meshes, check=check), human=lambda p: said(p, "end"))
 
 
 @app.command("status")
@@ -78,4 +61,4 @@ def status_cmd(inventory: InventoryOpt = None, mesh: MeshOpt = None, json_output
     from macfleet.flow import maintenance
 
     fleet, meshes = _meshes(inventory, mesh)
-    emit(maintenance.status(fleet, meshes), human=lambda p: _said(p, "status"))
+    emit(maintenance.status(fleet, meshes), human=lambda p: said(p, "status"))

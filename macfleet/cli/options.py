@@ -71,7 +71,7 @@ EventsOpt = Annotated[
 
 CheckOpt = Annotated[
     bool,
-    typer.Option("--check", help="Say what would change on the nodes, and change nothing."),
+    typer.Option("--check", help="Say what would change (on the nodes or here), and change nothing."),
 ]
 
 def whole_mesh(fleet: Any, mesh: str | None, limit: str | None, why: str) -> str | None:
