@@ -25,15 +25,22 @@ MAX_COMMAND = 200
 
 
 def daemon_pid(label):
-    """The job's pid from `launchctl print system/LABEL` (`pid = N`), or None when it is not running."""
+    """(the job's pid, None) from `launchctl print system/LABEL`'s `pid = N` line; (None, None) when the job is not
+    loaded or not running; (None, why) when it runs but no pid could be read (launchctl(1) calls its output not
+    stable: the pid line is not promised), which is never taken for "not running"."""
     p = subprocess.run(["launchctl", "print", "system/" + label], capture_output=True, text=True)
     if p.returncode != 0:
-        return None
+        return None, None
+    running = False
     for line in p.stdout.splitlines():
         key, _, value = line.strip().partition(" = ")
         if key == "pid" and value.strip().isdigit():
-            return int(value.strip())
-    return None
+            return int(value.strip()), None
+        running = running or (key == "state" and value.strip() == "running")
+    if running:
+        return None, ("exo's job runs but `launchctl print` showed no `pid = N` line: exo was not asked to stop "
+                      "first; launchd's bootout stopped it")
+    return None, None
 
 
 def processes():
@@ -79,9 +86,10 @@ def wait_gone(pids, seconds, since, gone=None):
 
 
 def stop(label, grace_s, late_s):
-    pid = daemon_pid(label)
+    pid, unread = daemon_pid(label)
     if pid is None:
-        return {"pid": None, "asked": [], "took_s": 0.0, "late": [], "ignored_term": [], "survived_kill": []}
+        report = {"pid": None, "asked": [], "took_s": 0.0, "late": [], "ignored_term": [], "survived_kill": []}
+        return dict(report, error=unread) if unread else report
     started = time.monotonic()
     table = processes()
     asked = tree(pid, table)
