@@ -1092,8 +1092,7 @@ def _make_handler(app: ExoStandin):
             path, _, query = self.path.partition("?")
             args = dict(urllib.parse.parse_qsl(query))
             if not app.api.handle(self, method, path.rstrip("/") or "/", args):
-                self._send(404 if method == "GET" else 405, {"detail": "Not Found" if method == "GET"
-                                                             else "Method Not Allowed"})
+                self._send(404, {"detail": "Not Found"})  # FastAPI's default for a route it does not have
 
         def do_GET(self) -> None:
             path, _, query = self.path.partition("?")
