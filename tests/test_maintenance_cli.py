@@ -50,3 +50,22 @@ def test_a_maintenance_ends_by_itself(cli, example_inventory) -> None:
     while json.loads(cli("maintenance", "status", "--json", *inv).stdout)["meshes"][0]["maintenance"]:
         assert time.monotonic() < deadline, "the maintenance did not end by itself"
         time.sleep(0.1)
+
+
+def test_a_damaged_file_is_repaired_by_end_as_its_hint_says(cli, example_inventory, cluster_state) -> None:
+    """hostile: a pid no process can have in the shared file crashed every reader; now the file reads as damaged
+    (treated as maintenance by the healer), and `maintenance end` replaces it, audited."""
+    inv = ["-i", str(example_inventory)]
+    assert cli("maintenance", "start", "--for", "2h", "--reason", "r", *inv).exit_code == 0
+    [path] = cluster_state.glob("*/maintenance.json")
+    data = json.loads(path.read_text())
+    for record in data.values():  # {mesh: record}
+        record.update(command="reboot", pid=99999999999999999999)
+    path.write_text(json.dumps(data))
+    damaged = cli("maintenance", "status", *inv)
+    assert damaged.exit_code != 0 and "Traceback" not in damaged.stderr + damaged.stdout
+    assert "maintenance" in damaged.stderr
+    ended = cli("maintenance", "end", "--json", *inv)
+    assert ended.exit_code == 0, ended.stderr
+    assert json.loads(cli("maintenance", "status", "--json", *inv).stdout)["meshes"][0]["maintenance"] is None
+    assert any("damaged maintenance file was replaced" in e["decision"] for e in _audit(cluster_state))

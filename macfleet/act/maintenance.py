@@ -85,6 +85,16 @@ class MaintenanceStore:
             self._write(records)
         return was
 
+    def repair(self) -> bool:
+        """Replace a damaged file with an empty one (no maintenance); whether it was damaged."""
+        with self._guarded():
+            try:
+                self.read()
+                return False
+            except MacfleetError:
+                self._write({})
+                return True
+
     def _readable(self) -> dict[str, Maintenance]:
         """Under the guard: a damaged file is replaced (start and end are how it is repaired)."""
         try:

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 from macfleet.act.lock import my_start
 from macfleet.act.maintenance import MaintenanceStore, append_audit
-from macfleet.errors import UsageError
+from macfleet.errors import MacfleetError, UsageError
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge import maintenance as judge
 
@@ -37,12 +37,20 @@ def _checked(for_text: str, reason: str) -> tuple[float, str]:
         raise UsageError(f"--reason: {exc}") from None
 
 
+def _live(store: MaintenanceStore, now: datetime) -> tuple[dict, str | None]:
+    """The maintenance in force, and why the file could not be read when it is damaged (then: none in force)."""
+    try:
+        return store.live(now), None
+    except MacfleetError as exc:
+        return {}, exc.message
+
+
 def start(fleet: Fleet, meshes: list[Mesh], for_text: str, reason: str, *, check: bool) -> dict:
     """A person's maintenance on each mesh, ending by itself after `for_text`; replaces one in force."""
     seconds, reason = _checked(for_text, reason)
     now = datetime.now(UTC)
     store = MaintenanceStore(fleet.root)
-    live = store.live(now)
+    live, _damaged = _live(store, now)  # a damaged file is replaced by the start (as the hint says)
     out = []
     for m in meshes:
         record = judge.person(m.name, reason, who(), seconds, now)
@@ -60,7 +68,10 @@ def end(fleet: Fleet, meshes: list[Mesh], *, check: bool) -> dict:
     """End each mesh's maintenance (a person's or a command's); a mesh without one is said so."""
     now = datetime.now(UTC)
     store = MaintenanceStore(fleet.root)
-    live = store.live(now)
+    live, damaged = _live(store, now)
+    if damaged and not check and store.repair():
+        append_audit(fleet.root, {"mesh": None, "decision": f"the damaged maintenance file was replaced by {who()}: "
+                                  f"{damaged}", "action": "maintenance-end", "result": "no maintenance recorded"})
     out = []
     for m in meshes:
         was = live.get(m.name)

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 MAX_FOR_S = 7 * 24 * 3600.0  # a week: longer is not maintenance, it is switching the healer off
 COMMAND_BOUND_S = 12 * 3600.0  # a command's maintenance, should its end never be written (an exo build: ~2 h)
 MAX_REASON = 300
+MAX_PID = 2**31 - 1  # pid_t: a larger one is no process (and os.kill overflows on it)
 _UNIT_S = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
 
@@ -24,7 +25,8 @@ def parse_duration(text: str) -> float:
     """Seconds in "2h", "90m", "1h30m", "45s", "1d"; ValueError saying what is expected."""
     raw = text.strip().lower()
     parts = _DURATION.findall(raw)
-    if not raw or not parts or "".join(n + u for n, u in parts) != raw:
+    units = [u for _, u in parts]
+    if not raw or not parts or "".join(n + u for n, u in parts) != raw or len(set(units)) != len(units):
         raise ValueError(f"{text[:40]!r}: expected a duration such as 2h, 90m, 1h30m or 1d")
     seconds = sum(float(n) * _UNIT_S[u] for n, u in parts)
     if not 0 < seconds <= MAX_FOR_S:
@@ -66,10 +68,15 @@ class Maintenance:
             raise ValueError(f"not a maintenance record: {str(data)[:80]!r}")
         try:
             m = cls(**{k: (int(v) if k == "pid" else str(v)) for k, v in data.items()})
-            for t in (m.started, m.until):
-                if datetime.fromisoformat(t).tzinfo is None:
-                    raise ValueError(f"{t!r} has no time zone")
-        except (TypeError, ValueError) as exc:
+            if not 0 <= m.pid <= MAX_PID or (m.command and m.pid == 0):
+                raise ValueError(f"pid {m.pid} is no process's")
+            started, until = (datetime.fromisoformat(t) for t in (m.started, m.until))
+            if started.tzinfo is None or until.tzinfo is None:
+                raise ValueError("a time without a time zone")
+            longest = COMMAND_BOUND_S if m.command else MAX_FOR_S
+            if not timedelta(0) <= until - started <= timedelta(seconds=longest):
+                raise ValueError(f"it runs from {m.started} to {m.until}: at most {longest / 3600:g} h")
+        except (TypeError, ValueError, OverflowError) as exc:
             raise ValueError(f"not a maintenance record ({exc})") from None
         return m
 

@@ -48,3 +48,20 @@ def test_reason_is_one_printable_line():
     for bad in ("", "a\nb", "x" * 301, "\x1b[31m"):
         with pytest.raises(ValueError):
             m.check_reason(bad)
+
+
+@pytest.mark.parametrize("bad", [
+    {"pid": 99999999999999999999}, {"pid": -1}, {"pid": 2**40},
+    {"until": "2026-12-30T00:00:00+00:00"},  # a person's, for four weeks: longer than any maintenance
+])
+def test_a_record_out_of_range_is_damaged_not_a_crash(bad: dict) -> None:
+    """hostile: a huge pid in the shared file crashed every reader (OverflowError in os.kill); -1 read as alive."""
+    good = {"mesh": "mesh1", "reason": "r", "by": "ana", "started": "2026-12-02T00:00:00+00:00",
+            "until": "2026-12-02T02:00:00+00:00"}
+    with pytest.raises(ValueError, match="not a maintenance record"):
+        m.Maintenance.from_json({**good, **bad, **({"command": "reboot"} if "pid" in bad else {})})
+
+
+def test_a_duration_names_each_unit_once() -> None:
+    with pytest.raises(ValueError, match="expected a duration"):
+        m.parse_duration("1h1h")
