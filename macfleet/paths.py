@@ -36,7 +36,16 @@ def inventory_tag(inventory_root: Path) -> str:
 def cluster_state_root() -> Path:
     """$MACFLEET_CLUSTER_STATE_DIR (the config file's `cluster_state_dir` sets it), else DEFAULT_CLUSTER_STATE."""
     explicit = os.environ.get(CLUSTER_STATE_ENV, "").strip()
-    return Path(explicit).expanduser() if explicit else DEFAULT_CLUSTER_STATE
+    if not explicit:
+        return DEFAULT_CLUSTER_STATE
+    path = Path(explicit).expanduser()
+    if not path.is_absolute() or any(ord(c) < 32 or c == "\x7f" for c in explicit):
+        from macfleet.errors import UsageError
+
+        # a relative one would name another directory from each working directory: two locks, not one
+        raise UsageError(f"{CLUSTER_STATE_ENV}={explicit[:200]!r}: expected an absolute path without control "
+                         "characters (every user and the healer must name the same directory)")
+    return path
 
 
 def cluster_dir(inventory_root: Path) -> Path:

@@ -40,7 +40,8 @@ def test_variables_and_flags_win_over_the_config_file(cli, tmp_path) -> None:
 
 def test_a_bad_config_file_is_refused_naming_the_key(cli, tmp_path) -> None:
     for text, says in (("colour = false\n", "unknown key 'colour'"), ("json = 1\n", "expected a true or false"),
-                       ("json = \n", "not valid TOML")):
+                       ("json = \n", "not valid TOML"),
+                       ('cluster_state_dir = "/var/lib/mac\\u0000fleet"\n', "without control characters")):
         result = cli("inventory", "check", "-i", str(EXAMPLE_INVENTORY), "--json", env=_config(tmp_path, text))
         assert result.exit_code == 2, result.output
         assert says in json.loads(result.stdout)["error"]["message"]

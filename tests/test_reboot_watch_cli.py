@@ -38,3 +38,18 @@ def test_watch_bad_policy_exits_2_before_probing(cli, example_inventory):
 def test_help(cli):
     assert cli("reboot", "--help").exit_code == 0
     assert cli("watch", "--help").exit_code == 0
+
+
+def test_watch_check_refuses_an_unsafe_state_directory_and_bad_options(cli, example_inventory, tmp_path,
+                                                                         monkeypatch) -> None:
+    """watch --check reads the healer's state: an unsafe shared directory is refused (exit 2) as everywhere else,
+    and its options are checked as without --check (it skipped both)."""
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    monkeypatch.setenv("MACFLEET_CLUSTER_STATE_DIR", str(open_dir))
+    r = cli("watch", "--check", "-i", str(example_inventory))
+    assert r.exit_code == 2 and "world-writable" in r.stderr, r.stderr
+    monkeypatch.setenv("MACFLEET_CLUSTER_STATE_DIR", str(tmp_path / "fine"))
+    r = cli("watch", "--check", "--listen", "nonsense", "-i", str(example_inventory))
+    assert r.exit_code == 2 and "--listen 'nonsense'" in r.stderr, r.stderr

@@ -9,6 +9,7 @@ maintenance could have been written by anyone."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import stat
@@ -26,8 +27,23 @@ def ensure(path: Path) -> Path:
     """`path` (an inventory's cluster dir) and its parent exist and are safe; UsageError naming what is not."""
     root = path.parent
     for d in (root, path):
-        _make(d, root)
-        _check(d, root)
+        try:
+            _make(d, root)
+            _check(d, root)
+        except OSError as exc:  # a name too long, a loop of links, …: said, never a traceback
+            raise UsageError(f"cannot use the cluster state directory {d}: {exc.strerror or exc}") from None
+    return path
+
+
+def verify(path: Path) -> Path:
+    """As `ensure`, creating nothing: what exists of `path` and its parent must be safe (a preview reads only)."""
+    root = path.parent
+    for d in (root, path):
+        try:
+            if os.path.lexists(d):
+                _check(d, root)
+        except OSError as exc:
+            raise UsageError(f"cannot use the cluster state directory {d}: {exc.strerror or exc}") from None
     return path
 
 
@@ -72,12 +88,22 @@ def _check(d: Path, root: Path) -> None:
 
 def open_shared(path: Path, flags: int) -> int:
     """os.open a file of the shared directory with mode 0660 (whatever the umask) when it creates it."""
-    fd = os.open(path, flags | os.O_CREAT, FILE_MODE)
+    # never through a link: a group member could point one at a file the healer or root owns
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise UsageError(f"{path} in the cluster state directory is a symbolic link: not followed",
+                         hint="remove it; macfleet writes the file itself") from None
     try:
         st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UsageError(f"{path} in the cluster state directory is not a regular file",
+                             hint="remove it; macfleet writes it again")
         if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != FILE_MODE:
             os.fchmod(fd, FILE_MODE)
-    except OSError:
+    except (OSError, UsageError):
         os.close(fd)
         raise
     return fd

@@ -64,6 +64,8 @@ def load_config() -> Config:
         if not isinstance(value, kind):
             raise UsageError(f"{path}: {key} = {value!r}, expected a {'string' if kind is str else 'true or false'}")
         if key in PATH_KEYS:
+            if any(ord(c) < 32 or c == "\x7f" for c in str(value)):
+                raise UsageError(f"{path}: {key}: expected a path without control characters")
             p = Path(str(value)).expanduser()
             value = p if p.is_absolute() else path.parent / p
         values[key] = value

@@ -80,10 +80,6 @@ def watch(
             raise UsageError("--check with --reset: --reset changes the healer's state; run it without --check")
         reset(fleet, meshes, say)
         return
-    if check:
-        decisions, code = preview(fleet, meshes, say)
-        emit({"check": True, "decisions": decisions}, human=lambda _: None, exit_code=code)  # said on stderr
-        return
     port = listen.rpartition(":")[2] if listen is not None else "1"
     if listen is not None and (":" not in listen or not port.isascii() or not port.isdigit()
                                or not 0 < int(port) < 65536 or len(listen) > 300):
@@ -91,6 +87,12 @@ def watch(
     if listen_token_file is not None and listen is None:
         raise UsageError("--listen-token-file needs --listen")
     token = read_token(listen_token_file) if listen_token_file is not None else None
+    if check:  # every option checked first, as without --check
+        if listen is not None:
+            raise UsageError("--check with --listen: a preview serves nothing; run it without --listen")
+        decisions, code = preview(fleet, meshes, say)
+        emit({"check": True, "decisions": decisions}, human=lambda _: None, exit_code=code)  # said on stderr
+        return
     if listen is not None and token is None and exposed(listen):
         say(f"warning: --listen {listen} is reachable beyond this host and has no --listen-token-file: anyone who "
             "can reach it reads the status page and the metrics")

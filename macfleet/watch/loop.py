@@ -23,7 +23,7 @@ from pathlib import Path
 from macfleet.act import reboot as act_reboot
 from macfleet.act.lock import ClusterLock, lock_path, stale_reason
 from macfleet.act.maintenance import MaintenanceStore, command_alive
-from macfleet.act.statedir import ensure, open_shared
+from macfleet.act.statedir import ensure, open_shared, verify
 from macfleet.collect.gather import Gathered
 from macfleet.errors import (
     AT_UNLOCK_SCREEN,
@@ -41,7 +41,7 @@ from macfleet.inventory.model import Fleet, Mesh, RemediationSettings
 from macfleet.judge import maintenance as maint
 from macfleet.judge.health import CHECK_CODES, HealthReport
 from macfleet.judge.remediation import Observation, Outcome, State, Step, after, damaged, describe_policy, step
-from macfleet.paths import audit_file, watch_state_file
+from macfleet.paths import audit_file, cluster_dir, watch_state_file
 from macfleet.render.watch import render_status_page
 from macfleet.watch.audit import AuditLog
 from macfleet.watch.metrics import RESULT_VALUE, Metrics, serve
@@ -547,6 +547,7 @@ def preview(fleet: Fleet, meshes: list[Mesh], say: Callable[[str], None]) -> tup
     remembers; nothing is done, written or sent (no action, unlock, state, audit line or notice). Returns the
     decisions and `watch --once`'s exit code for what the probes saw."""
     now = datetime.now(UTC)
+    verify(cluster_dir(fleet.root))  # unsafe is refused (exit 2) as every other command does, nothing made
     states, why = _remembered(fleet, now)
     work = _maintenance_now(fleet, now)
     decisions, codes = [], [EXIT_OK]

@@ -275,3 +275,33 @@ def test_a_lock_at_its_old_per_user_place_is_never_read_as_no_lock(tmp_path, mon
     assert f"mv {old} {lock.path}" in got.value.hint
     old.unlink()
     assert lock.read() is None
+
+
+def test_a_link_in_the_shared_directory_is_not_followed(tmp_path, monkeypatch) -> None:
+    """hostile: a group member's symlink in the shared directory made `maintenance start` append to, and chmod
+    660, a file the healer (or root) owns."""
+    import pytest
+
+    from macfleet.act.statedir import ensure, open_shared
+    from macfleet.errors import UsageError
+
+    shared = ensure(tmp_path / "cluster" / "inv")
+    victim = tmp_path / "victim"
+    victim.write_text("mine\n")
+    victim.chmod(0o600)
+    (shared / "audit.jsonl").symlink_to(victim)
+    with pytest.raises(UsageError, match="symbolic link"):
+        open_shared(shared / "audit.jsonl", os.O_WRONLY | os.O_APPEND)
+    assert victim.read_text() == "mine\n" and (victim.stat().st_mode & 0o777) == 0o600
+
+
+def test_a_relative_or_control_character_state_dir_is_refused(monkeypatch) -> None:
+    import pytest
+
+    from macfleet.errors import UsageError
+    from macfleet.paths import cluster_state_root
+
+    for bad in ("state/here", "/var/lib/mac\nfleet"):
+        monkeypatch.setenv("MACFLEET_CLUSTER_STATE_DIR", bad)
+        with pytest.raises(UsageError, match="expected an absolute path"):
+            cluster_state_root()
