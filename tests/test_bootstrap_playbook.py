@@ -404,6 +404,7 @@ def test_client_networks_are_checked_in_the_inventory() -> None:
 
     assert ExoSettings(clients=["192.168.10.0/24", "10.1.2.3"]).clients == ["192.168.10.0/24", "10.1.2.3"]
     for bad, says in (("0.0.0.0/0", "is everyone"), ("::/0", "is everyone"), ("laptop", "an IPv4 or IPv6"),
-                      ("192.168.10.5/24", "an IPv4 or IPv6"), ("10.0.0.0/8 ; pass all", "an IPv4 or IPv6")):
+                      ("192.168.10.5/24", "an IPv4 or IPv6"), ("10.0.0.0/8 ; pass all", "an IPv4 or IPv6"),
+                      ("fe80::1%en0", "an IPv4 or IPv6")):
         with pytest.raises(ValidationError, match=says):
             ExoSettings(clients=[bad])

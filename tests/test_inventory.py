@@ -418,6 +418,9 @@ def test_declared_models_are_read_with_their_placement(example_inventory: Path) 
      "macfleet_models.0.place.min_nodes: found 5, expected at most the 4 Macs of mesh `mesh1`"),
     ("  - name: org/m\n  - name: org/m\n", "macfleet_models: found a list, expected each model once: org/m is "
                                           "listed more than once"),
+    ("  - name: org/m\n  - name: org/M\n", "expected each model once: org/M, org/m is listed more than once"),
+    ("  - name: org/m\n    place: {min_nodes: true}\n", "macfleet_models.0.place.min_nodes"),
+    ("  - name: org/m\n    place: {bogus: 1}\n", "expected one of: min_nodes, sharding, transport"),
 ])
 def test_a_bad_declared_model_is_named(example_inventory: Path, models_yaml: str, expected: str) -> None:
     _declare(example_inventory, models_yaml)

@@ -385,6 +385,8 @@ def _unknown_keys(
 def _known_fields(loc: list[str]) -> set[str]:
     model: Any = Settings
     for part in loc[:-1]:
+        if isinstance(part, int) or str(part).isdigit():  # an item of a list: the same model
+            continue
         field = getattr(model, "model_fields", {}).get(part)
         if field is None:
             break

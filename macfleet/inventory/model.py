@@ -253,6 +253,8 @@ class ExoSettings(_Settings):
     def _clients(cls, value: list[str]) -> list[str]:
         for item in value:
             try:
+                if "%" in item:  # a scoped address (fe80::1%en0): pf's tables take none
+                    raise ValueError
                 net = ipaddress.ip_network(item, strict=True)
             except ValueError:
                 raise ValueError(f"{item!r}: an IPv4 or IPv6 address or network (e.g. 192.168.1.0/24)") from None
@@ -295,7 +297,7 @@ class KeepPlaced(_Settings):
 
     sharding: Sharding = "pipeline"
     transport: Transport = "rdma"
-    min_nodes: int | None = Field(default=None, ge=1, le=MAX_MESH_NODES)  # None: as exo places it
+    min_nodes: int | None = Field(default=None, ge=1, le=MAX_MESH_NODES, strict=True)  # None: as exo places it
 
 
 class ModelToStage(_Settings):
@@ -475,8 +477,8 @@ class Settings(_Settings):
     @field_validator("models")
     @classmethod
     def _each_model_once(cls, value: list[ModelToStage]) -> list[ModelToStage]:
-        names = [m.name for m in value]
-        twice = sorted({n for n in names if names.count(n) > 1})
+        names = [m.name.lower() for m in value]  # macOS's disk is case-insensitive: org/M is org/m's directory
+        twice = sorted({m.name for m in value if names.count(m.name.lower()) > 1})
         if twice:
             raise ValueError(f"each model once: {', '.join(twice)} is listed more than once")
         return value
