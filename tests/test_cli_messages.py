@@ -63,13 +63,14 @@ def test_a_dns_failure_is_named_as_one_not_a_powered_off_mac() -> None:
     assert "powered on" in unreachable_fix("studio-1", "cannot connect to studio-1:22: timed out")
 
 
-def test_rollout_exo_with_a_missing_source_does_not_point_at_the_lab(cli, tmp_path) -> None:
+def test_rollout_exo_with_a_missing_source_does_not_point_at_the_lab(cli, tmp_path, cluster_state) -> None:
     result = cli("rollout", "exo", "--source", str(tmp_path / "nonexistent"), "--no-build",
                  "-i", str(EXAMPLE_INVENTORY), "--json")
     assert result.exit_code == 2, result.output
     error = json.loads(result.stdout)["error"]
     assert "no such directory" in error["message"]
     assert "lab" not in error["hint"] and "git URL" in error["hint"]
+    assert not list(cluster_state.glob("*/audit.jsonl"))  # refused before any maintenance was taken
 
 
 def test_rollout_exo_takes_its_source_and_ref_from_the_inventory(cli, example_inventory) -> None:

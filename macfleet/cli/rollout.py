@@ -81,6 +81,8 @@ def exo_cmd(
     it at once, roll back if it is not healthy."""
     if build_on and no_build:
         raise UsageError("--build-on and --no-build contradict each other: give one")
+    if source is not None:
+        flow.check_source(source)  # refused before the maintenance is taken
     fleet = load_inventory(inventory_path(inventory))
     mesh = whole_mesh(fleet, mesh, limit, "a release is switched on the whole mesh at once (its peers run one "
                       "version)")

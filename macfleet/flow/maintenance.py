@@ -98,8 +98,8 @@ def during(fleet: Fleet, mesh: Mesh, command: str, reason: str) -> Iterator[str]
     Yields what was done, in words."""
     now = datetime.now(UTC)
     store = MaintenanceStore(fleet.root)
-    record = judge.for_command(mesh.name, command, reason[:judge.MAX_REASON], os.getpid(), socket.gethostname(),
-                               my_start(), now)
+    said = "".join(c if c.isprintable() else "\ufffd" for c in reason[:judge.MAX_REASON])  # a flag's text: data
+    record = judge.for_command(mesh.name, command, said, os.getpid(), socket.gethostname(), my_start(), now)
     kept = store.start(record, unless_in_force=True)
     if kept is not None:
         yield f"kept: {judge.describe(kept, now)}"

@@ -113,9 +113,17 @@ def resolve_source(source: str, ref: str | None, work: Path) -> Path:
             raise UsageError(f"git clone {source} failed: {p2.stderr.strip()[-300:]}")
         shutil.rmtree(work / "src" / ".git", ignore_errors=True)
         return work / "src"
-    raise UsageError(f"--source {source}: no such directory or file, and not a git URL",
-                     hint="give an exo checkout (a directory, built or to build with --build-on), a .tar.gz of one, "
-                          "or a git URL such as https://github.com/exo-explore/exo")
+    check_source(source)
+    raise AssertionError("check_source refuses what is none of the above")
+
+
+def check_source(source: str) -> None:
+    """Refuse a --source that is no directory, no file and no git URL: before anything is taken or written."""
+    p = Path(source).expanduser()
+    if not (p.is_dir() or p.is_file() or source.startswith(GIT_URL_PREFIXES)):
+        raise UsageError(f"--source {source[:300]}: no such directory or file, and not a git URL",
+                         hint="give an exo checkout (a directory, built or to build with --build-on), a .tar.gz of "
+                              "one, or a git URL such as https://github.com/exo-explore/exo")
 
 
 def read_version(build: Path) -> str:

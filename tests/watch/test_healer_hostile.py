@@ -27,6 +27,7 @@ from macfleet.inventory.load import load_inventory
 from macfleet.inventory.model import RemediationSettings
 from macfleet.judge.health import CheckResult, HealthFinding, HealthReport, HealthSummary
 from macfleet.judge.remediation import Observation, State, after, step
+from macfleet.watch import audit as audit_module
 from macfleet.watch import loop
 from macfleet.watch.metrics import Metrics, exposed, read_token, serve
 from macfleet.watch.notify import Notifier, redact
@@ -164,9 +165,9 @@ def test_truncated_state_never_drops_an_open_breaker_or_the_reboots(harness):
     assert any("damaged" in line and "--reset" in line for line in h.said)
 
 
-def test_audit_log_that_cannot_be_written_is_reported_and_caught_up(harness):
+def test_audit_log_that_cannot_be_written_is_reported_and_caught_up(harness, monkeypatch):
     """hostile #6: a directory in the audit log's place ended in IsADirectoryError: internal error. ENOSPC
-    (a write to /dev/full) likewise. Healing goes on; the entries are written once the log can be."""
+    (a full disk) likewise. Healing goes on; the entries are written once the log can be."""
     h = harness()
     path = h.watcher.audit.path
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -176,8 +177,17 @@ def test_audit_log_that_cannot_be_written_is_reported_and_caught_up(harness):
     assert len(h.restarts) == 1 and "audit-write" in h.watcher.troubles.current
     assert h.watcher.metrics.errors.labels("audit-write")._value.get() == 2
     path.rmdir()
-    path.symlink_to("/dev/full")  # a full disk: every write fails with ENOSPC
-    h.tick(HEALTHY)
+
+    class FullDisk:  # every write of the audit log fails with ENOSPC (a link to /dev/full is no longer followed)
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        def write(self, fd, data):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as m:
+        m.setattr(audit_module, "os", FullDisk())
+        h.tick(HEALTHY)
     assert "No space left" in h.watcher.troubles.current["audit-write"]
     path.unlink()
     h.tick(HEALTHY)
