@@ -79,9 +79,7 @@ def preflight(
                               "only you can read (mode 0600) and name it in macfleet_reboot.filevault_credential_file, "
                               "or turn FileVault off at the Mac (docs/runbooks/unattended-reboot.md); "
                               "nothing was rebooted", nodes=locked)
-    plan = [NodeReboot(n, "authrestart", "FileVault on: one-time unlock with the stored credential") if n in locked
-            else NodeReboot(n, "shutdown", "FileVault off") for n in nodes]
-    return RebootPlan(mesh=mesh.name, nodes=plan, reason=reason, timeout_s=mesh.settings.reboot.timeout_s)
+    return sketch(mesh, nodes, filevault, reason)  # every node read: the whole plan
 
 
 def sketch(mesh: Mesh, nodes: list[str], filevault: dict[str, FdesetupFacts | str], reason: str) -> RebootPlan:
