@@ -34,7 +34,7 @@ from macfleet.flow.placed import MODELS_PHASE, models_answer
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.health import HealthReport, NodeFacts
 from macfleet.judge.model import Refusal
-from macfleet.judge.reboot import RebootPlan, preflight, sketch
+from macfleet.judge.reboot import ISSUED, PHASES, RebootPlan, preflight, sketch
 
 # The checks a reboot verifies (their probes, and no other, read from the catalogue: a node that just booted
 # is read in one round of commands).
@@ -270,8 +270,7 @@ def _resume(fleet, mesh, nodes, reason, prior: LockRecord, lock, dry_run, progre
     resumed = (f"resuming the reboot of {prior.describe(now)}, interrupted while {prior.phase['phase']} "
                f"({why}): its reboots were issued, so this run waits for every node, verifies the mesh and "
                "starts exo where it ran, rather than rebooting the mesh again")
-    steps = ["wait for every node to be back", "verify RDMA ports, the IP plan, the cabling",
-             "start exo where it ran before", "verify exo /state", MODELS_PHASE]
+    steps = list(PHASES[ISSUED:])
     if dry_run:
         return RebootResult(mesh=mesh.name, result="dry-run", reason=reason, steps=steps, resumed=resumed)
     held = lock.acquire("reboot", f"resuming: {prior.reason}", ttl_s=mesh.settings.reboot.lock_ttl_s,

@@ -27,16 +27,20 @@ class NodeReboot:
     why: str
 
 
+# A mesh reboot's phases, in words.
+PHASES = ("stop exo on every node", "reboot every node at once", "wait for every node",
+          "verify RDMA ports, IP plan and cabling", "start exo where it ran", "verify exo's /state",
+          "place the declared models again, a token through every placed model")
+ISSUED = 2  # PHASES[ISSUED:] are what a resumed reboot runs
+
+
 @dataclass(frozen=True)
 class RebootPlan:
     mesh: str
     nodes: list[NodeReboot]
     reason: str
     timeout_s: float
-    phases: list[str] = field(default_factory=lambda: [
-        "stop exo on every node", "reboot every node at once", "wait for every node",
-        "verify RDMA ports, IP plan and cabling", "start exo where it ran", "verify exo's /state",
-        "place the declared models again, a token through every placed model"])
+    phases: list[str] = field(default_factory=lambda: list(PHASES))
 
     def describe(self) -> list[str]:
         lines = [f"reboot mesh {self.mesh} ({len(self.nodes)} nodes): {self.reason}"]
