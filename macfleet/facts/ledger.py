@@ -12,7 +12,9 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
+from macfleet.errors import FactsParseError
 from macfleet.facts._common import Facts
+from macfleet.facts.commands import BOOTTIME
 
 # `sysctl -n kern.boottime`: `{ sec = 1764660000, usec = 123456 } Tue Dec  2 08:20:00 2026` (the date part is
 # the node's local time, ctime(3) layout)
@@ -39,12 +41,21 @@ class FailedStarts(Facts):
     last: str | None = None  # the last such line
 
 
-def parse_boottime(text: str) -> BootTime | None:
+def parse_boottime(text: str) -> BootTime:
     m = _BOOTTIME.match(text.strip())
-    if m is None:
-        return None
-    local = datetime.strptime(" ".join(m.group("local").split()), "%a %b %d %H:%M:%S %Y")
+    local = _time(" ".join(m.group("local").split()), "%a %b %d %H:%M:%S %Y") if m else None
+    if m is None or local is None:
+        raise FactsParseError(BOOTTIME.command_line, "`{ sec = N, usec = N } <ctime date>`", line=1,
+                              found=text.strip()[:80])
     return BootTime(epoch_s=int(m.group("sec")), local=local)
+
+
+def _time(text: str, layout: str) -> datetime | None:
+    """`text` read with strptime's `layout`; None when it is no such date (`Dec 32`, month 13)."""
+    try:
+        return datetime.strptime(text, layout)
+    except ValueError:
+        return None
 
 
 def failed_starts_since(log_text: str, boot: BootTime, *, whole_file: bool) -> FailedStarts:
@@ -53,9 +64,9 @@ def failed_starts_since(log_text: str, boot: BootTime, *, whole_file: bool) -> F
     count, first, last = 0, None, None
     for line in log_text.splitlines():
         m = _STAMP.match(line)
-        if m is None:
+        at = _time(m.group(1), "%Y-%m-%d %H:%M:%S") if m else None
+        if at is None:  # a continuation line, or a stamp that is no date: not counted
             continue
-        at = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")
         first = first or at
         if at >= boot.local and FAILED_RUNNER.search(line):
             count += 1

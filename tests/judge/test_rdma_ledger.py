@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from macfleet.errors import FactsParseError
 from macfleet.facts.ledger import failed_starts_since, parse_boottime
 from macfleet.facts.rdma import parse_ibv_devinfo
 from macfleet.judge.rdma_ledger import Ledger, device_capacity, ledger, verdict
@@ -55,7 +58,8 @@ def test_boottime_and_failures_since_boot_only() -> None:
     assert (got.count, got.complete) == (2, True)
     later = failed_starts_since("\n".join([crash("09:01:00")]), boot, whole_file=False)
     assert (later.count, later.complete) == (1, False)  # the tail starts after the boot: "at least"
-    assert parse_boottime("garbage") is None
+    with pytest.raises(FactsParseError):  # was `is None`: not a boot time is a parse error, read via parsed()
+        parse_boottime("garbage")
 
 
 def _ledger(failed: int, running: bool = False) -> Ledger:
@@ -99,3 +103,34 @@ def test_doctor_says_reboot_before_the_next_start_and_could_not_tell_without_the
     unread = {n: facts[n].model_copy(update={"exo_failed_starts": None, "problems": {"exo-log": "exit 1"}})
               for n in NODES}
     assert "could not be counted: exo-log: exit 1" in verdict("rdma-ledger", unread, "s1").reason
+
+
+def _node(boottime: str, log: str):
+    from macfleet.collect.gather import Gathered
+    from macfleet.collect.ssh import Raw
+    from macfleet.facts.commands import BOOTTIME
+    from macfleet.flow.checks import node_facts
+
+    def raw(text: str) -> Raw:
+        return Raw(stdout=text, stderr="", rc=0, took_s=0.1)
+
+    outputs = {BOOTTIME.key: raw(boottime), "exo-log": raw(log), "ibv-devinfo:verbose": raw(devinfo_v())}
+    return node_facts(Gathered(outputs={"s1": outputs}), "s1")
+
+
+def test_a_boottime_that_is_no_date_is_could_not_tell_not_a_crash() -> None:
+    from tests.judge.test_health import NODES, verdict
+
+    f = _node("{ sec = 1764662400, usec = 52071 } Tue Dec 32 09:00:00 2026", crash("09:01:00"))
+    assert f.boottime is None and f.exo_failed_starts is None and "Tue Dec 32" in f.why("boottime")
+    why = verdict("rdma-ledger", {n: f for n in NODES}, "s1").reason
+    assert "could not be counted" in why and "sysctl -n kern.boottime" in why and "Dec 32" in why
+    with pytest.raises(FactsParseError):
+        parse_boottime("garbage")
+
+
+def test_a_log_stamp_that_is_no_date_is_skipped_not_a_crash() -> None:
+    bad = "[ 2026-13-45 09:30:00.000 | ERROR    | exo.worker.runner.supervisor:_check_runner:401 ] " \
+          "Runner terminated with exitcode=1"
+    f = _node(BOOT, "\n".join([crash("08:59:00"), bad, crash("09:01:00")]))
+    assert f.exo_failed_starts is not None and f.exo_failed_starts.count == 1
