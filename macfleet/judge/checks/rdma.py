@@ -21,7 +21,7 @@ from macfleet.judge.checks.base import (
 from macfleet.judge.checks.network import CABLING, ok_cable_ends
 from macfleet.judge.rdma import NodeRdma, NodeRdmaFacts, Problem
 from macfleet.judge.rdma import check_rdma as check_rdma_mesh
-from macfleet.judge.rdma_ledger import REBOOT_FIRST, ledger
+from macfleet.judge.rdma_ledger import REBOOT_FIRST, ledger, undecided
 from macfleet.judge.rdma_ledger import verdict as ledger_verdict
 
 # `rdma status`'s judgement, read by doctor: the problems of a node's own RDMA stack and ports. What the cabling
@@ -94,7 +94,8 @@ def check_rdma_ledger(ctx: HealthContext, node: str) -> Verdict:
         return Unknown(reason=led)
     said = ledger_verdict(led)
     if said is None:
-        return []
+        why = undecided(led)
+        return [] if why is None else Unknown(reason=f"{led.evidence()}; {why}")
     return [HealthFinding(node=node, check="rdma-ledger", severity=said[0], message=said[1], fix=REBOOT_FIRST,
                           evidence=led.evidence())]
 
