@@ -142,20 +142,29 @@ class ExoStateFacts(Facts):
         return self.names.get(node_id, node_id[:8])
 
 
+def as_object(value: object) -> dict:
+    """A JSON object read from exo, or {} when it has another shape (what exo sends is data)."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: object) -> list:
+    """A JSON list read from exo, or [] when it has another shape."""
+    return value if isinstance(value, list) else []
+
+
 def _tagged(value: object) -> tuple[str, dict]:
     """exo's tagged unions: {"ClassName": {...}} -> ("ClassName", {...})."""
     if isinstance(value, dict) and len(value) == 1:
         (tag, inner), = value.items()
-        return str(tag), inner if isinstance(inner, dict) else {}
+        return str(tag), as_object(inner)
     return "?", {}
 
 
 def _runner_nodes(instances: object) -> dict[str, str]:
     out: dict[str, str] = {}
-    for inst in (instances or {}).values() if isinstance(instances, dict) else []:
+    for inst in as_object(instances).values():
         _tag, body = _tagged(inst)
-        mapping = (body.get("shardAssignments") or {}).get("nodeToRunner") or {}
-        for node_id, runner_id in mapping.items():
+        for node_id, runner_id in as_object(as_object(body.get("shardAssignments")).get("nodeToRunner")).items():
             out[str(runner_id)] = str(node_id)
     return out
 
@@ -163,9 +172,9 @@ def _runner_nodes(instances: object) -> dict[str, str]:
 def _edges(connections: object) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     rdma: set[tuple[str, str]] = set()
     sock: set[tuple[str, str]] = set()
-    for src, sinks in (connections or {}).items() if isinstance(connections, dict) else []:
-        for sink, conns in (sinks or {}).items() if isinstance(sinks, dict) else []:
-            for c in conns if isinstance(conns, list) else []:
+    for src, sinks in as_object(connections).items():
+        for sink, conns in as_object(sinks).items():
+            for c in as_list(conns):
                 if isinstance(c, dict) and "sourceRdmaIface" in c:
                     rdma.add((str(src), str(sink)))
                 elif isinstance(c, dict) and "sinkMultiaddr" in c:
@@ -184,8 +193,8 @@ def parse_exo_state(body: str) -> ExoStateFacts:
     if not isinstance(state, dict) or not isinstance(state.get("topology"), dict):
         raise FactsParseError("GET /state", "a JSON object with a 'topology'", line=1, found=body[:80])
     topo = state["topology"]
-    nodes = [str(n) if not isinstance(n, dict) else str(n.get("nodeId")) for n in topo.get("nodes") or []]
-    identities = state.get("nodeIdentities") or {}
+    nodes = [str(n) if not isinstance(n, dict) else str(n.get("nodeId")) for n in as_list(topo.get("nodes"))]
+    identities = as_object(state.get("nodeIdentities"))
     names = {k: str(v.get("friendlyName")) for k, v in identities.items() if isinstance(v, dict)
              and v.get("friendlyName")}
     builds = {k: str(v.get("osBuildVersion")) for k, v in identities.items() if isinstance(v, dict)
@@ -193,13 +202,14 @@ def parse_exo_state(body: str) -> ExoStateFacts:
     rdma, sock = _edges(topo.get("connections"))
     owners = _runner_nodes(state.get("instances"))
     runners = []
-    for rid, value in (state.get("runners") or {}).items():
+    for rid, value in as_object(state.get("runners")).items():
         tag, body_ = _tagged(value)
-        runners.append(ExoRunner(runner_id=str(rid), status=tag, error_message=body_.get("errorMessage"),
+        error = body_.get("errorMessage")
+        runners.append(ExoRunner(runner_id=str(rid), status=tag, error_message=None if error is None else str(error),
                                  node_id=owners.get(str(rid))))
-    bridge = {k: bool(v.get("enabled")) for k, v in (state.get("nodeThunderboltBridge") or {}).items()
+    bridge = {k: bool(v.get("enabled")) for k, v in as_object(state.get("nodeThunderboltBridge")).items()
               if isinstance(v, dict) and "enabled" in v}
-    rdma_ctl = {k: bool(v.get("enabled")) for k, v in (state.get("nodeRdmaCtl") or {}).items()
+    rdma_ctl = {k: bool(v.get("enabled")) for k, v in as_object(state.get("nodeRdmaCtl")).items()
                 if isinstance(v, dict) and "enabled" in v}
     return ExoStateFacts(nodes=nodes, names=names, builds=builds, rdma_edges=rdma, socket_edges=sock,
                          runners=sorted(runners, key=lambda r: r.runner_id), bridge_enabled=bridge,

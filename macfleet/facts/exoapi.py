@@ -19,7 +19,7 @@ from pydantic import Field
 
 from macfleet.errors import FactsParseError
 from macfleet.facts._common import Facts
-from macfleet.facts.exo import MAX_JSON_BYTES, _tagged
+from macfleet.facts.exo import MAX_JSON_BYTES, _tagged, as_list, as_object
 
 HEALTHY = ("RunnerReady", "RunnerRunning")
 DONE = "[DONE]"
@@ -87,8 +87,10 @@ def _instance(iid: str, value: object, runners: dict) -> ExoInstance | None:
     if not isinstance(sa, dict):
         return None
     shards, sharding = [], "?"
-    to_shard = sa.get("runnerToShard") if isinstance(sa.get("runnerToShard"), dict) else {}
-    for node, rid in (sa.get("nodeToRunner") or {}).items() if isinstance(sa.get("nodeToRunner"), dict) else []:
+    to_shard = as_object(sa.get("runnerToShard"))
+    for node, rid in as_object(sa.get("nodeToRunner")).items():
+        if not isinstance(rid, str):  # a runner id is a string: anything else names no runner
+            continue
         shard_tag, shard = _tagged(to_shard.get(rid))
         sharding = shard_tag.removesuffix("ShardMetadata") if shard_tag != "?" else sharding
         status, runner = _tagged(runners.get(rid))
@@ -109,21 +111,21 @@ def parse_cluster(body: str) -> ExoCluster:
     state = _json("GET /state", body)
     if not isinstance(state, dict) or not isinstance(state.get("topology"), dict):
         raise FactsParseError("GET /state", "a JSON object with a 'topology'", line=1, found=body[:80])
-    nodes = [_s(n, 64) for n in state["topology"].get("nodes") or [] if isinstance(n, str)]
-    names = {_s(k, 64): _s(v.get("friendlyName"), 100) for k, v in (state.get("nodeIdentities") or {}).items()
+    nodes = [_s(n, 64) for n in as_list(state["topology"].get("nodes")) if isinstance(n, str)]
+    names = {_s(k, 64): _s(v.get("friendlyName"), 100) for k, v in as_object(state.get("nodeIdentities")).items()
              if isinstance(v, dict) and v.get("friendlyName")}
     models: dict[str, list[str]] = {}
-    for node, entries in (state.get("downloads") or {}).items():
-        for entry in entries if isinstance(entries, list) else []:
+    for node, entries in as_object(state.get("downloads")).items():
+        for entry in as_list(entries):
             tag, dl = _tagged(entry)
             _shard_tag, shard = _tagged(dl.get("shardMetadata"))
-            model = (shard.get("modelCard") or {}).get("modelId") if isinstance(shard.get("modelCard"), dict) else None
+            model = as_object(shard.get("modelCard")).get("modelId")
             if tag == "DownloadCompleted" and isinstance(model, str):
                 models.setdefault(_s(node, 64), []).append(_s(model))
-    addresses = {_s(k, 64): [_s(i.get("ipAddress"), 64) for i in v.get("interfaces") or [] if isinstance(i, dict)]
-                 for k, v in (state.get("nodeNetwork") or {}).items() if isinstance(v, dict)}
-    runners = state.get("runners") if isinstance(state.get("runners"), dict) else {}
-    instances = [i for iid, v in (state.get("instances") or {}).items() if (i := _instance(iid, v, runners))]
+    addresses = {_s(k, 64): [_s(i.get("ipAddress"), 64) for i in as_list(v.get("interfaces")) if isinstance(i, dict)]
+                 for k, v in as_object(state.get("nodeNetwork")).items() if isinstance(v, dict)}
+    runners = as_object(state.get("runners"))
+    instances = [i for iid, v in as_object(state.get("instances")).items() if (i := _instance(iid, v, runners))]
     return ExoCluster(nodes=nodes, names=names, models=models, addresses=addresses,
                       instances=sorted(instances, key=lambda i: (i.model, i.instance_id)))
 
@@ -149,7 +151,8 @@ def parse_previews(body: str) -> list[Preview]:
         if not isinstance(p, dict):
             continue
         inst = _instance("preview", p["instance"], {}) if p.get("instance") else None
-        memory = {_s(k, 64): v for k, v in (p.get("memory_delta_by_node") or {}).items() if isinstance(v, int)}
+        memory = {_s(k, 64): v for k, v in as_object(p.get("memory_delta_by_node")).items()
+                  if _int(v, None) is not None}
         out.append(Preview(model=_s(p.get("model_id")), sharding=_s(p.get("sharding"), 20),
                            kind=_s(p.get("instance_meta"), 20), nodes=inst.nodes if inst else [],
                            error=_s(p["error"], 500) if p.get("error") else None, memory=memory))

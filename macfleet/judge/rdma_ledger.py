@@ -11,7 +11,12 @@ The model, with its sources:
   it is exactly one each, docs/lab.md).
 - A failed start may leave what it took held until a reboot (issue 28: "each failed runner start can leak some
   until the holders are reaped"). The ledger counts every failed start since boot as leaked: the safe side.
-- macOS shows no current use (facts/ledger.py), so use = failed starts since boot + the running runner.
+- macfleet reads no current use (facts/ledger.py: `ioclasscount AppleThunderboltRDMAProtectionDomain` is
+  reported to count the protection domains, research/users-2026-12.md, dryvist/nix-ai, but is not read yet), so
+  use = failed starts since boot + the running runner.
+- exo rotates its log at each start (exo b5375f8 src/exo/shared/logging.py:75-86), so a log that begins after the
+  boot gives only a lower bound: a finding when that bound already reaches it ("at least N"), else "could not
+  tell", never "fine".
 Pure: no I/O.
 """
 
@@ -34,6 +39,7 @@ class Ledger:
     failed: int  # failed runner starts since boot (at least, when not complete)
     complete: bool
     running: int  # runners holding the device now (0 or 1)
+    short: str | None = None  # why `failed` is only a lower bound, when it is
 
     @property
     def left(self) -> int:
@@ -59,15 +65,36 @@ def ledger(node: str, devinfo: IbvDevinfoFacts, failed: FailedStarts, running: b
     if cap is None:
         return "no active RDMA device printed its limits (max_pd, max_qp in `ibv_devinfo -v`)"
     return Ledger(node=node, capacity=cap[0], device=cap[1], failed=failed.count, complete=failed.complete,
-                  running=int(running))
+                  running=int(running), short=None if failed.complete else _short(failed))
+
+
+def _short(failed: FailedStarts) -> str:
+    """Why the failed starts counted are only those since some time after the boot."""
+    stamp = "%Y-%m-%d %H:%M:%S"
+    boot = failed.boot.strftime(stamp) if failed.boot else "?"
+    if failed.log_from is None:
+        return f"exo's log holds no stamped line to compare with the boot at {boot}"
+    start = failed.log_from.strftime(stamp)
+    if not failed.whole_file:
+        return (f"the end of exo's log read starts at {start}, after the boot at {boot}: failed starts before "
+                "that are not counted")
+    return (f"exo's log starts at {start}, after the boot at {boot}: exo was restarted since and rotates its log "
+            "at each start; failed starts before that are not counted")
 
 
 def verdict(led: Ledger) -> tuple[str, str] | None:
     """(severity, message) when the node should not see another start before a reboot, else None."""
+    bound = "" if led.complete else f" (at least {led.failed} failed runner starts since boot: {led.short})"
     if led.left <= 0:
         return "error", (f"{led.node}'s RDMA device {led.device} is out of protection domains or queue pairs: the "
-                         "next runner start fails with errno 16 (EBUSY)")
+                         f"next runner start fails with errno 16 (EBUSY){bound}")
     if led.left <= RESERVE:
         return "warning", (f"{led.node}'s RDMA device {led.device} has room for {led.left} more runner start"
-                           f"{'s' if led.left != 1 else ''}: if the next one fails, the device is out")
+                           f"{'s' if led.left != 1 else ''}{'' if led.complete else ' at most'}: if the next one "
+                           f"fails, the device is out{bound}")
     return None
+
+
+def undecided(led: Ledger) -> str | None:
+    """Why there is no telling, when the count is a lower bound that does not reach a finding."""
+    return led.short if verdict(led) is None and not led.complete else None

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from macfleet.errors import FactsParseError
 from macfleet.facts.ledger import failed_starts_since, parse_boottime
 from macfleet.facts.rdma import parse_ibv_devinfo
 from macfleet.judge.rdma_ledger import Ledger, device_capacity, ledger, verdict
@@ -55,7 +58,8 @@ def test_boottime_and_failures_since_boot_only() -> None:
     assert (got.count, got.complete) == (2, True)
     later = failed_starts_since("\n".join([crash("09:01:00")]), boot, whole_file=False)
     assert (later.count, later.complete) == (1, False)  # the tail starts after the boot: "at least"
-    assert parse_boottime("garbage") is None
+    with pytest.raises(FactsParseError):  # was `is None`: not a boot time is a parse error, read via parsed()
+        parse_boottime("garbage")
 
 
 def _ledger(failed: int, running: bool = False) -> Ledger:
@@ -99,3 +103,78 @@ def test_doctor_says_reboot_before_the_next_start_and_could_not_tell_without_the
     unread = {n: facts[n].model_copy(update={"exo_failed_starts": None, "problems": {"exo-log": "exit 1"}})
               for n in NODES}
     assert "could not be counted: exo-log: exit 1" in verdict("rdma-ledger", unread, "s1").reason
+
+
+def _node(boottime: str, log: str):
+    from macfleet.collect.gather import Gathered
+    from macfleet.collect.ssh import Raw
+    from macfleet.facts.commands import BOOTTIME
+    from macfleet.flow.checks import node_facts
+
+    def raw(text: str) -> Raw:
+        return Raw(stdout=text, stderr="", rc=0, took_s=0.1)
+
+    outputs = {BOOTTIME.key: raw(boottime), "exo-log": raw(log), "ibv-devinfo:verbose": raw(devinfo_v())}
+    return node_facts(Gathered(outputs={"s1": outputs}), "s1")
+
+
+def test_a_boottime_that_is_no_date_is_could_not_tell_not_a_crash() -> None:
+    from tests.judge.test_health import NODES, verdict
+
+    f = _node("{ sec = 1764662400, usec = 52071 } Tue Dec 32 09:00:00 2026", crash("09:01:00"))
+    assert f.boottime is None and f.exo_failed_starts is None and "Tue Dec 32" in f.why("boottime")
+    why = verdict("rdma-ledger", {n: f for n in NODES}, "s1").reason
+    assert "could not be counted" in why and "sysctl -n kern.boottime" in why and "Dec 32" in why
+    with pytest.raises(FactsParseError):
+        parse_boottime("garbage")
+
+
+def test_a_log_stamp_that_is_no_date_is_skipped_not_a_crash() -> None:
+    bad = "[ 2026-13-45 09:30:00.000 | ERROR    | exo.worker.runner.supervisor:_check_runner:401 ] " \
+          "Runner terminated with exitcode=1"
+    f = _node(BOOT, "\n".join([crash("08:59:00"), bad, crash("09:01:00")]))
+    assert f.exo_failed_starts is not None and f.exo_failed_starts.count == 1
+
+
+EXO_LOG = Path(__file__).resolve().parent.parent / "fixtures" / "exo-log"
+
+
+def _doctor(log: str):
+    from tests.judge.test_health import NODES, verdict
+
+    f = _node(BOOT, log)
+    return verdict("rdma-ledger", {n: f for n in NODES}, "s1")
+
+
+def test_a_log_that_begins_after_the_boot_is_could_not_tell_below_the_warning() -> None:
+    # exo rotates its log at each start (exo b5375f8 src/exo/shared/logging.py:75-86): failures before are lost
+    got = _doctor("\n".join(crash(f"10:{i:02d}:00") for i in range(3)))
+    assert "exo's log starts at 2026-12-02 10:00:00, after the boot at 2026-12-02 09:00:00" in got.reason
+    assert "rotates its log at each start" in got.reason and "at least 3 failed" in got.reason
+    tail = failed_starts_since(crash("10:00:00"), parse_boottime(BOOT), whole_file=False)
+    assert "the end of exo's log read starts at 2026-12-02 10:00:00" in (
+        ledger("s1", parse_ibv_devinfo(devinfo_v()), tail, False).short or "")
+    assert _doctor("\n".join([crash("08:59:00"), *(crash(f"10:{i:02d}:00") for i in range(3))])) == []
+
+
+def test_a_log_that_begins_after_the_boot_still_warns_at_least_n() -> None:
+    [f] = _doctor("\n".join(crash(f"10:{i:02d}:00") for i in range(9)))
+    assert f.severity == "warning" and "at least 9 failed runner starts since boot" in f.message
+    assert "room for 1 more runner start at most" in f.message and "at least 9 failed" in f.evidence
+    [f] = _doctor("\n".join(crash(f"10:{i:02d}:00") for i in range(12)))
+    assert f.severity == "error" and "at least 12 failed" in f.message
+
+
+def test_a_log_of_another_format_is_could_not_tell_not_zero() -> None:
+    other = (EXO_LOG / "exo__exo-issue-1390_exo_log_node2_jaccl_rtr_errno22.txt").read_text(encoding="utf-8")
+    with pytest.raises(FactsParseError):
+        failed_starts_since(other, parse_boottime(BOOT), whole_file=True)
+    got = _doctor(other)
+    assert "could not be counted" in got.reason and "exo's log file format" in got.reason
+
+
+def test_exos_own_log_file_lines_are_read() -> None:
+    real = (EXO_LOG / "exo__exo-issue-2067_startup_node_elected_master.txt").read_text(encoding="utf-8")
+    got = failed_starts_since(real, parse_boottime("{ sec = 1, usec = 0 } Thu May  7 13:00:00 2026"),
+                              whole_file=True)
+    assert got.log_from is not None and got.log_from.isoformat() == "2026-05-07T13:04:45" and not got.complete

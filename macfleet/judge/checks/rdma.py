@@ -4,7 +4,7 @@ IPv4-mapped GID."""
 from __future__ import annotations
 
 from macfleet.facts.commands import BOOTTIME, EXO_LOG_LINES
-from macfleet.facts.ledger import failed_starts_since, parse_boottime
+from macfleet.facts.ledger import BootTime, failed_starts_since, parse_boottime
 from macfleet.inventory.model import Mesh
 from macfleet.judge.checks.base import (
     Answers,
@@ -16,11 +16,12 @@ from macfleet.judge.checks.base import (
     Unknown,
     Verdict,
     kind_probe,
+    parsed,
 )
 from macfleet.judge.checks.network import CABLING, ok_cable_ends
 from macfleet.judge.rdma import NodeRdma, NodeRdmaFacts, Problem
 from macfleet.judge.rdma import check_rdma as check_rdma_mesh
-from macfleet.judge.rdma_ledger import REBOOT_FIRST, ledger
+from macfleet.judge.rdma_ledger import REBOOT_FIRST, ledger, undecided
 from macfleet.judge.rdma_ledger import verdict as ledger_verdict
 
 # `rdma status`'s judgement, read by doctor: the problems of a node's own RDMA stack and ports. What the cabling
@@ -93,25 +94,20 @@ def check_rdma_ledger(ctx: HealthContext, node: str) -> Verdict:
         return Unknown(reason=led)
     said = ledger_verdict(led)
     if said is None:
-        return []
+        why = undecided(led)
+        return [] if why is None else Unknown(reason=f"{led.evidence()}; {why}")
     return [HealthFinding(node=node, check="rdma-ledger", severity=said[0], message=said[1], fix=REBOOT_FIRST,
                           evidence=led.evidence())]
 
 
 def _read_failed_starts(answers: Answers) -> dict[str, object]:
     """The node's boot time, and exo's failed runner starts since then counted in the end of its log read."""
-    text = answers.text(BOOTTIME.key)
-    if text is None:
+    boot = parsed(answers, BOOTTIME.key, parse_boottime)
+    if not isinstance(boot, BootTime):
         return {}
-    boot = parse_boottime(text)
-    if boot is None:
-        answers.unread(BOOTTIME.key, f"not `{{ sec = N, usec = N }} <date>`: {text.strip()[:80]!r}")
-        return {}
-    log = answers.text("exo-log")
-    if log is None:
-        return {"boottime": boot}
-    whole = len(log.splitlines()) < EXO_LOG_LINES
-    return {"boottime": boot, "exo_failed_starts": failed_starts_since(log, boot, whole_file=whole)}
+    failed = parsed(answers, "exo-log", lambda log: failed_starts_since(
+        log, boot, whole_file=len(log.splitlines()) < EXO_LOG_LINES))
+    return {"boottime": boot} if failed is None else {"boottime": boot, "exo_failed_starts": failed}
 
 
 # ------------------------------------------------------------------------------------------- declarations

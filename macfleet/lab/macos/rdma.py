@@ -71,8 +71,8 @@ def _guid_groups(guid: str) -> str:
 # - `-v`: GID[0] EUI-64 fe80 of enX's MAC, GID[1] ::ffff:<IPv4> only with an IPv4, then the secured fe80:
 #   mlx__apple-tn3205_ibv_devinfo_-d_rdma_en2_-v.txt, macos__ibv_devinfo_v_rdma_en2_elided_tn3205_1.txt;
 #   active_width 8X idle / 4X active, active_speed 10.0 Gbps: macos__ibv_devinfo_v_grep_tb4_mac_3ports_1.txt,
-#   macos__ibv_devinfo_v_grep_peer_en9_1.txt; max_qp/max_pd 11, max_mr 100: reported in
-#   exo__mlx-pr-4209_queue_pair_limit_output.txt (QP 11 fails with errno 16)
+#   macos__ibv_devinfo_v_grep_peer_en9_1.txt; max_pd/max_qp 11: reported by dryvist/nix-ai's runbook
+#   (`max_pd: 11  max_qp: 11  max_cq: 11`, /work/shared/research/users-2026-12.md); max_mr 100: GUESS
 # - "No IB devices found": the reporter's words in exo__mlx-issue-3777_…_rdma_not_enabled.txt; its exit 255,
 #   `-l`'s "N HCAs found:", the unknown `-d` message, max_mr_size/page_size_cap/max_qp_wr/max_cqe/max_msg_sz
 #   values and the phys_state strings: GUESS
