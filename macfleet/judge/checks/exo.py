@@ -35,6 +35,7 @@ from macfleet.judge.checks.base import (
     Scope,
     Unknown,
     Verdict,
+    odd_one_out,
     parsed,
     pick,
 )
@@ -58,18 +59,16 @@ def check_exo_running(ctx: HealthContext, node: str) -> Verdict:
 
 
 def check_exo_version(ctx: HealthContext, node: str) -> Verdict:
-    versions = {n: ctx.facts[n].exo_version for n in ctx.mesh_of(node).node_names
-                if ctx.up(n) and ctx.facts[n].exo_api == "up" and ctx.facts[n].exo_version}
     mine = ctx.facts[node].exo_version
     if mine is None:
         return Unknown(reason=ctx.facts[node].why("exo-release"))
-    counts: dict[str, int] = {}
-    for v in versions.values():
-        counts[v] = counts.get(v, 0) + 1
-    top = max(counts.values())
-    if counts[mine] == top and list(counts.values()).count(top) == 1:
-        return []
-    others = ", ".join(f"{n} {v}" for n, v in sorted(versions.items()) if n != node)
+    versions = {n: ctx.facts[n].exo_version if ctx.up(n) and ctx.facts[n].exo_api == "up" else None
+                for n in ctx.mesh_of(node).node_names}
+    versions[node] = mine
+    odd = odd_one_out(versions, node, "exo version")
+    if isinstance(odd, Unknown) or not odd:
+        return odd
+    others = ", ".join(f"{n} {v}" for n, v in sorted(versions.items()) if n != node and v is not None)
     return [HealthFinding(node=node, check="exo-version", severity="error",
                           message=f"{node} runs exo {mine}, not the version the rest of the mesh runs: exo nodes "
                                   "of different versions ignore each other",
