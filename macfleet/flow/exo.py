@@ -79,26 +79,38 @@ def cluster(api: ExoApi) -> ExoCluster:
 # ------------------------------------------------------------------------------------------------ status
 
 
-def _node_exo(fleet: Fleet, m: Mesh, name: str) -> tuple[NodeExo, ExoCluster | None]:
+def _release(api: ExoApi, m: Mesh) -> tuple[str | None, str | None]:
+    """exo's release installed on the node (its API does not say it), or None and why it could not be read."""
     from macfleet.collect.commands import exo_specs
-    from macfleet.collect.ssh import Unreachable
+    from macfleet.collect.ssh import CommandTimeout, Unreachable
+    from macfleet.errors import FactsParseError
+    from macfleet.facts.exo import parse_exo_release
+
+    spec = next(s for s in exo_specs(m.settings.exo.port, m.settings.exo.install_root) if s.key == "exo-release")
+    try:
+        return parse_exo_release(api.session.run(spec).stdout).version, None
+    except FactsParseError as exc:
+        return None, f"its exo release could not be read: {exc.message}"
+    except (CommandTimeout, Unreachable) as exc:
+        return None, f"its exo release could not be read: {exc}"
+
+
+def _node_exo(fleet: Fleet, m: Mesh, name: str) -> tuple[NodeExo, ExoCluster | None]:
     from macfleet.errors import FactsParseError, UnreachableError
-    from macfleet.facts.exo import parse_exo_release, parse_node_id
+    from macfleet.facts.exo import parse_node_id
 
     out = NodeExo(node=name)
     state = None
     try:
         with api_on(fleet, m, name) as api:
-            spec = next(s for s in exo_specs(m.settings.exo.port, m.settings.exo.install_root)
-                        if s.key == "exo-release")
-            with contextlib.suppress(FactsParseError, Unreachable):
-                out.release = parse_exo_release(api.session.run(spec).stdout).version
+            out.release, unread = _release(api, m)
             try:
                 out.node_id = parse_node_id(api.json("GET", "/node_id"))
                 state = cluster(api)
                 out.running = True
             except (ExoApiError, FactsParseError) as exc:
                 out.problem = getattr(exc, "message", str(exc))
+            out.problem = "; ".join(p for p in (out.problem, unread) if p) or None
     except UnreachableError as exc:
         out.reachable, out.problem = False, "; ".join(exc.nodes.values())
     return out, state
