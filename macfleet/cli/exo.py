@@ -58,7 +58,9 @@ def place_cmd(
     over: Annotated[str, typer.Option("--over", help="rdma (exo's MlxJaccl) or ring (MlxRing).")] = "rdma",
     min_nodes: Annotated[int, typer.Option("--min-nodes", min=1, max=64, help="Place it over at least N nodes.")] = 1,
     wait: Annotated[bool, typer.Option("--wait", help="Wait until every runner has loaded its shard.")] = False,
-    timeout: Annotated[float, typer.Option("--timeout", min=1, max=86400, help="Seconds --wait waits.")] = 600.0,
+    timeout: Annotated[float | None, typer.Option(
+        "--timeout", min=1, max=86400, show_default=False,
+        help="Seconds --wait waits (default: the inventory's exo.place_timeout_s).")] = None,
     check: CheckOpt = False,
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from macfleet.inventory.model import Fleet, Mesh
     from macfleet.judge.placement import Choice, Refusal
 
-PLACE_TIMEOUT_S = 600.0  # --wait: exo loads a large model for minutes
 STOP_TIMEOUT_S = 60.0
 CHAT_TIMEOUT_S = 600.0
 POLL_S = 0.5
@@ -138,10 +137,11 @@ def status(fleet: Fleet, mesh: str | None = None) -> ExoStatus:
 
 
 def place(fleet: Fleet, model: str, *, mesh: str | None = None, sharding: str = "pipeline", transport: str = "rdma",
-          min_nodes: int = 1, wait: bool = False, check: bool = False, timeout_s: float = PLACE_TIMEOUT_S,
+          min_nodes: int = 1, wait: bool = False, check: bool = False, timeout_s: float | None = None,
           say: Say = quiet) -> PlaceReport:
     """exo's preview for the model; refused with exo's reason (or when the model is not on a node it needs);
-    placed unless --check; with `wait`, until every runner of it is ready."""
+    placed unless --check; with `wait`, until every runner of it is ready, for `timeout_s` (default: the
+    inventory's exo.place_timeout_s)."""
     from macfleet.facts.exoapi import parse_previews
     from macfleet.judge.placement import TRANSPORTS, Refusal, choose, no_card
 
@@ -186,7 +186,8 @@ def place(fleet: Fleet, model: str, *, mesh: str | None = None, sharding: str = 
         report.placed = True
         if wait:
             started = time.monotonic()
-            inst = _await_ready(api, model, timeout_s, say)
+            waits = timeout_s if timeout_s is not None else m.settings.exo.place_timeout_s
+            inst = _await_ready(api, model, waits, say)
             report.instance, report.waited_s = view(inst, names), round(time.monotonic() - started, 1)
     return report
 
