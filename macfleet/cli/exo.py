@@ -72,10 +72,13 @@ def place_cmd(
     has no RDMA for `--over rdma`, or when the model is not on every node it needs (`macfleet rollout model`).
 
     Exit 0 placed (or placed already), 1 refused or not ready in time, 3 unreachable."""
-    if sharding not in ("pipeline", "tensor"):
-        raise UsageError(f"--sharding {sharding!r}: expected pipeline or tensor")
-    if over not in ("rdma", "ring"):
-        raise UsageError(f"--over {over!r}: expected rdma or ring")
+    from typing import get_args
+
+    from macfleet.inventory.model import Sharding, Transport
+
+    for flag, value, words in (("--sharding", sharding, get_args(Sharding)), ("--over", over, get_args(Transport))):
+        if value not in words:
+            raise UsageError(f"{flag} {value!r}: expected {' or '.join(words)}")
     fleet = _fleet(inventory)
     report = flow.place(fleet, model, mesh=whole_mesh(fleet, mesh, limit, WHOLE), sharding=sharding, transport=over,
                         min_nodes=min_nodes, wait=wait, check=check, timeout_s=timeout, say=info)
