@@ -12,9 +12,9 @@ from macfleet.facts.exo import log_since_start, parse_exo_state, parse_http_resp
 from macfleet.facts.rdma import parse_rdma_ctl
 from macfleet.facts.system import parse_fdesetup, parse_pmset, parse_sw_vers, parse_sysctl
 from macfleet.inventory.model import Fleet, Settings
+from macfleet.judge.checks.catalogue import BY_CODE
 from macfleet.judge.health import (
     CHECK_CODES,
-    CHECK_FUNCTIONS,
     CHECKS,
     HealthContext,
     NodeFacts,
@@ -44,7 +44,7 @@ def ctx(facts: dict[str, NodeFacts]) -> HealthContext:
 
 
 def verdict(check: str, facts: dict[str, NodeFacts], node: str = "s1"):
-    return CHECK_FUNCTIONS[check](ctx(facts), node)
+    return BY_CODE[check].judge(ctx(facts), node)
 
 
 def all_nodes(**kw) -> dict[str, NodeFacts]:
@@ -58,7 +58,7 @@ def test_catalogue_codes_are_stable_and_each_has_a_function() -> None:
                            "clock-skew", "disk", "updates", "macos-target", "auto-updates",
                            "tb-ping",
                            "exo-models-dir", "exo-networksetup", "exo-api-exposure", "llama-rpc", "links-bench")
-    assert set(CHECK_FUNCTIONS) == set(CHECK_CODES)
+    assert set(BY_CODE) == set(CHECK_CODES)
     for c in CHECKS:  # a check depends only on checks that run before it
         assert all(CHECK_CODES.index(d) < CHECK_CODES.index(c.code) for d in c.depends)
     assert [c.code for c in select_checks(["power"])] == ["reachable", "power"]
