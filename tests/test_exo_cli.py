@@ -129,3 +129,22 @@ def _answer(port: int) -> str | None:
         return _get(port, "/node_id", timeout=2)[2]
     except OSError:
         return None
+
+
+def test_place_wait_waits_the_inventorys_place_timeout_unless_told(cli, node, tmp_path: Path, monkeypatch) -> None:
+    from macfleet.flow import exo as flow
+
+    inv, _app = node
+    exo_yml = inv / "group_vars" / "all" / "exo.yml"
+    exo_yml.write_text(exo_yml.read_text() + "  place_timeout_s: 77\n")
+    waited: list[float] = []
+    real = flow._await_ready
+    monkeypatch.setattr(flow, "_await_ready", lambda api, model, timeout_s, say: (waited.append(timeout_s),
+                                                                                  real(api, model, timeout_s, say))[1])
+    env = {"MACFLEET_STATE_DIR": str(tmp_path / "state")}
+    placed = cli("exo", "place", MODEL, "--over", "ring", "--wait", "-i", str(inv), env=env)
+    assert placed.exit_code == 0, placed.stderr
+    assert cli("exo", "stop", MODEL, "-i", str(inv), env=env).exit_code == 0
+    told = cli("exo", "place", MODEL, "--over", "ring", "--wait", "--timeout", "90", "-i", str(inv), env=env)
+    assert told.exit_code == 0, told.stderr
+    assert waited == [77.0, 90.0]

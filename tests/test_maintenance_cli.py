@@ -69,3 +69,47 @@ def test_a_damaged_file_is_repaired_by_end_as_its_hint_says(cli, example_invento
     assert ended.exit_code == 0, ended.stderr
     assert json.loads(cli("maintenance", "status", "--json", *inv).stdout)["meshes"][0]["maintenance"] is None
     assert any("damaged maintenance file was replaced" in e["decision"] for e in _audit(cluster_state))
+
+
+def test_a_maintenance_file_that_cannot_be_written_or_read_is_an_error_naming_it(cli, example_inventory) -> None:
+    import os
+
+    from macfleet.paths import maintenance_file
+
+    path = maintenance_file(example_inventory)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # the CLI runs in this process: its temporary file
+    tmp.mkdir(parents=True)  # fails for root too: a directory where the file goes
+    result = cli("maintenance", "start", "--for", "2h", "--reason", "r", "-i", str(example_inventory))
+    assert result.exit_code == 1 and f"cannot write the maintenance file {path}" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and not path.exists()
+    tmp.rmdir()
+    path.mkdir()
+    result = cli("maintenance", "status", "-i", str(example_inventory))
+    assert result.exit_code == 1 and f"the maintenance file {path} cannot be read" in result.stderr, result.stderr
+
+
+def test_an_audit_log_that_cannot_be_written_is_an_error_for_a_person_said_for_a_command(
+        cli, example_inventory) -> None:
+    from macfleet.flow.maintenance import planned
+    from macfleet.inventory.load import load_inventory
+    from macfleet.paths import audit_file
+
+    path = audit_file(example_inventory)
+    path.mkdir(parents=True)  # fails for root too
+    result = cli("maintenance", "start", "--for", "2h", "--reason", "r", "-i", str(example_inventory))
+    assert result.exit_code == 1 and f"cannot write the audit log {path}" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert cli("maintenance", "end", "-i", str(example_inventory)).exit_code == 1
+
+    fleet = load_inventory(example_inventory)
+    said: list[str] = []
+    ran = False
+    with planned(fleet, fleet.meshes[0], "reboot", "a test", say=said.append):
+        ran = True  # the command goes on: its maintenance holds, only its audit line is missing
+        status = json.loads(cli("maintenance", "status", "--json", "-i", str(example_inventory)).stdout)
+        assert status["meshes"][0]["maintenance"]["command"] == "reboot"
+    assert ran and json.loads(cli("maintenance", "status", "--json", "-i", str(example_inventory)).stdout)[
+        "meshes"][0]["maintenance"] is None
+    assert [s for s in said if f"cannot write the audit log {path}" in s] == [
+        f"cannot write the audit log {path}: Is a directory: this maintenance-start is not in the audit log",
+        f"cannot write the audit log {path}: Is a directory: this maintenance-end is not in the audit log"], said

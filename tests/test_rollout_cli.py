@@ -14,6 +14,12 @@ from tests.conftest import EXAMPLE_INVENTORY
         (("model", "org/name"), "--from DIR or --hf"),
         (("model", "org/../x", "--from", "."), "bad model"),
         (("exo", "--source", "/nonexistent/build"), "no such directory or file"),
+        # --verify, --check and a push refuse a --from that is not a directory alike, naming it
+        (("model", "org/name", "--verify", "--from", "/nonexistent/typo"),
+         "--from /nonexistent/typo: no such directory; expected a local directory holding the model's files"),
+        (("model", "org/name", "--check", "--from", "/nonexistent/typo"), "--from /nonexistent/typo: no such"),
+        (("model", "org/name", "--from", "/nonexistent/typo"), "--from /nonexistent/typo: no such directory"),
+        (("model", "org/name", "--verify", "--from", "/etc/hostname"), "--from /etc/hostname: not a directory"),
     ],
 )
 def test_bad_input_exit_2_nothing_locked(cli, tmp_path, cluster_state, args, says) -> None:

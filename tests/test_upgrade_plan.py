@@ -9,7 +9,8 @@ from pathlib import Path
 from macfleet.facts.probes import parse_softwareupdate_list
 from macfleet.facts.system import SwVersFacts
 from macfleet.inventory.model import Fleet, MacosSettings, Settings
-from macfleet.judge.health import CHECK_FUNCTIONS, HealthContext, NodeFacts, Unknown
+from macfleet.judge.checks.catalogue import BY_CODE
+from macfleet.judge.health import HealthContext, NodeFacts, Unknown
 from macfleet.judge.upgrade import plan_upgrade, standing
 from tests.judge.builders import mesh
 from tests.judge.test_health_probes import NODES, NOW, text
@@ -40,7 +41,7 @@ def _check(node_facts: NodeFacts, macos: MacosSettings, now=NOW):
     m = mesh(*NODES).model_copy(update={"settings": Settings(macos=macos)})
     fleet = Fleet(root=Path("/nonexistent"), meshes=(m,), settings=Settings())
     facts = {n: node_facts for n in NODES}
-    return CHECK_FUNCTIONS["macos-target"](HealthContext(fleet=fleet, meshes=[m], facts=facts, now=now), "s1")
+    return BY_CODE["macos-target"].judge(HealthContext(fleet=fleet, meshes=[m], facts=facts, now=now), "s1")
 
 
 def _sw(build: str) -> SwVersFacts:

@@ -37,6 +37,9 @@ class MaintenanceStore:
                 raw = fh.read(MAX_BYTES + 1)
         except FileNotFoundError:
             return {}
+        except OSError as exc:
+            raise MacfleetError(f"the maintenance file {self.path} cannot be read ({exc.strerror or exc})",
+                                hint="it must be a file the inventory's users can read and write") from None
         try:
             if len(raw) > MAX_BYTES:
                 raise ValueError(f"over {MAX_BYTES} bytes")
@@ -49,12 +52,20 @@ class MaintenanceStore:
                                 hint="look at it; `macfleet maintenance end` rewrites it") from None
 
     def _write(self, records: dict[str, Maintenance]) -> None:
+        """Replace the file whole; MacfleetError naming it when it cannot be written (the old one stays)."""
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        with os.fdopen(open_shared(tmp, os.O_WRONLY | os.O_TRUNC), "w") as fh:
-            fh.write(json.dumps({m: r.to_json() for m, r in records.items()}, indent=2) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
+        try:
+            with os.fdopen(open_shared(tmp, os.O_WRONLY | os.O_TRUNC), "w") as fh:
+                fh.write(json.dumps({m: r.to_json() for m, r in records.items()}, indent=2) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise MacfleetError(f"cannot write the maintenance file {self.path}: {exc.strerror or exc}",
+                                hint="the inventory's shared state directory must be writable by this user "
+                                     "(cluster_state_dir in docs/cli.md, docs/runbooks/watch.md)") from None
 
     def live(self, now: datetime) -> dict[str, Maintenance]:
         """The maintenance in force now, by mesh (an expired one, or a command's whose process is gone, is not)."""
@@ -110,13 +121,16 @@ def command_alive(m: Maintenance) -> bool:
 
 def append_audit(inventory_root: Path, entry: dict) -> None:
     """One line of the inventory's audit log (the healer's schema: time, mesh, node, finding, decision, action,
-    result), written whole."""
+    result), written whole; MacfleetError naming the log when it cannot be written."""
     path = audit_file(inventory_root)
     ensure(path.parent)
     line = json.dumps({"time": datetime.now(UTC).isoformat(), "node": None, "finding": None, **entry},
                       ensure_ascii=False) + "\n"
-    fd = open_shared(path, os.O_WRONLY | os.O_APPEND)
     try:
-        os.write(fd, line.encode("utf-8"))
-    finally:
-        os.close(fd)
+        fd = open_shared(path, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, line.encode("utf-8"))
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise MacfleetError(f"cannot write the audit log {path}: {exc.strerror or exc}") from None

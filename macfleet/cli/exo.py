@@ -58,7 +58,9 @@ def place_cmd(
     over: Annotated[str, typer.Option("--over", help="rdma (exo's MlxJaccl) or ring (MlxRing).")] = "rdma",
     min_nodes: Annotated[int, typer.Option("--min-nodes", min=1, max=64, help="Place it over at least N nodes.")] = 1,
     wait: Annotated[bool, typer.Option("--wait", help="Wait until every runner has loaded its shard.")] = False,
-    timeout: Annotated[float, typer.Option("--timeout", min=1, max=86400, help="Seconds --wait waits.")] = 600.0,
+    timeout: Annotated[float | None, typer.Option(
+        "--timeout", min=1, max=86400, show_default=False,
+        help="Seconds --wait waits (default: the inventory's exo.place_timeout_s).")] = None,
     check: CheckOpt = False,
     inventory: InventoryOpt = None,
     mesh: MeshOpt = None,
@@ -70,10 +72,13 @@ def place_cmd(
     has no RDMA for `--over rdma`, or when the model is not on every node it needs (`macfleet rollout model`).
 
     Exit 0 placed (or placed already), 1 refused or not ready in time, 3 unreachable."""
-    if sharding not in ("pipeline", "tensor"):
-        raise UsageError(f"--sharding {sharding!r}: expected pipeline or tensor")
-    if over not in ("rdma", "ring"):
-        raise UsageError(f"--over {over!r}: expected rdma or ring")
+    from typing import get_args
+
+    from macfleet.inventory.model import Sharding, Transport
+
+    for flag, value, words in (("--sharding", sharding, get_args(Sharding)), ("--over", over, get_args(Transport))):
+        if value not in words:
+            raise UsageError(f"{flag} {value!r}: expected {' or '.join(words)}")
     fleet = _fleet(inventory)
     report = flow.place(fleet, model, mesh=whole_mesh(fleet, mesh, limit, WHOLE), sharding=sharding, transport=over,
                         min_nodes=min_nodes, wait=wait, check=check, timeout_s=timeout, say=info)

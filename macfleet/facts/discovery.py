@@ -21,8 +21,8 @@ from pydantic import Field
 
 from macfleet.errors import FactsParseError
 from macfleet.facts._common import Facts
+from macfleet.facts.exo import START_LINE
 
-_START = re.compile(r"\bStarting EXO\b")  # exo's start banner (facts/exo.py START_LINE)
 _SELF = re.compile(r"\bNode elected Master\b")
 _OTHER = re.compile(r"\bNode (?P<id>[A-Za-z0-9]+) elected master\b")
 SELF = "self"
@@ -40,7 +40,7 @@ def master_followed(log_text: str) -> str | None:
     election outcome is in the lines read."""
     found = None
     for line in log_text.splitlines():
-        if _START.search(line):
+        if START_LINE.search(line):
             found = None
         elif _SELF.search(line):
             found = SELF

@@ -121,6 +121,9 @@ def parse_node_id(body: str) -> str:
     return value.strip()
 
 
+HEALTHY_RUNNERS = ("RunnerReady", "RunnerRunning")  # a runner that has loaded its shard (or serves)
+
+
 class ExoRunner(Facts):
     runner_id: str
     status: str  # "RunnerReady", "RunnerFailed"...

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from macfleet.errors import EXIT_OK, EXIT_PROBLEMS
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.inference import (
     Completion,
@@ -44,7 +45,7 @@ class BenchExoRun:
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.findings or not self.measured else 0
+        return EXIT_PROBLEMS if self.findings or not self.measured else EXIT_OK
 
     def json_payload(self) -> dict[str, Any]:
         return {

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from macfleet.inventory.model import Fleet, Mesh
     from macfleet.judge.placement import Choice, Refusal
 
-PLACE_TIMEOUT_S = 600.0  # --wait: exo loads a large model for minutes
 STOP_TIMEOUT_S = 60.0
 CHAT_TIMEOUT_S = 600.0
 POLL_S = 0.5
@@ -79,26 +78,38 @@ def cluster(api: ExoApi) -> ExoCluster:
 # ------------------------------------------------------------------------------------------------ status
 
 
-def _node_exo(fleet: Fleet, m: Mesh, name: str) -> tuple[NodeExo, ExoCluster | None]:
+def _release(api: ExoApi, m: Mesh) -> tuple[str | None, str | None]:
+    """exo's release installed on the node (its API does not say it), or None and why it could not be read."""
     from macfleet.collect.commands import exo_specs
-    from macfleet.collect.ssh import Unreachable
+    from macfleet.collect.ssh import CommandTimeout, Unreachable
+    from macfleet.errors import FactsParseError
+    from macfleet.facts.exo import parse_exo_release
+
+    spec = next(s for s in exo_specs(m.settings.exo.port, m.settings.exo.install_root) if s.key == "exo-release")
+    try:
+        return parse_exo_release(api.session.run(spec).stdout).version, None
+    except FactsParseError as exc:
+        return None, f"its exo release could not be read: {exc.message}"
+    except (CommandTimeout, Unreachable) as exc:
+        return None, f"its exo release could not be read: {exc}"
+
+
+def _node_exo(fleet: Fleet, m: Mesh, name: str) -> tuple[NodeExo, ExoCluster | None]:
     from macfleet.errors import FactsParseError, UnreachableError
-    from macfleet.facts.exo import parse_exo_release, parse_node_id
+    from macfleet.facts.exo import parse_node_id
 
     out = NodeExo(node=name)
     state = None
     try:
         with api_on(fleet, m, name) as api:
-            spec = next(s for s in exo_specs(m.settings.exo.port, m.settings.exo.install_root)
-                        if s.key == "exo-release")
-            with contextlib.suppress(FactsParseError, Unreachable):
-                out.release = parse_exo_release(api.session.run(spec).stdout).version
+            out.release, unread = _release(api, m)
             try:
                 out.node_id = parse_node_id(api.json("GET", "/node_id"))
                 state = cluster(api)
                 out.running = True
             except (ExoApiError, FactsParseError) as exc:
                 out.problem = getattr(exc, "message", str(exc))
+            out.problem = "; ".join(p for p in (out.problem, unread) if p) or None
     except UnreachableError as exc:
         out.reachable, out.problem = False, "; ".join(exc.nodes.values())
     return out, state
@@ -126,10 +137,11 @@ def status(fleet: Fleet, mesh: str | None = None) -> ExoStatus:
 
 
 def place(fleet: Fleet, model: str, *, mesh: str | None = None, sharding: str = "pipeline", transport: str = "rdma",
-          min_nodes: int = 1, wait: bool = False, check: bool = False, timeout_s: float = PLACE_TIMEOUT_S,
+          min_nodes: int = 1, wait: bool = False, check: bool = False, timeout_s: float | None = None,
           say: Say = quiet) -> PlaceReport:
     """exo's preview for the model; refused with exo's reason (or when the model is not on a node it needs);
-    placed unless --check; with `wait`, until every runner of it is ready."""
+    placed unless --check; with `wait`, until every runner of it is ready, for `timeout_s` (default: the
+    inventory's exo.place_timeout_s)."""
     from macfleet.facts.exoapi import parse_previews
     from macfleet.judge.placement import TRANSPORTS, Refusal, choose, no_card
 
@@ -174,7 +186,8 @@ def place(fleet: Fleet, model: str, *, mesh: str | None = None, sharding: str = 
         report.placed = True
         if wait:
             started = time.monotonic()
-            inst = _await_ready(api, model, timeout_s, say)
+            waits = timeout_s if timeout_s is not None else m.settings.exo.place_timeout_s
+            inst = _await_ready(api, model, waits, say)
             report.instance, report.waited_s = view(inst, names), round(time.monotonic() - started, 1)
     return report
 

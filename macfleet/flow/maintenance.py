@@ -7,12 +7,13 @@ import contextlib
 import getpass
 import os
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 from macfleet.act.lock import my_start
 from macfleet.act.maintenance import MaintenanceStore, append_audit
 from macfleet.errors import MacfleetError, UsageError
+from macfleet.flow import Say, quiet
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge import maintenance as judge
 
@@ -91,11 +92,22 @@ def status(fleet: Fleet, meshes: list[Mesh]) -> dict:
                         f"mesh {m.name}: no maintenance; the healer acts on it by its policy"} for m in meshes]}
 
 
+def _audit_said(fleet: Fleet, entry: dict, say: Say) -> None:
+    """An audit line a command writes about its own maintenance: a log that cannot be written is said, and the
+    command goes on (its maintenance holds either way)."""
+    try:
+        append_audit(fleet.root, entry)
+    except MacfleetError as exc:
+        say(f"{exc.message}: this {entry['action']} is not in the audit log")
+
+
 @contextlib.contextmanager
-def during(fleet: Fleet, mesh: Mesh, command: str, reason: str) -> Iterator[str]:
+def during(fleet: Fleet, mesh: Mesh, command: str, reason: str, say: Say = quiet) -> Iterator[str]:
     """Maintenance on `mesh` for the body's duration, so the healer leaves the mesh to `command` and pages
     nobody about its planned work. A maintenance already in force (a person's) is kept and not ended after.
-    Yields what was done, in words."""
+    Yields what was done, in words. A maintenance file that cannot be written stops the command before it
+    starts (MacfleetError naming it); the audit lines, and the end (a command's maintenance lapses with its
+    process), are said when they fail, never fatal."""
     now = datetime.now(UTC)
     store = MaintenanceStore(fleet.root)
     said = "".join(c if c.isprintable() else "\ufffd" for c in reason[:judge.MAX_REASON])  # a flag's text: data
@@ -104,24 +116,29 @@ def during(fleet: Fleet, mesh: Mesh, command: str, reason: str) -> Iterator[str]
     if kept is not None:
         yield f"kept: {judge.describe(kept, now)}"
         return
-    append_audit(fleet.root, {"mesh": mesh.name, "decision": f"maintenance for {command}: {record.reason}",
-                              "action": "maintenance-start", "result": "started for the command's duration"})
+    _audit_said(fleet, {"mesh": mesh.name, "decision": f"maintenance for {command}: {record.reason}",
+                        "action": "maintenance-start", "result": "started for the command's duration"}, say)
     try:
         yield f"maintenance on mesh {mesh.name} for this {command}, ended with it"
     finally:
-        if store.end(mesh.name, only=record) is not None:
-            append_audit(fleet.root, {"mesh": mesh.name, "decision": f"{command} finished",
-                                      "action": "maintenance-end", "result": "ended with the command"})
+        try:
+            ended = store.end(mesh.name, only=record) is not None
+        except MacfleetError as exc:
+            say(f"{exc.message}: this {command}'s maintenance lapses when it exits")
+            ended = False
+        if ended:
+            _audit_said(fleet, {"mesh": mesh.name, "decision": f"{command} finished",
+                                "action": "maintenance-end", "result": "ended with the command"}, say)
 
 
 
 @contextlib.contextmanager
 def planned(fleet: Fleet, mesh: Mesh, command: str, reason: str, *, check: bool = False,
-            say: Callable[[str], None] = lambda line: None) -> Iterator[None]:
+            say: Say = quiet) -> Iterator[None]:
     """`during`, said; nothing at all under --check (which changes nothing anywhere)."""
     if check:
         yield
         return
-    with during(fleet, mesh, command, reason) as what:
+    with during(fleet, mesh, command, reason, say) as what:
         say(f"{command}: {what}")
         yield

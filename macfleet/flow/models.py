@@ -99,8 +99,7 @@ def push_model(fleet: Fleet, model: str, source: Path | None, *, hf: bool = Fals
     targets = _targets(m, nodes)
     if hf:
         source = fetch_hf(model, transfer_cache(fleet) / name)
-    if source is None or not source.is_dir():
-        raise UsageError(f"--from {source}: not a directory")
+    source = _source_dir(source)
     listing = transfer.local_manifest(source, digests=False)  # paths and sizes: all the preflight reads
     lock = ClusterLock(lock_path(fleet.root))
     lock.check("rollout model", force=force)  # a held lock, or one a dead switch left, refuses before any SSH
@@ -180,7 +179,7 @@ def verify_model(fleet: Fleet, model: str, source: Path, *, mesh: str | None = N
     name = _checked_name(model)
     m = one_mesh(fleet, mesh)
     targets = _targets(m, nodes)
-    manifest = transfer.local_manifest(source)
+    manifest = transfer.local_manifest(_source_dir(source))
     pre = _preflight(fleet, targets, m.settings.exo.models_dir, name, manifest)
     res = transfer.on_nodes(fleet, targets, lambda a: transfer.land(a, manifest, pre[a.node].staging,
                                                                      pre[a.node].final, check_only=True))
@@ -193,6 +192,15 @@ def _checked_name(model: str) -> str:
         return model_dir_name(model)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _source_dir(source: Path | None) -> Path:
+    """The model's local directory (--from, or the download): bad input, exit 2, when it is not one."""
+    if source is None or not source.is_dir():
+        what = "not a directory" if source is not None and source.exists() else "no such directory"
+        raise UsageError(f"--from {source}: {what}; expected a local directory holding the model's files "
+                         "(config.json, *.safetensors)")
+    return source
 
 
 def _targets(m: Mesh, nodes: list[str] | None) -> list[str]:
@@ -224,8 +232,7 @@ def plan_model_push(fleet: Fleet, model: str, source: Path | None, *, hf: bool =
             shown["download"] = {"from": "huggingface", "into": str(cached)}
             return shown
         source = cached
-    if source is None or not source.is_dir():
-        raise UsageError(f"--from {source}: not a directory")
+    source = _source_dir(source)
     manifest = transfer.local_manifest(source)
     plan = plan_push(targets, _preflight(fleet, targets, m.settings.exo.models_dir, name, manifest), manifest)
     shown.update(files=len(manifest.files), bytes=manifest.total_bytes, seed=plan.seed,

@@ -13,8 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from macfleet.facts.discovery import ANY_ADDRESS, SELF, Coordinators
-
-BRIDGE = "bridge0"
+from macfleet.judge.ipplan import BRIDGE_DEVICE
 
 
 @dataclass
@@ -101,16 +100,16 @@ def coordinators(mesh: dict[str, NodeDiscovery]) -> list[DiscoveryFinding]:
                         continue
                     seen.add((inst.instance_id, nid, ip))
                     iface = owner.addresses.get(ip)
-                    if iface is not None and iface != BRIDGE:
+                    if iface is not None and iface != BRIDGE_DEVICE:
                         continue
                     out.append(_coordinator_finding(inst, ids[nid], ids[rank0[0]], ip, iface))
     return out
 
 
 def _coordinator_finding(inst: Coordinators, node: str, rank0: str, ip: str, iface: str | None) -> DiscoveryFinding:
-    where = "on its Thunderbolt Bridge (bridge0)" if iface == BRIDGE else "which it does not hold"
+    where = f"on its Thunderbolt Bridge ({BRIDGE_DEVICE})" if iface == BRIDGE_DEVICE else "which it does not hold"
     fix = ("switch the Thunderbolt Bridge off (`macfleet doctor --fix`), then restart exo on the mesh so the "
-           "instance is placed again" if iface == BRIDGE else
+           "instance is placed again" if iface == BRIDGE_DEVICE else
            "restart exo on the mesh so the instance is placed again with rank 0's current addresses; check the IP "
            "plan (`macfleet topology ipplan`)")
     return DiscoveryFinding("coordinator", (node, rank0),

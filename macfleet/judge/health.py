@@ -11,7 +11,7 @@ Pure: no I/O, no clock (`now` is passed in).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 
 from macfleet.inventory.model import Fleet, Mesh
@@ -35,12 +35,10 @@ from macfleet.judge.links_bench import LinksBenchInput
 from macfleet.judge.topology import NodeTopologyFacts, check_cabling
 
 # The catalogue's public face, for those who judge a pass (doctor, the healer, reboot, rollout, render).
-__all__ = ["CHECKS", "CHECK_CODES", "CHECK_FUNCTIONS", "CheckResult", "CheckSpec", "ClockReading", "HealthContext",
+__all__ = ["CHECKS", "CHECK_CODES", "CheckResult", "CheckSpec", "ClockReading", "HealthContext",
            "HealthFinding", "HealthReport", "HealthSummary", "NodeFacts", "Unknown", "Verdict", "age_words",
            "check_reachable", "judge_health", "ping_targets", "select_checks", "topology_facts",
            "wired_limit_target"]
-
-CHECK_FUNCTIONS: dict[str, Callable[[HealthContext, str], Verdict]] = {c.code: c.judge for c in CHECKS}
 
 
 class HealthSummary(Frozen):

@@ -303,7 +303,7 @@ def _route_collisions(node: str, f: NodeNetworkFacts,
     interfaces' own networks, which the ifconfig check already judges."""
     if f.netstat_routes is None:
         return []
-    tb = _thunderbolt_devices(f) | {"lo0", "bridge0"}
+    tb = _thunderbolt_devices(f) | {"lo0", BRIDGE_DEVICE}
     found: list[Finding] = []
     for r in f.netstat_routes.routes:
         if r.network is None or r.netif in tb or r.gateway.startswith("link#") or ":" in r.gateway:

@@ -12,14 +12,18 @@ a model missing on a node it needs. exo would download it there from Hugging Fac
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import get_args
 
 from pydantic import BaseModel, Field
 
 from macfleet.errors import EXIT_OK, EXIT_PROBLEMS, EXIT_UNREACHABLE
 from macfleet.facts.exoapi import ExoCluster, ExoInstance, GenerationStats, Preview
+from macfleet.inventory.model import Sharding, Transport
 
-TRANSPORTS = {"rdma": "MlxJaccl", "ring": "MlxRing"}  # exo's InstanceMeta (shared/types/worker/instances.py:15-17)
-SHARDINGS = {"pipeline": "Pipeline", "tensor": "Tensor"}  # exo's Sharding (shared/types/worker/shards.py:10-12)
+# The inventory's words (inventory/model.py) -> exo's InstanceMeta (shared/types/worker/instances.py:15-17) and
+# exo's Sharding (shared/types/worker/shards.py:10-12)
+TRANSPORTS = dict(zip(get_args(Transport), ("MlxJaccl", "MlxRing"), strict=True))
+SHARDINGS = {s: s.capitalize() for s in get_args(Sharding)}
 MEMORY_REFUSAL = "sufficient memory"  # exo: "No cycles found with sufficient memory" (placement.py:128)
 RDMA_REFUSAL = "RDMA"  # exo: "Requested RDMA (MlxJaccl) but no RDMA-connected cycles available" (placement.py:214)
 

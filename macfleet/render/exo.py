@@ -33,7 +33,8 @@ def render_status(report: ExoStatus) -> RenderableType:
     for col in ("node", "release", "running", "peers"):
         t.add_column(col)
     for n in report.nodes:
-        running = text("yes", "green") if n.running else text(f"no: {n.problem or '?'}", "red")
+        running = (text(f"yes; {n.problem}" if n.problem else "yes", "yellow" if n.problem else "green") if n.running
+                   else text(f"no: {n.problem or '?'}", "red"))
         t.add_row(text(n.node, "bold"), text(n.release or "?"), running, text(", ".join(n.peers) or "none"))
     return Group(t, _instances(report.instances))
 

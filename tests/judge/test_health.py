@@ -12,9 +12,9 @@ from macfleet.facts.exo import log_since_start, parse_exo_state, parse_http_resp
 from macfleet.facts.rdma import parse_rdma_ctl
 from macfleet.facts.system import parse_fdesetup, parse_pmset, parse_sw_vers, parse_sysctl
 from macfleet.inventory.model import Fleet, Settings
+from macfleet.judge.checks.catalogue import BY_CODE
 from macfleet.judge.health import (
     CHECK_CODES,
-    CHECK_FUNCTIONS,
     CHECKS,
     HealthContext,
     NodeFacts,
@@ -44,7 +44,7 @@ def ctx(facts: dict[str, NodeFacts]) -> HealthContext:
 
 
 def verdict(check: str, facts: dict[str, NodeFacts], node: str = "s1"):
-    return CHECK_FUNCTIONS[check](ctx(facts), node)
+    return BY_CODE[check].judge(ctx(facts), node)
 
 
 def all_nodes(**kw) -> dict[str, NodeFacts]:
@@ -58,7 +58,7 @@ def test_catalogue_codes_are_stable_and_each_has_a_function() -> None:
                            "clock-skew", "disk", "updates", "macos-target", "auto-updates",
                            "tb-ping",
                            "exo-models-dir", "exo-networksetup", "exo-api-exposure", "llama-rpc", "links-bench")
-    assert set(CHECK_FUNCTIONS) == set(CHECK_CODES)
+    assert set(BY_CODE) == set(CHECK_CODES)
     for c in CHECKS:  # a check depends only on checks that run before it
         assert all(CHECK_CODES.index(d) < CHECK_CODES.index(c.code) for d in c.depends)
     assert [c.code for c in select_checks(["power"])] == ["reachable", "power"]
@@ -254,3 +254,41 @@ def test_exo_peers_says_every_peer_sees_it_when_only_its_own_view_is_short() -> 
     views = {"s1": ["s1", "s2", "s3"], "s2": ["s1", "s2", "s3"], "s3": ["s3"]}
     [f] = verdict("exo-peers", exo_facts(views), "s3")
     assert f.message.endswith("it sees nobody; every peer sees it")
+
+
+def test_exo_version_of_a_hung_node_with_another_release_is_judged_not_a_crash() -> None:
+    """Its API gives no answer (exo_api None: could not tell) yet its release is read from disk: the pass goes
+    on, the hung node's exo-running is could-not-tell and its other release is named."""
+    facts = exo_facts({n: NODES for n in NODES})
+    facts["s3"] = facts["s3"].model_copy(update={"exo_api": None, "exo_version": "1.0.70",
+                                                 "problems": {"exo": "timed out after 10 s"}})
+    c = ctx(facts)
+    report = judge_health(c.fleet, c.meshes, facts, NOW, only=["exo-running", "exo-version"])
+    by = {(r.check, r.node): r.result for r in report.checks}
+    assert by[("exo-running", "s3")] == "unknown" and by[("exo-version", "s3")] == "finding"
+    assert by[("exo-version", "s1")] == "ok" and by[("exo-version", "s2")] == "ok"
+    [f] = report.findings
+    assert "1.0.70" in f.message and "s1 1.0.71" in f.evidence
+
+
+def test_exo_version_with_no_other_node_answering_is_could_not_tell() -> None:
+    """No exo answers (a hung mesh): each node's release is read, but nobody's running exo to compare with."""
+    facts = exo_facts({n: NODES for n in NODES})
+    for n in NODES:
+        facts[n] = facts[n].model_copy(update={"exo_api": None, "problems": {"exo": "timed out after 10 s"}})
+    c = ctx(facts)
+    report = judge_health(c.fleet, c.meshes, facts, NOW, only=["exo-running", "exo-version"])
+    got = verdict("exo-version", facts, "s1")
+    assert isinstance(got, Unknown) and "no other node's exo version" in got.reason
+    assert {r.result for r in report.checks if r.check != "reachable"} == {"unknown"} and not report.findings
+
+
+def test_odd_one_out_is_one_majority_vote() -> None:
+    from macfleet.judge.checks.base import odd_one_out
+
+    assert odd_one_out({"a": "1", "b": "1", "c": "2"}, "a", "v") == []
+    assert odd_one_out({"a": "1", "b": "1", "c": "2"}, "c", "v") == ["1"]
+    assert odd_one_out({"a": "1", "b": "2"}, "a", "v") == ["2"]  # a tie: each stands apart
+    assert odd_one_out({"a": "1", "b": None, "c": "1"}, "a", "v") == []
+    assert odd_one_out({"a": "1"}, "a", "v") == []  # alone: nothing to differ from
+    assert isinstance(odd_one_out({"a": "1", "b": None}, "a", "v"), Unknown)

@@ -12,8 +12,8 @@ from macfleet.facts.disk import parse_df
 from macfleet.facts.network import parse_hardware_ports
 from macfleet.facts.probes import PingFacts, parse_pf_info, parse_pf_rules, parse_softwareupdate_list
 from macfleet.inventory.model import Fleet, Settings
+from macfleet.judge.checks.catalogue import BY_CODE
 from macfleet.judge.health import (
-    CHECK_FUNCTIONS,
     ClockReading,
     HealthContext,
     NodeFacts,
@@ -44,7 +44,7 @@ def ctx(facts: dict[str, NodeFacts], rig: Rig | None = None) -> HealthContext:
 
 def verdict(check: str, node_facts: NodeFacts, others: NodeFacts | None = None, node: str = "s1"):
     facts = {n: (node_facts if n == node else others or NodeFacts()) for n in NODES}
-    return CHECK_FUNCTIONS[check](ctx(facts), node)
+    return BY_CODE[check].judge(ctx(facts), node)
 
 
 @pytest.mark.parametrize(("node_s", "at", "rtt", "found"), [
@@ -136,10 +136,10 @@ def test_tb_ping_skips_a_peer_whose_own_cable_or_address_is_the_finding() -> Non
     facts = {n: NodeFacts(pings=pings({"10.213.0.2": 0, "10.213.0.6": 1})) for n in NODES}
     c = ctx(facts)
     c.found[("ip-plan", "s2")] = True
-    assert CHECK_FUNCTIONS["tb-ping"](c, "s1") == []
+    assert BY_CODE["tb-ping"].judge(c, "s1") == []
     unplugged = Rig(NODES).cable("s1", 3, "s3", 2).cable("s2", 4, "s3", 3)  # no s1-s2 cable
     c = ctx(facts, unplugged)
-    assert CHECK_FUNCTIONS["tb-ping"](c, "s1") == []
+    assert BY_CODE["tb-ping"].judge(c, "s1") == []
 
 
 def test_ip_plan_names_another_tools_addresses_and_routes() -> None:

@@ -147,7 +147,8 @@ def test_the_doctor_check_names_the_link_on_its_first_node_and_says_when_it_cann
     from pathlib import Path
 
     from macfleet.inventory.model import Fleet, Settings
-    from macfleet.judge.health import CHECK_FUNCTIONS, HealthContext, Unknown
+    from macfleet.judge.checks.catalogue import BY_CODE
+    from macfleet.judge.health import HealthContext, Unknown
     from macfleet.judge.links_bench import LatestRun, LinksBenchInput
     from tests.judge.builders import mesh
     from tests.judge.test_health import NOW, all_nodes
@@ -158,11 +159,11 @@ def test_the_doctor_check_names_the_link_on_its_first_node_and_says_when_it_cann
     latest = LatestRun(measured_at="t1", duration_s=5, links=[_result("s1", "s2", 3.0, 9.5)])
     bench = {m.name: LinksBenchInput(baselines=Baselines(meshes={m.name: base}), latest=latest)}
     ctx = HealthContext(fleet=fleet, meshes=[m], facts=all_nodes(), now=NOW, links_bench=bench)
-    one = CHECK_FUNCTIONS["links-bench"](ctx, "s1")
+    one = BY_CODE["links-bench"].judge(ctx, "s1")
     assert [(f.node, f.check, f.severity) for f in one] == [("s1", "links-bench", "warning")]
     assert "s1 → s2: 3.00 Gb/s" in one[0].message
-    assert CHECK_FUNCTIONS["links-bench"](ctx, "s2") == []
+    assert BY_CODE["links-bench"].judge(ctx, "s2") == []
     ctx.links_bench = {m.name: LinksBenchInput(problem="bench-links.latest.json is not a bench result")}
-    assert isinstance(CHECK_FUNCTIONS["links-bench"](ctx, "s1"), Unknown)
+    assert isinstance(BY_CODE["links-bench"].judge(ctx, "s1"), Unknown)
     ctx.links_bench = {}
-    assert CHECK_FUNCTIONS["links-bench"](ctx, "s1") == []
+    assert BY_CODE["links-bench"].judge(ctx, "s1") == []

@@ -6,6 +6,7 @@ is never "ok"). Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -229,6 +230,25 @@ def parsed(answers: Answers, key: str, parser: Callable[[str], object], text: st
     except FactsParseError as e:
         answers.unread(key, e.message)
         return None
+
+
+def odd_one_out(values: Mapping[str, str | None], node: str, what: str) -> list[str] | Unknown:
+    """Whether `node`'s value stands apart from the rest of its mesh's: `values` holds every node of the mesh,
+    None where the value is not known. [] when the node's value is the one most common (or the node is alone);
+    else the most common values other than its own (on a tie, every node of it stands apart); Unknown when no
+    other node's value is known."""
+    others = [v for n, v in values.items() if n != node]
+    if not others:
+        return []
+    if all(v is None for v in others):
+        return Unknown(reason=f"no other node's {what} is known, so there is nothing to compare {node}'s with")
+    counts = Counter(v for v in values.values() if v is not None)
+    top = max(counts.values())
+    majority = sorted(v for v, c in counts.items() if c == top)
+    mine = values.get(node)
+    if majority == [mine]:
+        return []
+    return [v for v in majority if v != mine]
 
 
 def kind_probe(fact: str, kind: str, variant: str | None = None) -> Probe:

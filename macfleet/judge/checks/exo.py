@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable
 
 from macfleet.constants import CURL_REFUSED, EXO_MODELS_DIR
-from macfleet.facts.commands import CommandSpec, exo_daemons_spec, exo_specs
+from macfleet.facts.commands import PF_ANCHOR, CommandSpec, exo_daemons_spec, exo_specs
 from macfleet.facts.daemons import (
     EXO_JOB_PLIST,
     NETWORKSETUP_LABEL,
@@ -17,6 +17,7 @@ from macfleet.facts.daemons import (
 )
 from macfleet.facts.discovery import master_followed, parse_coordinators
 from macfleet.facts.exo import (
+    HEALTHY_RUNNERS,
     log_since_start,
     parse_exo_release,
     parse_exo_state,
@@ -35,6 +36,7 @@ from macfleet.judge.checks.base import (
     Scope,
     Unknown,
     Verdict,
+    odd_one_out,
     parsed,
     pick,
 )
@@ -58,18 +60,16 @@ def check_exo_running(ctx: HealthContext, node: str) -> Verdict:
 
 
 def check_exo_version(ctx: HealthContext, node: str) -> Verdict:
-    versions = {n: ctx.facts[n].exo_version for n in ctx.mesh_of(node).node_names
-                if ctx.up(n) and ctx.facts[n].exo_api == "up" and ctx.facts[n].exo_version}
     mine = ctx.facts[node].exo_version
     if mine is None:
         return Unknown(reason=ctx.facts[node].why("exo-release"))
-    counts: dict[str, int] = {}
-    for v in versions.values():
-        counts[v] = counts.get(v, 0) + 1
-    top = max(counts.values())
-    if counts[mine] == top and list(counts.values()).count(top) == 1:
-        return []
-    others = ", ".join(f"{n} {v}" for n, v in sorted(versions.items()) if n != node)
+    versions = {n: ctx.facts[n].exo_version if ctx.up(n) and ctx.facts[n].exo_api == "up" else None
+                for n in ctx.mesh_of(node).node_names}
+    versions[node] = mine
+    odd = odd_one_out(versions, node, "exo version")
+    if isinstance(odd, Unknown) or not odd:
+        return odd
+    others = ", ".join(f"{n} {v}" for n, v in sorted(versions.items()) if n != node and v is not None)
     return [HealthFinding(node=node, check="exo-version", severity="error",
                           message=f"{node} runs exo {mine}, not the version the rest of the mesh runs: exo nodes "
                                   "of different versions ignore each other",
@@ -161,16 +161,13 @@ def check_exo_runners(ctx: HealthContext, node: str) -> Verdict:
     return out
 
 
-HEALTHY_RUNNER = ("RunnerReady", "RunnerRunning")
-
-
 def check_exo_log(ctx: HealthContext, node: str) -> Verdict:
     """Error signatures since exo's last start, judged while the node has no healthy runner (none at all after
     exo gave up on a crash loop, or one stuck connecting): once its runner is ready again, they are history."""
     f = ctx.facts[node]
     if f.exo_log is None:
         return Unknown(reason=f.why("exo-log"))
-    if f.exo_state is not None and any(r.node_id == f.exo_node_id and r.status in HEALTHY_RUNNER
+    if f.exo_state is not None and any(r.node_id == f.exo_node_id and r.status in HEALTHY_RUNNERS
                                        for r in f.exo_state.runners):
         return []
     told = {_log_key(m, s) for m in _runner_failures(f) if (s := match_signature(m)) is not None}
@@ -216,7 +213,7 @@ def check_exo_api_exposure(ctx: HealthContext, node: str) -> Verdict:
                 f"LAN: {why}",
         fix=f"{now}`macfleet bootstrap` loads the packet-filter anchor that lets exo's ports in only from the "
             "Thunderbolt networks and the controller, and switches pf on at every boot (docs/runbooks/doctor.md)",
-        evidence=f"pfctl -s info: {f.pf_info.status_line}; pfctl -a com.apple/macfleet -s rules: "
+        evidence=f"pfctl -s info: {f.pf_info.status_line}; pfctl -a {PF_ANCHOR} -s rules: "
                  f"{len(f.pf_rules.rules)} rules")]
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from macfleet.facts.commands import spec_for
+from macfleet.facts.commands import PF_ANCHOR, spec_for
 from macfleet.facts.sockets import parse_netstat_listen
 from macfleet.judge.checks.base import (
     Check,
@@ -65,7 +65,7 @@ def check_llama_rpc(ctx: HealthContext, node: str) -> Verdict:
             fix=("switch pf on now (`sudo pfctl -E`); " if pf.startswith("pf is off") else "")
             + "`macfleet bootstrap` loads the packet-filter anchor that lets rpc-server's port in only on the "
               "Thunderbolt interfaces (docs/runbooks/llama-rpc.md)",
-            evidence=f"pfctl -s info: {f.pf_info.status_line if f.pf_info else '?'}; pfctl -a com.apple/macfleet "
+            evidence=f"pfctl -s info: {f.pf_info.status_line if f.pf_info else '?'}; pfctl -a {PF_ANCHOR} "
                      f"-s rules: {len(f.pf_rules.rules) if f.pf_rules else '?'} rules"))
     elif isinstance(pf, Unknown) and not out:
         return pf

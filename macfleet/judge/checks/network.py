@@ -28,12 +28,10 @@ from macfleet.judge.checks.base import (
     parsed,
     pick,
 )
-from macfleet.judge.ipplan import IpPlan, NodeNetworkFacts, bind_ports, diff_ip, plan_ip
+from macfleet.judge.ipplan import BRIDGE_DEVICE, IpPlan, NodeNetworkFacts, bind_ports, diff_ip, plan_ip
 from macfleet.judge.model import Change
 from macfleet.judge.pf import exposure
 from macfleet.judge.topology import TopologyReport
-
-BRIDGE = "bridge0"
 
 
 def ok_cable_ends(report: TopologyReport, node: str) -> dict[str, str]:
@@ -66,7 +64,7 @@ def _network_facts(f: NodeFacts) -> NodeNetworkFacts:
 
 
 def _bridge_change(c: Change) -> bool:
-    return BRIDGE in c.what or "Bridge" in c.what
+    return BRIDGE_DEVICE in c.what or "Bridge" in c.what
 
 
 def _ip_changes(ctx: HealthContext, node: str) -> list[Change] | Unknown:

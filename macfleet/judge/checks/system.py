@@ -19,6 +19,7 @@ from macfleet.judge.checks.base import (
     Unknown,
     Verdict,
     kind_probe,
+    odd_one_out,
     parsed,
     pick,
 )
@@ -53,6 +54,11 @@ def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
 
 
+def _build(ctx: HealthContext, node: str) -> str | None:
+    sw = ctx.facts[node].sw_vers if ctx.up(node) else None
+    return sw.build_version or None if sw is not None else None
+
+
 def check_macos_build(ctx: HealthContext, node: str) -> Verdict:
     f = ctx.facts[node]
     if f.sw_vers is None or not f.sw_vers.build_version:
@@ -65,20 +71,16 @@ def check_macos_build(ctx: HealthContext, node: str) -> Verdict:
             message=f"{node} runs macOS {mine.product_version}: RDMA over Thunderbolt needs 26.2 or later",
             fix="upgrade macOS on every node to the same build (docs/runbooks/macos-upgrade.md)",
             evidence=f"sw_vers: {mine.product_version} ({mine.build_version})"))
-    builds = {n: ctx.facts[n].sw_vers.build_version for n in ctx.mesh_of(node).node_names
-              if ctx.up(n) and ctx.facts[n].sw_vers is not None and ctx.facts[n].sw_vers.build_version}
-    counts: dict[str, int] = {}
-    for b in builds.values():
-        counts[b] = counts.get(b, 0) + 1
-    top = max(counts.values())
-    majority = [b for b, c in counts.items() if c == top]
-    if len(counts) > 1 and (mine.build_version not in majority or len(majority) > 1):
-        others = ", ".join(f"{n} {b}" for n, b in sorted(builds.items()) if n != node)
+    builds = {n: _build(ctx, n) for n in ctx.mesh_of(node).node_names}
+    odd = odd_one_out(builds, node, "macOS build")
+    if isinstance(odd, Unknown):
+        return out or odd
+    if odd:
+        others = ", ".join(f"{n} {b}" for n, b in sorted(builds.items()) if n != node and b)
         out.append(HealthFinding(
             node=node, check="macos-build", severity="error",
             message=f"{node} runs build {mine.build_version} ({mine.product_version}), not the mesh's "
-                    f"{'/'.join(sorted(b for b in majority if b != mine.build_version)) or 'other builds'}: "
-                    "exo and JACCL need the same macOS build on every node",
+                    f"{'/'.join(odd)}: exo and JACCL need the same macOS build on every node",
             fix="bring every node to one build with the macOS-upgrade runbook (docs/runbooks/macos-upgrade.md); "
                 "macOS updates need the Mac's screen or Screen Sharing",
             evidence=f"sw_vers on {node}: {mine.build_version}; {others}"))
