@@ -6,6 +6,7 @@ status, stop; bad input exit 2 before any node is dialled; the tunnel's OpenSSH 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -96,6 +97,8 @@ def test_place_chat_status_stop(cli, node, tmp_path: Path) -> None:
     (("chat", "org/m", "   "), "the prompt must be 1 to"),
     (("tunnel", "no-such-node"), "no node 'no-such-node'"),
     (("status", "-l", "studio-1"), "which is not every node of one mesh"),
+    (("stop", ""), "expected an instance id or a model"),
+    (("stop", "org/m\x1b[31m"), "expected an instance id or a model"),
     (("stop", "org/m", "-l", "studio-1,studio-2"), "which is not every node of one mesh"),
 ])
 def test_bad_input_exit_2_before_any_node(cli, args, says) -> None:
@@ -148,3 +151,12 @@ def test_place_wait_waits_the_inventorys_place_timeout_unless_told(cli, node, tm
     told = cli("exo", "place", MODEL, "--over", "ring", "--wait", "--timeout", "90", "-i", str(inv), env=env)
     assert told.exit_code == 0, told.stderr
     assert waited == [77.0, 90.0]
+
+
+def test_a_prompt_on_stdin_that_is_not_utf8_is_refused() -> None:
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "macfleet", "exo", "chat", "org/m", "-i", str(EXAMPLE_INVENTORY)],
+                       input=b"\xff\xfe hello", capture_output=True, env={**os.environ, "PYTHONIOENCODING": "utf-8"})
+    assert p.returncode == 2 and b"not UTF-8" in p.stderr and b"Traceback" not in p.stderr, p.stderr

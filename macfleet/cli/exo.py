@@ -101,7 +101,13 @@ def chat_cmd(
     Exit 0 answered, 1 not placed or failed mid-answer, 3 unreachable."""
     from macfleet.render.output import mode
 
-    text = prompt if prompt is not None else sys.stdin.read(MAX_PROMPT + 1)
+    if prompt is not None:
+        text = prompt
+    else:
+        try:  # bytes, decoded here: a prompt that is not UTF-8 is refused, whatever the locale
+            text = sys.stdin.buffer.read(4 * MAX_PROMPT + 1).decode("utf-8")
+        except UnicodeDecodeError:
+            raise UsageError("the prompt on stdin is not UTF-8 text") from None
     if not text.strip() or len(text) > MAX_PROMPT:
         raise UsageError(f"the prompt must be 1 to {MAX_PROMPT} characters (found {len(text)})")
     streaming = not mode.json

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -299,6 +300,8 @@ def stop(fleet: Fleet, target: str, *, mesh: str | None = None, check: bool = Fa
          timeout_s: float = STOP_TIMEOUT_S, say: Say = quiet) -> StopReport:
     """Delete the instance TARGET, or every instance of model TARGET; wait until /state no longer shows them.
     Nothing placed by that name: nothing to do (exit 0)."""
+    if not target.strip() or len(target) > 300 or not target.isprintable():
+        raise UsageError(f"{target[:80]!r}: expected an instance id or a model (ORG/NAME)")
     from macfleet.judge.placement import targets
 
     m = one_mesh(fleet, mesh)
@@ -313,7 +316,7 @@ def stop(fleet: Fleet, target: str, *, mesh: str | None = None, check: bool = Fa
             return report
         for inst in doomed:
             say(f"stopping {inst.model} (instance {inst.instance_id})")
-            api.json("DELETE", f"/instance/{inst.instance_id}")
+            api.json("DELETE", f"/instance/{urllib.parse.quote(inst.instance_id, safe='')}")  # exo's data
         ids = {i.instance_id for i in doomed}
         deadline = time.monotonic() + timeout_s
         while ids & {i.instance_id for i in cluster(api).instances}:

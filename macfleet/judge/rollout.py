@@ -117,7 +117,7 @@ def check_release_name(name: str) -> str:
 def model_dir_name(model: str) -> str:
     """exo's layout: `org/name` lives in `<models dir>/org--name` (ModelId.normalize)."""
     if not is_model_id(model):
-        raise ValueError(f"bad model {model!r}: expected ORG/NAME (letters, digits, . _ -)")
+        raise ValueError(f"bad model {model[:120]!r}: expected ORG/NAME (letters, digits, . _ -)")
     return model.replace("/", "--")
 
 
