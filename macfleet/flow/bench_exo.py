@@ -13,11 +13,11 @@ from macfleet.errors import EXIT_OK, EXIT_PROBLEMS
 from macfleet.inventory.model import Fleet, Mesh
 from macfleet.judge.inference import (
     Completion,
+    InferenceInput,
     MeshInferenceBaseline,
     baseline_of,
-    completion_finding,
+    inference_findings,
     nodes_of,
-    slow_finding,
 )
 from macfleet.judge.model import Finding
 from macfleet.judge.placement import InstanceView
@@ -69,9 +69,10 @@ def bench_exo(fleet: Fleet, mesh: Mesh, api: Api, *, save_baseline: bool,
     base = baselines.meshes.get(mesh.name) if baselines else None
     fraction = mesh.settings.bench.inference_min_fraction
     bound = mesh.settings.probes.completion_timeout_s
-    measured = [(i, api.bench(i.model, bound, BENCH_TOKENS)) for i in by_model(api.instances()).values()]
-    findings = [f for i, c in measured for f in (completion_finding(c, nodes_of(i), bound),
-                                                 slow_finding(c, nodes_of(i), base, fraction)) if f is not None]
+    placed = list(by_model(api.instances()).values())
+    measured = [(i, api.bench(i.model, bound, BENCH_TOKENS)) for i in placed]
+    findings = inference_findings(InferenceInput(placed=placed, answers={i.model: c for i, c in measured},
+                                                 baseline=base), bound, fraction)  # as doctor judges them
     run = BenchExoRun(mesh=mesh.name, measured=measured, findings=findings, min_fraction=fraction,
                       baseline_path=inference_baseline_path(fleet), baseline=base)
     if save_baseline:
