@@ -11,3 +11,15 @@ Say = Callable[[str], None]  # how a flow tells its caller what it is doing (the
 
 def quiet(_: str) -> None:
     """A `say` that says nothing (a flow called without a console)."""
+
+
+def model_dir(model: str) -> str:
+    """exo's directory name for the model id ORG/NAME (`rollout model`, `exo place|chat`); bad input (exit 2)
+    naming what is expected otherwise."""
+    from macfleet.errors import UsageError
+    from macfleet.judge.rollout import model_dir_name
+
+    try:
+        return model_dir_name(model)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None

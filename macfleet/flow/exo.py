@@ -14,10 +14,9 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from macfleet.errors import ExoApiError, Refused, UsageError
-from macfleet.flow import Say, quiet
+from macfleet.flow import Say, model_dir, quiet
 from macfleet.flow.meshes import one_mesh
 from macfleet.judge.placement import ChatReport, ExoStatus, NodeExo, PlaceReport, StopReport, view
-from macfleet.judge.rollout import model_dir_name
 
 if TYPE_CHECKING:
     from macfleet.act.exoapi import ExoApi
@@ -30,13 +29,6 @@ CHAT_TIMEOUT_S = 600.0
 POLL_S = 0.5
 DOWNLOADS_SETTLE_S = 10.0  # exo's /state shows a model's files on a node within its scan interval
 ANSWER_S = 5.0  # a node's exo answering /node_id, before it is asked for anything
-
-
-def _checked(model: str) -> None:
-    try:
-        model_dir_name(model)  # exo's ids: ORG/NAME, as `rollout model` takes them
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
 
 
 @contextlib.contextmanager
@@ -146,7 +138,7 @@ def place(fleet: Fleet, model: str, *, mesh: str | None = None, sharding: str = 
     from macfleet.facts.exoapi import parse_previews
     from macfleet.judge.placement import TRANSPORTS, Refusal, choose, no_card
 
-    _checked(model)
+    model_dir(model)  # exo's ids: ORG/NAME, as `rollout model` takes them
     m = one_mesh(fleet, mesh)
     if min_nodes > len(m.nodes):
         raise UsageError(f"--min-nodes {min_nodes}: mesh {m.name} has {len(m.nodes)} nodes")
@@ -249,7 +241,7 @@ def chat(fleet: Fleet, model: str, prompt: str, *, mesh: str | None = None, max_
     from macfleet.facts.exoapi import parse_chat_chunk, parse_stats
     from macfleet.judge.placement import speeds
 
-    _checked(model)
+    model_dir(model)  # exo's ids: ORG/NAME, as `rollout model` takes them
     m = one_mesh(fleet, mesh)
     body: dict = {"model": model, "messages": [{"role": "user", "content": prompt}], "stream": True}
     if max_tokens is not None:

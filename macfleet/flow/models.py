@@ -33,11 +33,10 @@ from macfleet.judge.rollout import (
     ModelNodeReport,
     ModelPushReport,
     ModelVerifyReport,
-    model_dir_name,
 )
 from macfleet.paths import model_cache_dir
 
-from . import Say, quiet
+from . import Say, model_dir, quiet
 from .meshes import one_mesh
 from .rollout import link_addresses
 
@@ -94,7 +93,7 @@ def push_model(fleet: Fleet, model: str, source: Path | None, *, hf: bool = Fals
                nodes: list[str] | None = None, say: Say = quiet, progress: Progress | None = None,
                force: bool = False) -> ModelPushReport:
     """`force`: take the cluster lock even from a command that died in a critical step (its record is lost)."""
-    name = _checked_name(model)
+    name = model_dir(model)
     m = one_mesh(fleet, mesh)
     targets = _targets(m, nodes)
     if hf:
@@ -176,7 +175,7 @@ def _transfer(fleet: Fleet, m: Mesh, manifest: Manifest, source: Path, seed: str
 
 def verify_model(fleet: Fleet, model: str, source: Path, *, mesh: str | None = None,
                  nodes: list[str] | None = None) -> ModelVerifyReport:
-    name = _checked_name(model)
+    name = model_dir(model)
     m = one_mesh(fleet, mesh)
     targets = _targets(m, nodes)
     manifest = transfer.local_manifest(_source_dir(source))
@@ -185,13 +184,6 @@ def verify_model(fleet: Fleet, model: str, source: Path, *, mesh: str | None = N
                                                                      pre[a.node].final, check_only=True))
     return ModelVerifyReport(model=model, files=len(manifest.files),
                              differ={n: r.bad for n, r in sorted(res.items()) if r.bad})  # type: ignore[attr-defined]
-
-
-def _checked_name(model: str) -> str:
-    try:
-        return model_dir_name(model)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def _source_dir(source: Path | None) -> Path:
@@ -221,7 +213,7 @@ def plan_model_push(fleet: Fleet, model: str, source: Path | None, *, hf: bool =
                     nodes: list[str] | None = None) -> dict:
     """`rollout model --check`: what a push would send where, with sizes, from each node's read-only preflight.
     Nothing is sent, downloaded, staged or locked. The `rollout model --check --json` shape (docs/cli.md)."""
-    name = _checked_name(model)
+    name = model_dir(model)
     m = one_mesh(fleet, mesh)
     targets = _targets(m, nodes)
     shown: dict = {"result": "check", "model": model, "directory": name, "mesh": m.name, "download": None,
