@@ -12,7 +12,7 @@ until the holders are reaped (issue 28), and only a reboot releases them.
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from macfleet.errors import FactsParseError
 from macfleet.facts._common import Facts
@@ -64,6 +64,9 @@ def _time(text: str, layout: str) -> datetime | None:
         return None
 
 
+AT_BOOT = timedelta(minutes=10)  # a start this soon after the boot is launchd's load at boot, not a restart
+
+
 def failed_starts_since(log_text: str, boot: BootTime, *, whole_file: bool) -> FailedStarts:
     """Count the runner failures stamped at or after the boot. `whole_file`: the text is the whole log (fewer
     lines than the tail asked for). The count is complete only when the lines read began before the boot: exo
@@ -82,6 +85,9 @@ def failed_starts_since(log_text: str, boot: BootTime, *, whole_file: bool) -> F
     if first is None and log_text.strip():
         raise FactsParseError("exo-log", "lines stamped `[ YYYY-MM-DD HH:MM:SS.mmm | …` (exo's log file format)",
                               line=1, found=log_text.strip().splitlines()[0][:80])
-    complete = first <= boot.local if first is not None else whole_file
+    # exo's first start of a boot is its LaunchDaemon's load at boot (RunAtLoad: playbooks/roles/exo), so a whole
+    # log that begins within AT_BOOT of the boot is that start's: every failure since boot is in it
+    covers = first is not None and (first <= boot.local or (whole_file and first <= boot.local + AT_BOOT))
+    complete = covers if first is not None else whole_file
     return FailedStarts(count=count, complete=complete, last=last, boot=boot.local, log_from=first,
                         whole_file=whole_file)

@@ -175,6 +175,17 @@ def test_a_log_of_another_format_is_could_not_tell_not_zero() -> None:
 
 def test_exos_own_log_file_lines_are_read() -> None:
     real = (EXO_LOG / "exo__exo-issue-2067_startup_node_elected_master.txt").read_text(encoding="utf-8")
-    got = failed_starts_since(real, parse_boottime("{ sec = 1, usec = 0 } Thu May  7 13:00:00 2026"),
-                              whole_file=True)
+    got = failed_starts_since(real, parse_boottime("{ sec = 1, usec = 0 } Thu May  7 12:00:00 2026"),
+                              whole_file=True)  # booted an hour before exo's log begins: a restart since
     assert got.log_from is not None and got.log_from.isoformat() == "2026-05-07T13:04:45" and not got.complete
+
+
+def test_a_whole_log_that_begins_just_after_the_boot_is_exos_start_at_boot_and_complete() -> None:
+    """exo's LaunchDaemon loads at boot (RunAtLoad): its log of that start begins minutes after the boot, and holds
+    every failure since (the ledger is not "could not tell" on every healthy node)."""
+    got = failed_starts_since("\n".join(crash(f"09:0{i}:00") for i in range(3, 5)), parse_boottime(BOOT),
+                              whole_file=True)
+    assert got.complete and got.count == 2
+    assert _doctor("\n".join(crash(f"09:0{i}:00") for i in range(3, 5))) == []
+    tail = failed_starts_since(crash("09:03:00"), parse_boottime(BOOT), whole_file=False)
+    assert not tail.complete  # only the end of a longer log was read: what came before is unknown
