@@ -62,6 +62,8 @@ def test_check_then_apply_then_idempotent(server, playbooks: Path, tmp_path: Pat
     assert check.changes == {"node-1": ["Ensure the marker file exists."]}
     assert not marker.exists(), "--check changed something"
     assert any(e.status == "changed" and e.host == "node-1" for e in events)
+    # --diff: Ansible's own diff of the file it would write reaches the event, as text (bootstrap --diff shows it)
+    assert any(e.diff and "macfleet" in e.diff for e in events), [e.diff for e in events]
 
     first = run_playbook(PlaybookRun("exercise", server.inventory, extravars={"marker": str(marker)}))
     assert first.hosts["node-1"].changed == 1
