@@ -218,7 +218,7 @@ def test_lint_clean() -> None:
             "-m",
             "ruff",
             "check",
-            *[p for p in ("macfleet", "tests", "bench") if (PACKAGE.parent / p).exists()],
+            *[p for p in ("macfleet", "tests", "bench", "playbooks") if (PACKAGE.parent / p).exists()],
         ],
         cwd=PACKAGE.parent,
         capture_output=True,

@@ -1,8 +1,9 @@
 """macfleet's one read of a Mac: every file and command the bootstrap roles compare against, in one run.
 
-Reads a JSON request (its one argument, or stdin without one), {"files": [path, ...], "commands": [[argv...], ...], "admin": name,
-"admin_commands": [[argv...], ...]}, and prints one JSON object: {"files": {path: record or null},
-"commands": {"argv joined by spaces": {"rc", "stdout", "stderr"}}, "admin_commands": {same}}. Admin commands
+Reads a JSON request (its one argument, or stdin without one), {"files": [path, ...],
+"commands": [[argv...], ...], "admin": name, "admin_commands": [[argv...], ...]}, and prints one JSON
+object: {"files": {path: record or null}, "commands": {"argv joined by spaces": {"rc", "stdout", "stderr"}},
+"admin_commands": {same}}. Admin commands
 run as the named account (its uid, groups, home and a plain PATH): Homebrew refuses to run as root.
 A file record has its type, mode ("0644"), uid, gid, owner and group names and, for a regular file, the
 SHA-1 of its content (what Ansible's stat and template modules compare). It only reads; it runs with the
