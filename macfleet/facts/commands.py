@@ -84,6 +84,16 @@ EXO_LOG_LINES = 2000  # the end of exo's log doctor reads
 # `{ sec = N, usec = N } <local ctime>`: when the node booted (reboot's wait compares it; doctor's RDMA ledger
 # counts exo's failed runner starts since then, facts/ledger.py)
 BOOTTIME = CommandSpec("boottime", ("sysctl", "-n", "kern.boottime"), timeout_s=10)
+# The kernel's count of the Thunderbolt RDMA driver's protection domains and queue pairs in use, all devices
+# together (doctor's RDMA ledger, facts/ledger.py). The class names: dryvist/nix-ai
+# docs/runbooks/cluster-link-truths.md at af5aedae5636f2d473b2fed3bea2843ee203aa14 ("The only direct kernel read
+# is `ioclasscount AppleThunderboltRDMAProtectionDomain` (and `AppleThunderboltRDMAQueuePair` for mesh state)").
+# No root needed: ioclasscount reads the IORegistry root's IOKitDiagnostics property (Apple's
+# IOKitTools/ioclasscount.tproj/ioclasscount.c at 04b1b654a84a3c15e1420ab7913cbf701fa74cbc, `main`). No real
+# capture of its output on an RDMA Mac is known: the format is Apple's source's, so it stays out of ALL_SPECS.
+RDMA_PD_CLASS = "AppleThunderboltRDMAProtectionDomain"
+RDMA_QP_CLASS = "AppleThunderboltRDMAQueuePair"
+IOCLASSCOUNT = CommandSpec("ioclasscount", ("ioclasscount", RDMA_PD_CLASS, RDMA_QP_CLASS), timeout_s=10)
 
 
 def exo_specs(port: int = EXO_PORT, install_root: str = EXO_INSTALL_ROOT) -> tuple[CommandSpec, ...]:

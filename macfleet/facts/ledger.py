@@ -1,12 +1,22 @@
-"""What the RDMA resource ledger reads besides `ibv_devinfo -v`'s limits: when the node booted (`sysctl -n
-kern.boottime`) and how many of exo's runners failed since then (exo's log).
+"""What the RDMA resource ledger reads besides `ibv_devinfo -v`'s limits: the kernel's count of the protection
+domains and queue pairs in use (`ioclasscount`), when the node booted (`sysctl -n kern.boottime`) and how many of
+exo's runners failed since then (exo's log).
 
-macfleet reads no current use of an RDMA device's protection domains or queue pairs: `ibv_devinfo -v` prints
-only the limits (research/macos-outputs.md §8) and there is no /sys/class/infiniband.
-`ioclasscount AppleThunderboltRDMAProtectionDomain` is reported to be a direct kernel count of the protection
-domains (research/users-2026-12.md, dryvist/nix-ai), but no capture of its output is known, so it is not read
-yet. What is counted is exo's failed runner starts since boot: each failed start can leave its resources held
-until the holders are reaped (issue 28), and only a reboot releases them.
+The current use is the kernel's count: `ioclasscount AppleThunderboltRDMAProtectionDomain
+AppleThunderboltRDMAQueuePair` (facts/commands.py IOCLASSCOUNT) prints the number of instances of each class,
+all RDMA devices of the node together. dryvist/nix-ai docs/runbooks/cluster-link-truths.md (commit
+af5aedae5636f2d473b2fed3bea2843ee203aa14): "The only direct kernel read is `ioclasscount
+AppleThunderboltRDMAProtectionDomain` (and `AppleThunderboltRDMAQueuePair` for mesh state) — use it, not the
+ledger, when deciding whether a host can still cluster"; its attempt-based ledger "once read `domains=3` against a
+real count of zero". The output format is Apple's source (IOKitTools/ioclasscount.tproj/ioclasscount.c at
+04b1b654a84a3c15e1420ab7913cbf701fa74cbc, `printInstanceCount` and `main`), not a capture: no real capture of
+ioclasscount on an RDMA Mac is known. `ibv_devinfo -v` prints only the limits (research/macos-outputs.md §8) and
+there is no /sys/class/infiniband.
+
+What is counted besides, and used when the kernel's count cannot be read, is exo's failed runner starts since
+boot: each failed start can leave its resources held until the holders are reaped (issue 28), and only a reboot
+releases what a stuck process holds (dryvist/nix-ai docs/runbooks/rdma-protection-domains.md at
+0109b839359efebde2b08d10ab9db4ec4af0cccd: "A leaked domain is a leaked process").
 """
 
 from __future__ import annotations
@@ -16,7 +26,7 @@ from datetime import datetime, timedelta
 
 from macfleet.errors import FactsParseError
 from macfleet.facts._common import Facts
-from macfleet.facts.commands import BOOTTIME
+from macfleet.facts.commands import BOOTTIME, IOCLASSCOUNT, RDMA_PD_CLASS, RDMA_QP_CLASS
 
 # `sysctl -n kern.boottime`: `{ sec = 1764660000, usec = 123456 } Tue Dec  2 08:20:00 2026` (the date part is
 # the node's local time, ctime(3) layout)
@@ -91,3 +101,71 @@ def failed_starts_since(log_text: str, boot: BootTime, *, whole_file: bool) -> F
     complete = covers if first is not None else whole_file
     return FailedStarts(count=count, complete=complete, last=last, boot=boot.local, log_from=first,
                         whole_file=whole_file)
+
+
+# ------------------------------------------------------------------------------------------ the kernel's count
+
+# `ioclasscount CLASS...` (Apple's IOKitTools/ioclasscount.tproj/ioclasscount.c at
+# 04b1b654a84a3c15e1420ab7913cbf701fa74cbc): `main` calls `printInstanceCount` once per class named, in the order
+# given, which prints `NAME = ` then the count (`%lu` of the class's SInt32 instance count), `<no such class>` for a
+# class the kernel does not know, or `?? (error reading/converting value)` for a value it cannot read; then `, `,
+# or a newline after the last class. So `A = 3, B = 2\n` (the manual page ioclasscount(8): "instance counts are
+# printed as a comma-separated list in the order specified", e.g. `IOPCIDevice = 2, AppleTestPCI = 1`). A count
+# includes the class's direct subclasses that have an instance count of at least 1 (ioclasscount(8)). Errors go
+# to stderr with exit status EX_OSERR (71): the collector notes those, they never reach the parser.
+NO_SUCH_CLASS = "<no such class>"
+UNREADABLE = "?? (error reading/converting value)"
+SINT32_MAX = 2**31 - 1  # a count is an SInt32 printed unsigned: a larger number is a negative count, no count
+_COUNT = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*) = (?P<value>[0-9]{1,10}|<no such class>|"
+                    r"\?\? \(error reading/converting value\))")
+
+
+class ClassCount(Facts):
+    """One class's instance count: None when the kernel did not give one (`why`), never 0."""
+
+    count: int | None
+    why: str | None = None
+
+
+class RdmaInUse(Facts):
+    """The node's protection domains and queue pairs in use, all its RDMA devices together (ioclasscount)."""
+
+    domains: ClassCount  # AppleThunderboltRDMAProtectionDomain
+    queue_pairs: ClassCount  # AppleThunderboltRDMAQueuePair
+
+
+def parse_ioclasscount(text: str, classes: tuple[str, ...], command: str) -> dict[str, ClassCount]:
+    """The counts `ioclasscount CLASS...` printed for `classes` (the classes asked, in their order, on one line
+    ending in a newline): anything else is a FactsParseError naming what was expected."""
+    expected = (", ".join(f"`{c} = N`" for c in classes) + " on one line ending in a newline (N a count, "
+                f"`{NO_SUCH_CLASS}` or `{UNREADABLE}`)")
+    head = text[:120]
+    if not text.endswith("\n") or "\n" in text[:-1] or "\r" in text:
+        raise _bad(command, expected, head)
+    items = text[:-1].split(", ")
+    if len(items) != len(classes):
+        raise _bad(command, expected, head)
+    out: dict[str, ClassCount] = {}
+    for want, item in zip(classes, items, strict=True):
+        m = _COUNT.fullmatch(item)
+        if m is None or m.group("name") != want:
+            raise _bad(command, expected, item[:120])
+        value = m.group("value")
+        if value == NO_SUCH_CLASS:
+            out[want] = ClassCount(count=None, why=f"{want} = {NO_SUCH_CLASS}: the kernel knows no such class")
+        elif value == UNREADABLE:
+            out[want] = ClassCount(count=None, why=f"{want} = {UNREADABLE}: the kernel's value could not be read")
+        elif int(value) > SINT32_MAX:
+            raise _bad(command, f"{expected}; a count is at most {SINT32_MAX}", item[:120])
+        else:
+            out[want] = ClassCount(count=int(value))
+    return out
+
+
+def _bad(command: str, expected: str, found: str) -> FactsParseError:
+    return FactsParseError(command, expected, line=1, found=found)
+
+
+def parse_rdma_in_use(text: str) -> RdmaInUse:
+    got = parse_ioclasscount(text, (RDMA_PD_CLASS, RDMA_QP_CLASS), IOCLASSCOUNT.command_line)
+    return RdmaInUse(domains=got[RDMA_PD_CLASS], queue_pairs=got[RDMA_QP_CLASS])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ import pytest
 pytestmark = pytest.mark.lab
 
 STALL_S = 60  # the slow shutdown: longer than the reboot's bound below
+PD, QP = "AppleThunderboltRDMAProtectionDomain", "AppleThunderboltRDMAQueuePair"  # the kernel's RDMA classes
 
 
 def mf(lab, env, *args, timeout=400) -> subprocess.CompletedProcess:
@@ -91,17 +93,28 @@ def test_leaking_runner_starts_are_flagged_before_the_device_runs_out_and_a_rebo
         lab.wait(warned, 120, "the ledger's warning")
     except AssertionError:
         log = lab.ssh(node, "grep -c 'Runner terminated' .exo/exo_log/exo.log; sysctl -n kern.boottime; tail -3 "
-                            ".exo/exo_log/exo.log", check=False).stdout
+                            f".exo/exo_log/exo.log; ioclasscount {PD} {QP}; cat .exo/lab_rdma_leak.json",
+                      check=False).stdout
         raise AssertionError(f"{[c for c in last['checks'] if c['check'] == 'rdma-ledger']}\n{log}") from None
     [f] = _findings(_doctor(lab, "rdma-ledger"), "rdma-ledger")
     assert f["node"] == node and f["severity"] == "warning" and "room for 1 more runner start" in f["message"]
-    assert "reboot the mesh before the next start" in f["fix"] and "8 failed since boot" in f["evidence"]
+    assert "reboot the mesh before the next start" in f["fix"] and "8 failed starts since boot" in f["evidence"]
+    # the use is the kernel's count (the lab's ioclasscount): 8 held + the running runner on each active device
+    kernel = re.search(r"kernel: (\d+) domains, (\d+) queue pairs over (\d+) active devices", f["evidence"])
+    assert kernel is not None, f["evidence"]
+    devices = int(kernel[3])
+    assert devices == len(lab.nodes) - 1 and int(kernel[1]) == int(kernel[2]) == 9 * devices, f["evidence"]
     state = json.loads(lab.ssh(node, "curl -s http://127.0.0.1:52415/state").stdout)
     assert all("RunnerFailed" not in s for s in state["runners"].values())  # flagged while the runner still runs
     env = {**os.environ, "MACFLEET_STATE_DIR": str(tmp_path / "state")}
     p = mf(lab, env, "reboot", "-i", str(lab.inventory), "--json")
     assert p.returncode == 0, p.stdout + p.stderr[-3000:]
-    assert _findings(_doctor(lab, "rdma-ledger"), "rdma-ledger") == []
+    count = f"ioclasscount {PD} {QP}"
+    lab.wait(lambda: lab.ssh(node, count, check=False).stdout == f"{PD} = {devices}, {QP} = {devices}\n", 60,
+             "the kernel's count back to the running runner's")
+    report = _doctor(lab, "rdma-ledger")
+    assert _findings(report, "rdma-ledger") == []
+    assert [c["result"] for c in report["checks"] if c["check"] == "rdma-ledger" and c["node"] == node] == ["ok"]
 
 
 def test_a_split_cluster_and_a_coordinator_rank_zero_does_not_hold_are_found(lab4):

@@ -22,7 +22,7 @@ from macfleet.facts.discovery import Coordinators
 from macfleet.facts.disk import DfFacts
 from macfleet.facts.exo import ExoStateFacts
 from macfleet.facts.exoapi import ExoCluster
-from macfleet.facts.ledger import BootTime, FailedStarts
+from macfleet.facts.ledger import BootTime, FailedStarts, RdmaInUse
 from macfleet.facts.network import HardwarePortsFacts, IfconfigFacts, RoutesFacts, ServiceOrderFacts
 from macfleet.facts.probes import PfInfoFacts, PfRulesFacts, PingFacts, UpdatesFacts
 from macfleet.facts.rdma import IbvDevicesFacts, IbvDevinfoFacts, RdmaCtlFacts
@@ -117,6 +117,7 @@ class NodeFacts(Frozen):
     exo_daemons: ExoDaemonsFacts | None = None  # exo's job's plist, exo's app's network daemon (facts/daemons)
     boottime: BootTime | None = None  # `sysctl -n kern.boottime` (facts/ledger.py)
     exo_failed_starts: FailedStarts | None = None  # exo's failed runner starts since boot (facts/ledger.py)
+    rdma_in_use: RdmaInUse | None = None  # the kernel's RDMA domains/queue pairs in use, `ioclasscount` (ledger)
     exo_master: str | None = None  # the node id its exo follows as master, "self": itself (facts/discovery.py)
     exo_coordinators: list[Coordinators] | None = None  # its /state instances' rank-0 addresses
     timed_out: list[str] = Field(default_factory=list)  # kinds whose command gave no answer in time

@@ -3,8 +3,8 @@ IPv4-mapped GID."""
 
 from __future__ import annotations
 
-from macfleet.facts.commands import BOOTTIME, EXO_LOG_LINES
-from macfleet.facts.ledger import BootTime, failed_starts_since, parse_boottime
+from macfleet.facts.commands import BOOTTIME, EXO_LOG_LINES, IOCLASSCOUNT
+from macfleet.facts.ledger import BootTime, failed_starts_since, parse_boottime, parse_rdma_in_use
 from macfleet.inventory.model import Mesh
 from macfleet.judge.checks.base import (
     Answers,
@@ -80,16 +80,16 @@ NOT_HOLDING = ("RunnerFailed", "RunnerShutdown", "RunnerIdle")  # runner states 
 
 
 def check_rdma_ledger(ctx: HealthContext, node: str) -> Verdict:
-    """Room for the next runner starts on the node's RDMA devices (judge/rdma_ledger.py)."""
+    """Room for the next runner starts on the node's RDMA devices (judge/rdma_ledger.py): the kernel's count in
+    use when it can be read, else exo's failed starts since boot and the running runner."""
     f = ctx.facts[node]
     if f.ibv_devinfo is None:
         return Unknown(reason=f.why("ibv-devinfo:verbose"))
-    if f.exo_failed_starts is None:
-        why = f.why("exo-log", "boottime")
-        return Unknown(reason=f"exo's failed runner starts since boot could not be counted: {why}")
+    failed = f.exo_failed_starts if f.exo_failed_starts is not None else f.why("exo-log", "boottime")
+    kernel = f.rdma_in_use if f.rdma_in_use is not None else f.why(IOCLASSCOUNT.key)
     running = f.exo_state is not None and any(r.node_id == f.exo_node_id and r.status not in NOT_HOLDING
                                                for r in f.exo_state.runners)
-    led = ledger(node, f.ibv_devinfo, f.exo_failed_starts, running)
+    led = ledger(node, f.ibv_devinfo, failed, running, kernel)
     if isinstance(led, str):
         return Unknown(reason=led)
     said = ledger_verdict(led)
@@ -119,13 +119,16 @@ PROBES = (
     # needs exo's log too: read by the checks that read this (the exo family's probe "exo-log")
     Probe(key=BOOTTIME.key, command=lambda s: (BOOTTIME,), read=_read_failed_starts,
           fills=("boottime", "exo_failed_starts")),
+    # the kernel's count of RDMA protection domains and queue pairs in use (facts/ledger.py)
+    Probe(key=IOCLASSCOUNT.key, command=lambda s: (IOCLASSCOUNT,), fact="rdma_in_use", parse=parse_rdma_in_use),
 )
 CHECKS = (
     Check(code="rdma", title="RDMA enabled and not wedged; every cabled port ACTIVE with an IPv4-mapped GID",
           order=60, judge=check_rdma, reads=(*CABLING, "rdma-ctl", "sw-vers"),
           depends=("reachable", "bridge", "ip-plan"), mesh_wide=True),
-    Check(code="rdma-ledger", title="room on the node's RDMA devices (max_pd, max_qp) for the next runner starts, "
-          "counting exo's failed starts since boot", order=155, judge=check_rdma_ledger,
-          reads=("ibv-devinfo:verbose", "boottime", "exo-log", "exo-node-id", "exo-state"),
+    Check(code="rdma-ledger", title="room on the node's RDMA devices (max_pd, max_qp) for the next runner starts: "
+          "the kernel's count in use (ioclasscount), else exo's failed starts since boot", order=155,
+          judge=check_rdma_ledger,
+          reads=("ibv-devinfo:verbose", IOCLASSCOUNT.key, "boottime", "exo-log", "exo-node-id", "exo-state"),
           depends=("reachable", "rdma")),
 )

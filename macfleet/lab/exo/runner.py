@@ -13,6 +13,9 @@ Sources (docs/lab.md lists the guesses):
   "each failed runner start can leak some until the holders are reaped"; how many: GUESS). A device takes
   max_qp - 1 = 10 queue pairs (ml-explore/mlx#4209: the 11th ibv_create_qp fails with errno 16; the lab's
   ibv_devinfo -v prints max_qp 11): once 10 are held, every start fails with JACCL's EBUSY message.
+- The kernel's count of them (`ioclasscount AppleThunderboltRDMAProtectionDomain AppleThunderboltRDMAQueuePair`,
+  dryvist/nix-ai docs/runbooks/cluster-link-truths.md) is the lab's `ioclasscount` stand-in's
+  (lab/macos/rdma.py): the held ones and the running runner's, one of each per active device (GUESS).
 - Fault `failStarts` N (lab fault rdma-leak): the next N runner starts fail, one every FAILED_START_S (exo
   notices a dead runner within 5 s: supervisor.py:357-362).
 """
@@ -20,6 +23,7 @@ Sources (docs/lab.md lists the guesses):
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -29,6 +33,7 @@ from pathlib import Path
 JOIN_S, TERM_S, RETRY_S, ATTEMPTS = 3.0, 5.0, 2.0, 10  # exo's AsyncProcess (async_process.py:32-36)
 CAPACITY = 10  # starts a device takes per boot (max_qp 11, the 11th queue pair refused)
 FAILED_START_S = 5.0
+LEAK_FILE = "lab_rdma_leak.json"  # in exo's home (~/.exo): Leak below; the lab's ioclasscount reads it
 TERMINATED = "Runner terminated with exitcode=1"
 EBUSY = "[jaccl] Creating the queue pair failed with errno 16"  # samples exo__mlx-pr-4209_queue_pair_limit_output.txt
 STOP_WHERE = "exo.utils.async_process:_terminate_if_still_alive:234"
@@ -82,25 +87,43 @@ def stop(p: subprocess.Popen, log) -> None:
 
 
 class Leak:
-    """Failed starts since this boot, kept in a file beside exo's (a new boot time starts over)."""
+    """Failed starts since this boot, and the runner holding its share now, kept in a file beside exo's (a new boot
+    time starts over). The lab's `ioclasscount` stand-in counts the kernel's protection domains and queue pairs
+    from it (lab/macos/rdma.py): {"boot": `sysctl -n kern.boottime`, "failed": N, "runner": the pid of the runner
+    while it holds its resources (its state is not RunnerFailed), else null}."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def _read(self, boot: str) -> int:
+    def _read(self, boot: str) -> dict:
         try:
             data = json.loads(self.path.read_text())
-            return int(data["failed"]) if data.get("boot") == boot else 0
-        except (OSError, ValueError, KeyError, TypeError):
-            return 0
+            if data.get("boot") == boot:
+                return {"boot": boot, "failed": int(data["failed"]), "runner": data.get("runner")}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass
+        return {"boot": boot, "failed": 0, "runner": None}
+
+    def _write(self, data: dict) -> None:
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")  # whole, for the reader
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, self.path)
 
     def held(self, boot: str) -> int:
-        return self._read(boot)
+        return self._read(boot)["failed"]
 
     def failed_start(self, boot: str) -> int:
-        n = self._read(boot) + 1
-        self.path.write_text(json.dumps({"boot": boot, "failed": n}))
-        return n
+        data = self._read(boot)
+        data["failed"] += 1
+        self._write(data)
+        return data["failed"]
+
+    def holding(self, boot: str, pid: int | None) -> None:
+        """Note the runner that holds its resources now (None: none does); written only when it changes."""
+        data = self._read(boot)
+        if data["runner"] != pid or not self.path.exists():
+            data["runner"] = pid
+            self._write(data)
 
 
 class Starts:

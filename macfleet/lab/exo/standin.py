@@ -76,7 +76,7 @@ LAB_ONLY = frozenset({
     "lab_faults.json", "EXO_LAB_FAULTS_FILE",  # the fault overlay
     "EXO_LAB_API_PORT", "EXO_LAB_BIND", "EXO_LAB_REFRESH_S", "EXO_LAB_INSTANCE_MODEL",  # lab settings
     "node_zid",  # the lab's persisted node id (exo HEAD draws one per start)
-    "lab_rdma_leak.json", "exo-lab-runner",  # the lab's RDMA leak count, its runner's name (lab/exo/runner.py)
+    "lab_rdma_leak.json", "exo-lab-runner",  # the lab's RDMA leak record, its runner's name (lab/exo/runner.py)
     "--exo-version", "--peer-port",  # lab-only options of bin/exo
 })
 DEFAULT_INSTANCE_MODEL = "mlx-community/Llama-3.2-1B-Instruct-4bit"
@@ -444,7 +444,7 @@ class ExoStandin:
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="exo-probe")
         self.pace = Pace()
         self._election = discovery.Election(self.node_id)
-        self._leak = lab_runner.Leak(self.cfg.exo_home / "lab_rdma_leak.json")
+        self._leak = lab_runner.Leak(self.cfg.exo_home / lab_runner.LEAK_FILE)
         self._starts = lab_runner.Starts()
         self._boot: str | None = None
         self._runner_proc = None
@@ -500,6 +500,9 @@ class ExoStandin:
         self._stop.set()  # first: the refresh loop starts no new runner meanwhile
         if self._runner_proc is not None:
             lab_runner.stop(self._runner_proc, self.log)
+            if self._boot is not None:
+                with contextlib.suppress(OSError):
+                    self._note_holder(stopping=True)
         for server in self._servers:
             server.shutdown()
             server.server_close()
@@ -687,6 +690,15 @@ class ExoStandin:
         self._leak.failed_start(self._boot)
         self.log.error("exo.worker.runner.supervisor:_check_runner:401", lab_runner.TERMINATED)
 
+    def _note_holder(self, stopping: bool = False) -> None:
+        """Note in the leak file the runner that holds its RDMA resources now (lab/exo/runner.py Leak): one that
+        runs and has not failed, as doctor counts a runner holding."""
+        if self._boot is None:
+            self._boot = self._cmd(["sysctl", "-n", "kern.boottime"]) or ""
+        p = self._runner_proc
+        holds = not stopping and not self._runner_failed_msg and p is not None and p.poll() is None
+        self._leak.holding(self._boot, p.pid if holds and p is not None else None)
+
     def _update_runner(self, facts: dict) -> None:
         fault = self._faults.get("runnerFailed")
         msg: str | None = None
@@ -704,6 +716,7 @@ class ExoStandin:
                              f"Runner {self.runner_id} crashed with critical exception {msg}")
             self._failed_start()
         self._runner_failed_msg = msg
+        self._note_holder()
         if not self._ready and not self.cfg.broken and facts.get("identity"):
             self._ready = True
             self.log.info("exo.worker.runner.llm_inference.runner:main:210", "runner ready")

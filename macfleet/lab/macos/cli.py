@@ -14,6 +14,7 @@ COMMANDS = {
     "ifconfig": "network:ifconfig",
     "ibv_devices": "rdma:ibv_devices",
     "ibv_devinfo": "rdma:ibv_devinfo",
+    "ioclasscount": "rdma:ioclasscount",
     "rdma_ctl": "rdma:rdma_ctl",
     "nvram": "rdma:nvram",
     "sw_vers": "system:sw_vers",

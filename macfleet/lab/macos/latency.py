@@ -43,7 +43,8 @@ LATENCY: dict[str, tuple[float, str]] = {
 # The other stand-ins answer from the kernel or a small file, in milliseconds on a Mac as in the lab: no wait
 # (a guess too, listed in docs/lab.md).
 FAST: tuple[str, ...] = (
-    "sw_vers", "sysctl", "pmset", "csrutil", "ifconfig", "nvram", "scutil", "pfctl", "launchctl", "defaults",
+    "sw_vers", "sysctl", "pmset", "csrutil", "ifconfig", "nvram", "ioclasscount", "scutil", "pfctl", "launchctl",
+    "defaults",
     "plutil", "date", "df", "route", "netstat", "ipconfig", "caffeinate", "afplay", "shutdown", "reboot", "halt",
     "ping",
 )

@@ -1,4 +1,4 @@
-"""`ibv_devices`, `ibv_devinfo`, `rdma_ctl` and `nvram` stand-ins.
+"""`ibv_devices`, `ibv_devinfo`, `ioclasscount`, `rdma_ctl` and `nvram` stand-ins.
 
 Shapes: rdma-core's tab layout as in shared/samples/macos__ibv_devices_*, mlx__apple-tn3205_ibv_devinfo_*,
 macos__ibv_devinfo_v_* (copies in tests/fixtures/captures/). One rdma_enX per Thunderbolt port while RDMA is
@@ -11,7 +11,11 @@ from __future__ import annotations
 import os
 import sys
 
-from .common import Links, Node, err, eui64_fe80, secured_fe80
+from .common import Links, Node, err, eui64_fe80, read_json, secured_fe80
+
+# `ibv_devinfo -v`'s max_pd and max_qp on every device: 11, reported by dryvist/nix-ai
+# docs/runbooks/rdma-protection-domains.md at 0109b839359efebde2b08d10ab9db4ec4af0cccd (`max_pd: 11  max_qp: 11`)
+MAX_PD = MAX_QP = 11
 
 
 # Sources (issue 31; samples = shared/samples, GUESS = listed in docs/lab.md "Guesses"):
@@ -122,13 +126,13 @@ def ibv_devinfo(node: Node, args: list[str]) -> int:
             lines += [
                 "\tmax_mr_size:\t\t\t0x100000000",
                 "\tpage_size_cap:\t\t\t0x4000",
-                "\tmax_qp:\t\t\t\t11",
+                f"\tmax_qp:\t\t\t\t{MAX_QP}",
                 "\tmax_qp_wr:\t\t\t8192",
                 "\tmax_sge:\t\t\t1",
                 "\tmax_cq:\t\t\t\t11",
                 "\tmax_cqe:\t\t\t8192",
                 "\tmax_mr:\t\t\t\t100",
-                "\tmax_pd:\t\t\t\t11",
+                f"\tmax_pd:\t\t\t\t{MAX_PD}",
             ]
         lines += [
             "\t\tport:\t1",
@@ -161,6 +165,69 @@ def ibv_devinfo(node: Node, args: list[str]) -> int:
         err(f"IB device '{want}' wasn't found")
         return 255
     sys.stdout.write("\n".join(blocks) + "\n")
+    return 0
+
+
+# The Thunderbolt RDMA driver's classes the kernel counts: dryvist/nix-ai docs/runbooks/cluster-link-truths.md at
+# af5aedae5636f2d473b2fed3bea2843ee203aa14 ("`ioclasscount AppleThunderboltRDMAProtectionDomain` (and
+# `AppleThunderboltRDMAQueuePair` for mesh state)")
+PD_CLASS = "AppleThunderboltRDMAProtectionDomain"
+QP_CLASS = "AppleThunderboltRDMAQueuePair"
+# Where the exo stand-in keeps the runner starts that hold their resources (lab/exo/runner.py Leak), in the admin's
+# home: the exo stand-in's name for it (tests/test_lab_userland.py holds the two the same)
+EXO_LEAK_FILE = ".exo/lab_rdma_leak.json"
+
+
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: it lives
+        return True
+    return True
+
+
+def runner_shares(node: Node) -> int:
+    """Runner starts holding one protection domain and one queue pair on each active device now: exo's failed
+    starts since this boot (lab/exo/runner.py Leak) and its runner while it holds (its pid noted, alive)."""
+    from .system import kern_boottime
+
+    try:
+        leak = read_json(node.dir / "fs" / "Users" / node.lab.spec["user"] / EXO_LEAK_FILE, None)
+    except ValueError:
+        leak = None
+    if not isinstance(leak, dict) or str(leak.get("boot", "")).strip() != kern_boottime(node.boot).strip():
+        return 0  # none written this boot: a reboot releases everything
+    failed = leak.get("failed")
+    held = failed if isinstance(failed, int) and not isinstance(failed, bool) and failed > 0 else 0
+    return held + int(_alive(leak.get("runner")))
+
+
+# - `NAME = N` for each class named, in the order named, `, ` between and a newline after the last;
+#   `NAME = <no such class>` for a class the kernel does not know: Apple's IOKitTools/ioclasscount.tproj/
+#   ioclasscount.c at 04b1b654a84a3c15e1420ab7913cbf701fa74cbc (`printInstanceCount`, `main`); ioclasscount(8)
+#   ("a comma-separated list in the order specified"). No real capture on an RDMA Mac is known.
+# - the two RDMA classes (dryvist/nix-ai, above); the node-wide count = the runner starts holding (runner_shares)
+#   x the active RDMA devices, each device capped at max_pd domains and max_qp - 1 queue pairs (ml-explore/mlx#4209:
+#   the 11th queue pair is refused): GUESS (one of each per device per start is the lab's model, lab/exo/runner.py)
+# - the classes known, counting 0, with RDMA off or no active device (the driver loaded): GUESS
+# - no class named: only these two, one a line (a Mac lists every class it knows, sorted); any option: refused
+#   with a usage line, exit 1 (a Mac's own options need a DEVELOPMENT kernel): GUESS
+def ioclasscount(node: Node, args: list[str]) -> int:
+    if any(a.startswith("-") for a in args):
+        err("usage: ioclasscount [classname] [...] (the lab models instance counts only)")
+        return 1
+    links = Links()
+    active = sum(1 for p in node.ports if port_active(node, p, links)) if has_devices(node) else 0
+    shares = runner_shares(node) if active else 0
+    counts = {PD_CLASS: min(shares, MAX_PD) * active, QP_CLASS: min(shares, MAX_QP - 1) * active}
+    if not args:
+        sys.stdout.write("".join(f"{n} = {counts[n]}\n" for n in sorted(counts, key=str.lower)))
+        return 0
+    sys.stdout.write(", ".join(f"{n} = {counts.get(n, '<no such class>')}" for n in args) + "\n")
     return 0
 
 

@@ -43,11 +43,16 @@ def sw_vers(node: Node, args: list[str]) -> int:
 #   macos__sysctl_n_memsize_ncpu_brand_studio_m2ultra_1.txt; iogpu.wired_limit_mb / iogpu.dynamic_lwm:
 #   macos__sysctl_iogpu_get_1.txt; 0 again after a reboot: macos__sysctl_iogpu_wired_limit_log_1.txt
 # - GUESS: kern.boottime's `{ sec = …, usec = … } date` text, kern.osrelease 25.5.0, hw.pagesize 16384
+def kern_boottime(boot: dict) -> str:
+    """`sysctl -n kern.boottime` of the boot described by boot.json's `boot`."""
+    booted = float(boot.get("booted_at", time.time()))
+    sec, usec = int(booted), int((booted % 1) * 1e6)
+    return f"{{ sec = {sec}, usec = {usec} }} " + time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(sec))
+
+
 def _sysctl_values(node: Node) -> dict[str, str]:
     total, perf, eff = CORES.get(node.model["chip"], (8, 4, 4))
     boot = node.boot
-    booted = float(boot.get("booted_at", time.time()))
-    sec, usec = int(booted), int((booted % 1) * 1e6)
     os_ = node.persist.get("os", {})
     return {
         "hw.memsize": str(node.model["memory_bytes"]),
@@ -67,8 +72,7 @@ def _sysctl_values(node: Node) -> dict[str, str]:
         "kern.osrelease": "25.5.0",
         "kern.osproductversion": os_.get("version", "26.5.1"),
         "kern.osversion": os_.get("build", "25F80"),
-        "kern.boottime": f"{{ sec = {sec}, usec = {usec} }} "
-        + time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(sec)),
+        "kern.boottime": kern_boottime(boot),
         "iogpu.wired_limit_mb": str(boot.get("wired_limit_mb", 0)),
         "iogpu.dynamic_lwm": "1",
     }
