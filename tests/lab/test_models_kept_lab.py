@@ -1,9 +1,11 @@
 """Models kept placed, inference as health, on the shared 4-node lab: a model the inventory declares is placed by
 `macfleet reboot` after the mesh is back (exo loses every instance at a reboot, as exo does) and must answer
-before the reboot counts as done, and so by the healer's reboot of a wedged mesh; every placed model is asked,
-the lab's own instance too (docs/lab.md "Guesses"); `bench exo` keeps its tokens/s as the baseline; a 40 Gb/s
-cable between two of its nodes then shows as an inference finding against that baseline, in `bench exo` and in
-doctor. Leaves lab4 with no instance placed, no model declared and no baseline."""
+before the reboot counts as done, and so by the healer's reboot of a wedged mesh and by its restart of an exo
+that went down; every placed model is asked, the lab's own instance too (docs/lab.md "Guesses"); `bench exo`
+keeps its tokens/s as the baseline; a 40 Gb/s cable between two of its nodes then shows as an inference finding
+against that baseline, in `bench exo` and in doctor. Leaves lab4 with no instance placed, no model declared and
+no baseline."""
+
 from __future__ import annotations
 
 import json
@@ -75,6 +77,25 @@ def test_reboot_places_the_declared_model_again_and_a_slow_cable_shows_against_t
         assert f"answering: {MODEL}" in healed["result"], healed
         again = json.loads(lab4.macfleet("exo", "chat", MODEL, "still there?", "--json", "-i", inv).stdout)
         assert again["answer"].endswith("You said: still there?") and again["generation_tps"] > 0
+
+        # and an exo that went down: the healer's restart of exo (exo loses every instance) ends, under the
+        # cluster lock, with exo's /state verified, the model placed again and every placed model answering
+        policy.write_text("macfleet_remediation:\n  checks: [reachable, exo-running]\n  debounce: 1\n"
+                          "  settle_s: 0\n  ladder: {exo-running: [restart-exo]}\n")
+        lab4.fault("exo-down", lab4.nodes[2])
+
+        def healer_restarted() -> bool:
+            lab4.macfleet("watch", "--once", "-i", inv, check=False, timeout=600)
+            return any(e["action"] == "restart-exo" for e in audit())
+
+        lab4.wait(healer_restarted, 300, "the healer's restart of exo")
+        (restarted,) = [e for e in audit() if e["action"] == "restart-exo"]
+        assert restarted["finding"] == "exo-running", restarted
+        assert restarted["result"].startswith("exo restarted on every node (under the cluster lock); placed "
+                                              f"again: {MODEL}; answering: {MODEL}: "), restarted
+        assert f"; {OWN}: " in restarted["result"], restarted
+        again = json.loads(lab4.macfleet("exo", "chat", MODEL, "and now?", "--json", "-i", inv).stdout)
+        assert again["answer"].endswith("You said: and now?")
         policy.unlink()
 
         # the lab's own instance is a placed model as any other: bench exo measures it and keeps its figures
@@ -112,6 +133,7 @@ def test_reboot_places_the_declared_model_again_and_a_slow_cable_shows_against_t
         baseline.unlink(missing_ok=True)
         policy.unlink(missing_ok=True)
         lab4.fault("rdma-wedge", lab4.nodes[2], clear=True, check=False)
+        lab4.fault("exo-down", lab4.nodes[2], clear=True, check=False)  # the restart loaded it again, unless it failed
         lab4.macfleet("exo", "stop", MODEL, "-i", inv, check=False)
         for n in lab4.nodes:  # the model's files too: the next test finds lab4's models directory as it was
             lab4.ssh(n, "rm -rf ~/.exo/models/demo-org--lab-model ~/.exo/models/.macfleet-staging/demo-org--lab-model",
