@@ -93,8 +93,8 @@ NO_TOKEN = both("inference", S1)
 # fault args -> the (check, node) findings doctor must report, and nothing else
 MATRIX: list[tuple[tuple[str, ...], set[tuple[str, str]]]] = [
     (("unplug", S1, S2), both("cabling", S1, S2) | NO_TOKEN),
-    (("slow-cable", S1, S2), both("cabling", S1, S2)),
-    (("wrong-port", S1, S2), both("cabling", S1, S2)),
+    (("slow-cable", S1, S2), both("cabling", S1, S2) | NO_TOKEN),  # a TB4 cable: no RDMA on that pair
+    (("wrong-port", S1, S2), both("cabling", S1, S2) | NO_TOKEN),  # the port that cannot do RDMA
     (("double-cable", S1, S2), both("cabling", S1, S2)),
     (("via-hub", S1, S2), both("cabling", S1, S2) | NO_TOKEN),
     (("unknown-mac", S1), both("cabling", S1)),
@@ -255,9 +255,10 @@ def test_fix_applies_the_safe_fixes_and_leaves_the_wedge(bootstrapped) -> None:
             "network": "applied", "power": "applied", "exo-service": "applied"}
         assert not found(out["after"]) & fixable
         assert ("rdma", S4) in found(out["after"])
-        # left to a human: the wedge, and the completion it fails (both fixed by `macfleet reboot`)
+        # left to a human: the wedge, and the completion it fails where that pass's /state still held S4 (both
+        # fixed by `macfleet reboot`)
         left = {(x["check"], x["node"]): x["fix"] for x in out["not_fixed"]}
-        assert set(left) == {("rdma", S4), ("inference", S2)}, out["not_fixed"]
+        assert ("rdma", S4) in left and set(left) <= {("rdma", S4), ("inference", S2)}, out["not_fixed"]
         assert all("macfleet reboot" in fix for fix in left.values()), left
         lab.fault("rdma-wedge", S4, clear=True)
         wait_doctor(lab, set(), 120, "after --fix and clearing the wedge")

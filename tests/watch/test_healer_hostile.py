@@ -359,8 +359,9 @@ EXO_DOWN = report({"exo-running": {"studio-2": "exo does not answer"}})
 
 def test_a_restart_of_exo_places_the_declared_models_again_and_waits_until_they_answer(harness):
     """Issue 27: exo loses its instances when it restarts; the healer's restart, like its reboot, waits until
-    exo's /state verifies, places the declared models again and asks every placed model for a token (a model
-    placed by hand that survived elsewhere too), all under the cluster lock, and says so in its result."""
+    exo's /state verifies, places the declared models again and asks every placed model for a token (the script's
+    exo also lists an undeclared model: it is asked too, never placed), all under the cluster lock, and says so
+    in its result."""
     h = harness(models=DECLARED)
     h.api.have = [QWEN]
     s = h.tick(EXO_DOWN)
