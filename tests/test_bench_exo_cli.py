@@ -11,6 +11,7 @@ import pytest
 
 from macfleet.flow.placed import models_answer
 from macfleet.inventory.load import load_inventory
+from macfleet.lab.exo.standin import DEFAULT_INSTANCE_MODEL as OWN  # the model of the stand-in's own instance
 from tests import sshd
 from tests.test_exo_cli import (
     node,  # noqa: F401  (the fixture)
@@ -34,6 +35,7 @@ def test_a_declared_model_is_placed_and_answers_then_bench_exo_keeps_and_compare
     ok, detail = models_answer(fleet, fleet.meshes[0], said.append)
     assert ok, detail
     assert detail.startswith(f"placed again: {MODEL}; answering: {MODEL}: "), detail
+    assert f"; {OWN}: " in detail  # the stand-in's own instance is a placed model too: health asks it as well
     assert said == [f"placing {MODEL} (pipeline, over ring)…"]
     assert models_answer(fleet, fleet.meshes[0], said.append)[1].startswith(f"answering: {MODEL}: ")  # kept
 

@@ -31,12 +31,15 @@ class FakeApi:
     refuse: dict[str, str] = field(default_factory=dict)
     tokens: dict[str, list[int]] = field(default_factory=dict)  # model -> tokens of successive completions
     rates: dict[str, tuple[float, float]] = field(default_factory=dict)  # model -> bench (prompt, generation)
+    failed: set[str] = field(default_factory=set)  # models whose instance shows a RunnerFailed runner
     placed: list[tuple[str, str, str]] = field(default_factory=list)
     asked: list[str] = field(default_factory=list)
 
     def instances(self) -> list[InstanceView]:
-        return [InstanceView(instance_id=f"i{n}", model=m, sharding="pipeline", transport="rdma", ready=True,
-                             shards=[ShardView(node=x, rank=r, status="RunnerReady") for r, x in enumerate("ab")])
+        return [InstanceView(instance_id=f"i{n}", model=m, sharding="pipeline", transport="rdma",
+                             ready=m not in self.failed,
+                             shards=[ShardView(node=x, rank=r, status="RunnerFailed" if m in self.failed and r
+                                               else "RunnerReady") for r, x in enumerate("ab")])
                 for n, m in enumerate(self.have)]
 
     def place(self, model: ModelToStage, timeout_s: float) -> None:
@@ -89,10 +92,18 @@ def test_a_declared_model_lost_at_reboot_is_placed_again_as_declared_and_must_an
     assert "placed again: " + LLAMA in result.detail
 
 
-def test_a_model_placed_by_hand_does_not_hold_health_up_and_nothing_declared_is_nothing_to_do() -> None:
+def test_a_model_placed_by_hand_must_answer_too_and_nothing_placed_is_nothing_to_do() -> None:
+    """Issue 27: health asks every placed model (exo serves a model placed by hand as any other): one that gives
+    no token fails the step, never skipped silently; one that answers is named among the answers."""
     api = FakeApi(have=[QWEN], tokens={QWEN: [0]})
-    result, _ = run(api, declaring())
-    assert result.ok and api.asked == []  # an experiment placed by hand: `bench exo` measures it, health does not
+    result, _ = run(api, declaring(), timeout_s=10)
+    (f,) = result.findings
+    assert f.code == "inference-failed" and QWEN in f.message and not result.ok
+    assert api.placed == [] and set(api.asked) == {QWEN}  # asked, never placed: it is not declared
+    fine = FakeApi(have=[QWEN])
+    result, _ = run(fine, declaring(ModelToStage(name=LLAMA, place=KeepPlaced())))
+    assert result.ok and fine.placed == [(LLAMA, "pipeline", "rdma")] and sorted(fine.asked) == [LLAMA, QWEN]
+    assert result.detail.startswith(f"placed again: {LLAMA}; answering: {QWEN}: 4 token(s)"), result.detail
     assert run(FakeApi(), declaring())[0].detail == "no model declared or placed"
 
 
@@ -109,6 +120,42 @@ def test_a_model_warming_up_is_asked_again_until_it_answers_within_the_deadline(
     api = FakeApi(tokens={LLAMA: [0, 0, 3]})
     result, _ = run(api, declaring(ModelToStage(name=LLAMA, place=KeepPlaced())))
     assert result.ok and api.asked == [LLAMA] * 3 and result.answers[LLAMA].tokens == 3
+
+
+def test_a_model_whose_runner_failed_is_asked_once_not_until_the_deadline() -> None:
+    """A crashed runner does not come back by waiting: its completion's failure is the answer at once (the healer's
+    rung then fails and its ladder climbs, rather than waiting out macfleet_exo.place_timeout_s)."""
+    api = FakeApi(have=[QWEN], tokens={QWEN: [0]}, failed={QWEN})
+    result, _ = run(api, declaring(), timeout_s=1800)
+    assert api.asked == [QWEN] and [f.code for f in result.findings] == ["inference-failed"]
+
+
+def test_doctor_asks_every_placed_model_declared_or_not_once_through_exos_bench(tmp_path: Path,
+                                                                              monkeypatch) -> None:
+    """doctor's `inference` (flow/placed.inference_inputs): one bench completion per placed model, a model placed
+    by hand included, from the instances the pass already read; nothing placed: no request at all."""
+    from macfleet.facts.exoapi import ExoCluster, ExoInstance, ExoShard
+    from macfleet.flow import placed
+    from macfleet.judge.checks.base import NodeFacts
+
+    m = declaring(ModelToStage(name=LLAMA, place=KeepPlaced()))
+    fleet = Fleet(root=tmp_path, meshes=(m,), settings=Settings())
+    api = FakeApi(have=[LLAMA, QWEN], tokens={QWEN: [0]})
+    monkeypatch.setattr(placed, "api_for", lambda f, mesh: api)
+
+    def facts(*models: str) -> dict[str, NodeFacts]:
+        cluster = ExoCluster(nodes=["id-a", "id-b"], names={"id-a": "a", "id-b": "b"}, instances=[
+            ExoInstance(instance_id=f"i{k}", model=model, kind="MlxJaccl", sharding="Pipeline", shards=[
+                ExoShard(node_id=f"id-{n}", runner_id=f"r{k}{n}", rank=r, status="RunnerReady")
+                for r, n in enumerate("ab")]) for k, model in enumerate(models)])
+        return {n: NodeFacts(exo_cluster=cluster) for n in m.node_names}
+
+    got = placed.inference_inputs(fleet, [m], facts(LLAMA, QWEN, QWEN))
+    inp = got[m.name]
+    assert inp.node == "a" and sorted(api.asked) == [LLAMA, QWEN]  # once per model, not per instance
+    assert inp.answers[QWEN].tokens == 0 and inp.answers[LLAMA].generation_tps == 60.0
+    api.asked.clear()
+    assert placed.inference_inputs(fleet, [m], facts()) == {} and api.asked == []
 
 
 def test_a_model_that_never_answers_fails_at_the_deadline() -> None:

@@ -177,6 +177,54 @@ def test_refusals_as_exo_words_them_and_failures_mid_chat(start_mesh, tmp_path: 
     assert events[-1]["error"]["message"] in (instances.RTR_ERRNO_22, instances.RECV_ERRNO_2)
 
 
+def test_the_standins_own_instance_answers_like_a_placed_one_and_fails_as_its_runners_do(start_mesh):
+    """The lab's own MlxJaccl instance (docs/lab.md "Guesses") is an instance of its model as /state shows it:
+    exo answers a completion through any instance of the model (exo b5375f8 src/exo/api/main.py:987-1010), so it
+    answers chat and bench, and /instance/await finds it; a runner failed on one of its nodes or a wedged RDMA
+    stack fails the completion with the runner's error, as a placed instance's would."""
+    from macfleet.lab.exo import standin as exo
+
+    mesh, apps = start_mesh(2)
+    port = apps[0].port
+    state = _wait(lambda: (s := _get(port, "/state")[2]) and len(_rdma_pairs(s)) == 2
+                  and all("RunnerReady" in r for r in s["runners"].values()) and len(s["runners"]) == 2 and s)
+    (iid,) = state["instances"]
+    own = instances._body(state["instances"][iid])["shardAssignments"]["modelId"]
+    assert own == exo.DEFAULT_INSTANCE_MODEL
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/instance/await?model_id={own}&timeout_seconds=5",
+                                timeout=30) as resp:
+        events, _ = _sse(resp)
+    assert events[0]["type"] == "ready" and instances.instance_id(events[0]["instance"]) == iid
+    assert _get(apps[1].port, f"/instance/{iid}")[2] == state["instances"][iid]
+
+    ask = {"model": own, "messages": [{"role": "user", "content": "are you there"}], "max_tokens": 8}
+    with _post(apps[1].port, "/v1/chat/completions", ask) as resp:
+        whole = json.loads(resp.read())
+    assert whole["choices"][0]["message"]["content"].startswith("Hello from the lab's exo on 2 nodes.")
+    with _post(port, "/bench/chat/completions", ask) as resp:
+        bench = json.loads(resp.read())
+    assert _extra_keys(bench, BENCH_SPEC) == [] and bench["generation_stats"]["generation_tokens"] == 8
+
+    faults = apps[1].cfg.exo_home / "lab_faults.json"
+    faults.write_text(json.dumps({"runnerFailed": exo.SEGV_MESSAGE}))
+    _wait(lambda: any("RunnerFailed" in r for r in _get(port, "/state")[2]["runners"].values()))
+    with pytest.raises(urllib.error.HTTPError) as e:
+        _post(port, "/bench/chat/completions", ask)
+    assert e.value.code == 500 and exo.SEGV_MESSAGE in e.value.read().decode()
+    faults.unlink()
+    _wait(lambda: all("RunnerReady" in r for r in _get(port, "/state")[2]["runners"].values()))
+
+    mesh.wedged.add(1)  # no RDMA to node 1: JACCL cannot connect the instance's pair
+    _wait(lambda: not _rdma_pairs(_get(port, "/state")[2]))
+    with _post(port, "/v1/chat/completions", {**ask, "stream": True}) as resp:
+        events, _ = _sse(resp)
+    assert events[-1]["error"]["message"] in (instances.RTR_ERRNO_22, instances.RECV_ERRNO_2)
+    delete = urllib.request.Request(f"http://127.0.0.1:{port}/instance/{iid}", method="DELETE")
+    with pytest.raises(urllib.error.HTTPError) as e:  # never deleted (a GUESS): its runners are the nodes' own
+        urllib.request.urlopen(delete, timeout=10)
+    assert e.value.code == 404
+
+
 def test_generation_follows_the_slowest_link_of_the_instance():
     entry = {"instance": {"MlxRingInstance": {"shardAssignments": {"nodeToRunner": {"a": "r1", "b": "r2",
                                                                                     "c": "r3"}}}}}

@@ -1,8 +1,10 @@
-"""Models kept placed, and inference as health: after a reboot (the operator's or the healer's) and a rollout,
-every model the inventory declares (`macfleet_models` with `place`) is placed again if exo has no instance of
-it, and every placed model must give a token within the bound before the mesh counts as healthy.
+"""Models kept placed, and inference as health: after a reboot (the operator's or the healer's), the healer's
+restart of exo and a rollout, every model the inventory declares (`macfleet_models` with `place`) is placed again
+if exo has no instance of it, and every model placed on the mesh (declared or placed by hand: exo serves them
+alike) must give a token within the bound before the mesh counts as healthy.
 
-`keep_placed` is the one function the reboot, the healer (through the reboot) and rollout's health gate call.
+`keep_placed` is the one function the reboot, the healer (its reboot and its exo restart) and rollout's health
+gate call; doctor's `inference` check asks the same models (`inference_inputs`).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ class KeptPlaced:
     """What keeping the mesh's models placed found and did."""
 
     placed_now: list[str] = field(default_factory=list)  # declared models macfleet placed again
-    answers: dict[str, Completion] = field(default_factory=dict)  # model -> its last completion
+    answers: dict[str, Completion] = field(default_factory=dict)  # every placed model -> its last completion
     findings: list[Finding] = field(default_factory=list)
 
     @property
@@ -80,24 +82,18 @@ def by_model(placed: Sequence[InstanceView]) -> dict[str, InstanceView]:
     return out
 
 
-def declared_only(mesh: Mesh, placed: Sequence[InstanceView]) -> list[InstanceView]:
-    """The instances of the models the inventory declares: the ones health waits for. A model placed by hand
-    (an experiment) is measured by `bench exo` but does not hold up a reboot, a rollout or doctor."""
-    declared = {m.name for m in mesh.settings.kept_placed}
-    return [i for i in placed if i.model in declared]
-
-
 def answering(api: Api, placed: Sequence[InstanceView], bound_s: float, *, until: float | None = None,
               clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
               ) -> tuple[dict[str, Completion], list[Finding]]:
     """One short completion through every placed model; with `until` (a monotonic deadline), a model that has
-    not answered yet is asked again until then (a model just loaded may still be warming up)."""
+    not answered yet is asked again until then (a model just loaded may still be warming up), unless a runner of
+    its instance failed (a crashed runner does not come back by waiting: its failure is the answer)."""
     answers: dict[str, Completion] = {}
     findings: list[Finding] = []
     for model, inst in by_model(placed).items():
         while True:
             c = api.complete(model, bound_s)
-            if c.answered or until is None or clock() + RETRY_S > until:
+            if c.answered or until is None or inst.failed or clock() + RETRY_S > until:
                 break
             sleep(RETRY_S)
         answers[model] = c
@@ -109,8 +105,8 @@ def answering(api: Api, placed: Sequence[InstanceView], bound_s: float, *, until
 def keep_placed(api: Api, mesh: Mesh, *, place_timeout_s: float, say: Callable[[str], None],
                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
                 ) -> KeptPlaced:
-    """Place every declared model exo has no instance of, wait until it is ready, then ask every declared model
-    for a token: a model exo holds that cannot answer is not health."""
+    """Place every declared model exo has no instance of, wait until it is ready, then ask every placed model
+    (declared or placed by hand) for a token: a model exo holds that cannot answer is not health."""
     out = KeptPlaced()
     until = clock() + place_timeout_s
     refused: dict[str, str] = {}
@@ -123,15 +119,15 @@ def keep_placed(api: Api, mesh: Mesh, *, place_timeout_s: float, say: Callable[[
             refused[m.name] = exc.message
     placed = api.instances()
     out.findings += not_placed_findings(mesh, placed, refused)
-    out.answers, failed = answering(api, declared_only(mesh, placed), mesh.settings.probes.completion_timeout_s,
-                                    until=until, clock=clock, sleep=sleep)
+    out.answers, failed = answering(api, placed, mesh.settings.probes.completion_timeout_s, until=until,
+                                    clock=clock, sleep=sleep)
     out.findings += failed
     return out
 
 
 def models_answer(fleet: Fleet, mesh: Mesh, say: Callable[[str], None]) -> tuple[bool, str]:
-    """The step reboot, the healer (through reboot) and rollout's health gate take once exo is back: the
-    declared models placed again, a token through every placed model. (healthy, what it found)."""
+    """The step reboot, the healer (its reboot, its exo restart) and rollout's health gate take once exo is back:
+    the declared models placed again, a token through every placed model. (healthy, what it found)."""
     try:
         result = keep_placed(api_for(fleet, mesh), mesh, place_timeout_s=mesh.settings.exo.place_timeout_s, say=say)
     except MacfleetError as exc:  # exo's API could not be asked at all: not healthy, and why
@@ -224,17 +220,18 @@ def api_for(fleet: Fleet, mesh: Mesh) -> Api:
 def inference_inputs(fleet: Fleet, meshes: Sequence[Mesh], facts: Mapping[str, NodeFacts]
                      ) -> dict[str, InferenceInput]:
     """Doctor's inference check, per mesh: the instances the pass read on the mesh's reporting node (no second
-    read), then one short measured completion through each placed declared model (exo's bench endpoint, the same
-    prompt as `bench exo`, so its figures compare with that baseline). A mesh with nothing placed costs nothing."""
+    read), then one short measured completion through each placed model, declared or placed by hand (exo's bench
+    endpoint, the same prompt as `bench exo`, so its figures compare with that baseline). A mesh with nothing
+    placed costs nothing."""
     out: dict[str, InferenceInput] = {}
     for mesh in meshes:
         node = next((n for n in mesh.node_names if facts.get(n) is not None and facts[n].exo_cluster is not None),
                     None)
         if node is None:
             continue  # exo's checks say why its /state could not be read
-        placed = declared_only(mesh, placed_on(mesh, facts[node].exo_cluster))  # type: ignore[arg-type]
+        placed = placed_on(mesh, facts[node].exo_cluster)  # type: ignore[arg-type]
         if not placed:
-            continue  # nothing declared is placed: model-placed says so where it should be
+            continue  # nothing placed: model-placed says so where a declared model should be
         try:
             baselines = load_inference_baselines(fleet)
         except MacfleetError as exc:

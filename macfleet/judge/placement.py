@@ -155,6 +155,11 @@ class InstanceView(BaseModel):
     ready: bool
     shards: list[ShardView]
 
+    @property
+    def failed(self) -> bool:
+        """A runner of it crashed (exo's RunnerFailed)."""
+        return any(s.status == "RunnerFailed" for s in self.shards)
+
 
 class ExoStatus(BaseModel):
     mesh: str

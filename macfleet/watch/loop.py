@@ -1,5 +1,6 @@
 """The watch loop: jittered tick → probe → judge → step → act → audit, metrics, page. Thin on purpose: what
-to do is decided by `judge.remediation.step`; how to reboot by `flow.reboot`.
+to do is decided by `judge.remediation.step`; how to reboot by `flow.reboot`, and what a restart of exo waits for
+(exo's `/state` verified as the reboot verifies it, then the models placed again and answering: `flow.placed`).
 
 The healer does not die of its own files or of what it reads: a state file it cannot read or write, an audit
 log it cannot append to, a tick that raises, are reported (log, status page, `macfleet_watch_errors_total`)
@@ -36,7 +37,16 @@ from macfleet.errors import (
     most_severe_exit,
 )
 from macfleet.flow.checks import run_checks
-from macfleet.flow.reboot import RebootResult, interrupted_reboot, reboot_mesh, unlocker
+from macfleet.flow.placed import MODELS_PHASE, models_answer
+from macfleet.flow.reboot import (
+    VERIFY_DEADLINE_S,
+    VERIFY_EXO,
+    RebootResult,
+    Verifier,
+    interrupted_reboot,
+    reboot_mesh,
+    unlocker,
+)
 from macfleet.inventory.model import Fleet, Mesh, RemediationSettings
 from macfleet.judge import maintenance as maint
 from macfleet.judge.health import CHECK_CODES, HealthReport
@@ -422,8 +432,10 @@ class Watcher:
         return ("paged" if s.action == "page" else "nothing done"), "refused", None
 
     def _restart_exo(self, mesh: Mesh, s: Step, nodes: list[str]) -> tuple[str, Outcome, None]:
-        """Stop and start exo on every node of the mesh, holding the cluster lock: a rollout in the middle of
-        a switch (or one that died there and awaits its repair) is never raced, nor its release started."""
+        """Stop and start exo on every node of the mesh, then wait until exo's /state verifies and every model
+        answers (`exo_answering`), all holding the cluster lock: a rollout in the middle of a switch (or one
+        that died there and awaits its repair) is never raced, nor its release started, and nobody places a
+        model between the restart and its placing again."""
         lock = ClusterLock(lock_path(self.fleet.root))
         sessions = self.probers[mesh.name]
         try:
@@ -440,11 +452,28 @@ class Watcher:
                     act_reboot.start_exo_on(sessions, nodes)
                 except MacfleetError as exc:
                     return f"failed: {exc.message}", "failed", None
+                answering, detail = self.exo_answering(mesh)
         except LockHeld as exc:
             return f"refused: {exc.message}", "refused", None
         except OSError as exc:  # the lock cannot be written (a full disk): nothing was done
             return f"refused: cannot take the cluster lock ({exc.strerror or exc})", "refused", None
-        return "exo restarted on every node (under the cluster lock)", "done", None
+        if not answering:
+            return f"failed: exo restarted on every node, but {detail}", "failed", None
+        return f"exo restarted on every node (under the cluster lock); {detail}", "done", None
+
+    def exo_answering(self, mesh: Mesh) -> tuple[bool, str]:
+        """After exo's restart, as after a reboot's start of exo: its /state verified (the reboot's `verify exo
+        /state` over the healer's sessions), then the declared models placed again (exo lost every instance) and
+        a token through every placed model. (all well, what was found)."""
+        try:
+            back, detail, _report = Verifier(self.fleet, mesh, self.probers[mesh.name], VERIFY_EXO).verify(
+                VERIFY_DEADLINE_S)
+        except MacfleetError as exc:
+            back, detail = False, exc.message
+        if not back:
+            return False, f"exo's /state was not verified within {VERIFY_DEADLINE_S:g} s: {detail}"
+        answering, detail = models_answer(self.fleet, mesh, lambda line: self.say(f"{mesh.name}: restart-exo: {line}"))
+        return answering, detail if answering else f"{MODELS_PHASE}: {detail}"
 
     def record(self, mesh: Mesh, report: HealthReport, s: Step, state: State, result: str, problems: dict,
                now: datetime, took_s: float) -> None:

@@ -54,7 +54,7 @@ def test_a_declared_model_without_an_instance_is_named_with_the_command_that_pla
     assert f.evidence == [f"instances: {QWEN}"]
 
 
-def test_a_model_placed_by_hand_with_another_cut_counts_as_placed_and_undeclared_ones_are_not_asked_for() -> None:
+def test_a_model_placed_by_hand_with_another_cut_counts_as_placed_and_undeclared_ones_need_no_instance() -> None:
     m = declaring(ModelToStage(name=LLAMA, place=KeepPlaced(transport="rdma")))
     assert not_placed(m, [inst(LLAMA, transport="ring")]) == []
     assert not_placed_findings(declaring(), []) == []

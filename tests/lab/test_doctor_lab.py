@@ -85,27 +85,32 @@ def both(check: str, *nodes: str) -> set[tuple[str, str]]:
     return {(check, n) for n in nodes}
 
 
+# The lab's own instance (docs/lab.md "Guesses": a MlxJaccl instance over every node exo sees) is a placed model,
+# and doctor's `inference` asks every placed model for a token (issue 27): where a fault breaks what JACCL needs
+# (an RDMA pair, a runner), its completion fails as a Mac's would, said once on the first node whose exo was read.
+NO_TOKEN = both("inference", S1)
+
 # fault args -> the (check, node) findings doctor must report, and nothing else
 MATRIX: list[tuple[tuple[str, ...], set[tuple[str, str]]]] = [
-    (("unplug", S1, S2), both("cabling", S1, S2)),
-    (("slow-cable", S1, S2), both("cabling", S1, S2)),
-    (("wrong-port", S1, S2), both("cabling", S1, S2)),
+    (("unplug", S1, S2), both("cabling", S1, S2) | NO_TOKEN),
+    (("slow-cable", S1, S2), both("cabling", S1, S2) | NO_TOKEN),  # a TB4 cable: no RDMA on that pair
+    (("wrong-port", S1, S2), both("cabling", S1, S2) | NO_TOKEN),  # the port that cannot do RDMA
     (("double-cable", S1, S2), both("cabling", S1, S2)),
-    (("via-hub", S1, S2), both("cabling", S1, S2)),
+    (("via-hub", S1, S2), both("cabling", S1, S2) | NO_TOKEN),
     (("unknown-mac", S1), both("cabling", S1)),
-    (("bridge-on", S2), both("bridge", S2)),
+    (("bridge-on", S2), both("bridge", S2) | NO_TOKEN),
     (("ip-drift", S2), both("ip-plan", S2)),
     (("apipa", S2), both("ip-plan", S2)),
-    (("rdma-off", S2), both("rdma", S2)),
-    (("rdma-wedge", S2), both("rdma", S2)),  # exo's JACCL crash there is its consequence
-    (("qp-exhausted", S2), both("exo-runners", S2)),
+    (("rdma-off", S2), both("rdma", S2) | NO_TOKEN),
+    (("rdma-wedge", S2), both("rdma", S2) | NO_TOKEN),  # exo's JACCL crash there is its consequence
+    (("qp-exhausted", S2), both("exo-runners", S2) | NO_TOKEN),
     (("os-mismatch", S2), both("macos-build", S2)),
     (("filevault-on", S2), both("filevault", S2)),
     (("sleep-on", S2), both("power", S2)),
     (("wired-limit-lost", S2), both("wired-limit", S2)),
     (("exo-down", S2), both("exo-running", S2)),
     (("exo-version", S2, "1.0.70"), both("exo-version", S2)),
-    (("exo-runner-failed", S2), both("exo-runners", S2)),
+    (("exo-runner-failed", S2), both("exo-runners", S2) | NO_TOKEN),
     (("ip-drift", S2, "saved"), both("ip-plan", S2)),
     (("foreign-addresses", S2), both("ip-plan", S2)),
     (("disk-full", S2), both("disk", S2)),
@@ -238,7 +243,8 @@ def test_fix_applies_the_safe_fixes_and_leaves_the_wedge(bootstrapped) -> None:
     for f in faults:
         lab.fault(*f)
     try:
-        wait_doctor(lab, fixable | both("rdma", S4), 90, "the faults before --fix")
+        # the wedge fails a completion through the lab's own instance: said on S2, the first node whose exo answers
+        wait_doctor(lab, fixable | both("rdma", S4) | both("inference", S2), 90, "the faults before --fix")
         p = lab.macfleet("doctor", "-i", str(lab.inventory), "--json", "--fix", check=False, timeout=600)
         assert p.returncode == 1, p.stderr
         out = json.loads(p.stdout)
@@ -249,8 +255,11 @@ def test_fix_applies_the_safe_fixes_and_leaves_the_wedge(bootstrapped) -> None:
             "network": "applied", "power": "applied", "exo-service": "applied"}
         assert not found(out["after"]) & fixable
         assert ("rdma", S4) in found(out["after"])
-        [left] = out["not_fixed"]
-        assert left["node"] == S4 and "macfleet reboot" in left["fix"]
+        # left to a human: the wedge, and the completion it fails where that pass's /state still held S4 (both
+        # fixed by `macfleet reboot`)
+        left = {(x["check"], x["node"]): x["fix"] for x in out["not_fixed"]}
+        assert ("rdma", S4) in left and set(left) <= {("rdma", S4), ("inference", S2)}, out["not_fixed"]
+        assert all("macfleet reboot" in fix for fix in left.values()), left
         lab.fault("rdma-wedge", S4, clear=True)
         wait_doctor(lab, set(), 120, "after --fix and clearing the wedge")
     finally:

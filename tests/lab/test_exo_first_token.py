@@ -48,7 +48,7 @@ def test_push_place_over_rdma_and_chat_with_tokens_per_second(lab4: Lab, tmp_pat
 
         status = json.loads(lab4.macfleet("exo", "status", "--json", "-i", inv).stdout)
         assert all(n["running"] and len(n["peers"]) == 3 for n in status["nodes"]), status
-        # the stand-in's own idle instance (docs/lab.md "Guesses": the runner checks read it) is not ours
+        # the stand-in's own instance (docs/lab.md "Guesses": the runner checks read it) is of another model
         assert [i["model"] for i in status["instances"]].count(MODEL) == 1, status["instances"]
     finally:
         lab4.macfleet("exo", "stop", MODEL, "-i", inv, check=False)

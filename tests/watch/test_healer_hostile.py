@@ -1,7 +1,9 @@
 """The healer under attack and accident (issue 25, hostile.md rows 1-6, 9, 10, 14, 16, 19): node text, idle
-clients, its own files, a hung exo, a failure a restart does not fix, a held lock, a dripping webhook.
+clients, its own files, a hung exo, a failure a restart does not fix, a held lock, a dripping webhook; and its
+restart of exo ending, as a reboot does, with the models placed again and answering (issue 27).
 Real objects where it matters (the state and audit files on disk, the cluster lock, the HTTP server, a real
-`macfleet watch` process with a descriptor limit); only the probe of the nodes is handed in as a report."""
+`macfleet watch` process with a descriptor limit, the models step itself); only what the nodes say is handed in:
+the probe as a report, exo stopping and starting, the verification of exo's /state, exo's API (a script)."""
 
 from __future__ import annotations
 
@@ -23,14 +25,16 @@ from typing import ClassVar
 import pytest
 
 from macfleet.errors import UsageError
+from macfleet.flow import placed
 from macfleet.inventory.load import load_inventory
-from macfleet.inventory.model import RemediationSettings
+from macfleet.inventory.model import KeepPlaced, ModelToStage, RemediationSettings
 from macfleet.judge.health import CheckResult, HealthFinding, HealthReport, HealthSummary
 from macfleet.judge.remediation import Observation, State, after, step
 from macfleet.watch import audit as audit_module
 from macfleet.watch import loop
 from macfleet.watch.metrics import Metrics, exposed, read_token, serve
 from macfleet.watch.notify import Notifier, redact
+from tests.test_inference_flow import FakeApi
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 NODES = ("studio-1", "studio-2", "studio-3", "studio-4")
@@ -67,12 +71,13 @@ HUNG = report(unknown={"exo-running": {"studio-2": "exo: no answer within 4 s"},
 class Harness:
     """A real Watcher on the example inventory (state and audit under tmp), its probe handed `reports`."""
 
-    def __init__(self, inv: Path, tmp: Path, monkeypatch, **policy):
+    def __init__(self, inv: Path, tmp: Path, monkeypatch, models: tuple[ModelToStage, ...] = (), **policy):
         monkeypatch.setenv("MACFLEET_STATE_DIR", str(tmp / "state"))
         fleet = load_inventory(inv)
         mesh = fleet.meshes[0]
         remediation = RemediationSettings(**{"debounce": 1, "settle_s": 0, **policy})
-        mesh = mesh.model_copy(update={"settings": mesh.settings.model_copy(update={"remediation": remediation})})
+        mesh = mesh.model_copy(update={"settings": mesh.settings.model_copy(update={
+            "remediation": remediation, "models": list(models)})})
         self.fleet = fleet.model_copy(update={"meshes": (mesh,)})
         self.mesh = mesh
         self.said: list[str] = []
@@ -80,15 +85,39 @@ class Harness:
         self.watcher = loop.Watcher(self.fleet, [mesh], interval_s=1, say=self.said.append)
         self.watcher.probe = lambda m, now, preflight=False: (self.reports.pop(0), None)
         self.restarts: list[dict | None] = []
+        self.steps: list[str] = []  # what was done to exo, in order, and who held the cluster lock meanwhile
+        self.exo_back = (True, "clean")  # what verifying exo's /state after its start finds
+        self.api = FakeApi()  # exo's API after the restart: nothing placed (exo lost its instances)
 
-        def restart(sessions, nodes):  # what the node sees; the lock file says who holds the cluster
+        def holder() -> str | None:
             from macfleet.act.lock import ClusterLock, lock_path
 
             rec = ClusterLock(lock_path(self.fleet.root)).read()
-            self.restarts.append(rec and {"owner": rec.owner})
+            return rec and rec.owner
 
+        def restart(sessions, nodes):  # what the node sees; the lock file says who holds the cluster
+            self.restarts.append(holder() and {"owner": holder()})
+            self.steps.append(f"stop ({holder()})")
+
+        class ExoVerified:  # the reboot's `verify exo /state`, as the nodes would answer it
+            def __init__(v, fleet, mesh, sessions, checks):
+                assert checks == loop.VERIFY_EXO and sessions is self.watcher.probers[mesh.name]
+
+            def verify(v, deadline_s, all_back_at=0.0):
+                self.steps.append(f"verify exo ({holder()})")
+                return (*self.exo_back, HEALTHY)
+
+        place = self.api.place
+
+        def placing(model, timeout_s):
+            self.steps.append(f"place {model.name} ({holder()})")
+            return place(model, timeout_s)
+
+        self.api.place = placing
         monkeypatch.setattr(loop.act_reboot, "stop_exo_on", restart)
-        monkeypatch.setattr(loop.act_reboot, "start_exo_on", lambda sessions, nodes: None)
+        monkeypatch.setattr(loop.act_reboot, "start_exo_on", lambda sessions, nodes: self.steps.append("start"))
+        monkeypatch.setattr(loop, "Verifier", ExoVerified)
+        monkeypatch.setattr(placed, "api_for", lambda fleet, mesh: self.api)
 
     def tick(self, rep: HealthReport):
         self.reports.append(rep)
@@ -316,7 +345,67 @@ def test_exo_is_restarted_under_the_cluster_lock_and_not_while_another_holds_it(
     lock.release(held)
     h.tick(bad)
     assert h.restarts == [{"owner": "watch"}] and lock.read() is None  # held while it ran, released after
-    assert h.audit()[-1]["result"] == "exo restarted on every node (under the cluster lock)"
+    assert h.audit()[-1]["result"] == ("exo restarted on every node (under the cluster lock); no model declared "
+                                       "or placed")
+
+
+# --------------------------------------------- 6b. a restart ends with the models placed again and answering
+
+LLAMA = "mlx-community/Llama-3.2-1B-Instruct-4bit"
+QWEN = "mlx-community/Qwen3-0.6B-4bit"
+DECLARED = (ModelToStage(name=LLAMA, place=KeepPlaced(sharding="pipeline", transport="ring")),)
+EXO_DOWN = report({"exo-running": {"studio-2": "exo does not answer"}})
+
+
+def test_a_restart_of_exo_places_the_declared_models_again_and_waits_until_they_answer(harness):
+    """Issue 27: exo loses its instances when it restarts; the healer's restart, like its reboot, waits until
+    exo's /state verifies, places the declared models again and asks every placed model for a token (the script's
+    exo also lists an undeclared model: it is asked too, never placed), all under the cluster lock, and says so
+    in its result."""
+    h = harness(models=DECLARED)
+    h.api.have = [QWEN]
+    s = h.tick(EXO_DOWN)
+    assert s.action == "restart-exo"
+    assert h.steps == ["stop (watch)", "start", "verify exo (watch)", f"place {LLAMA} (watch)"]
+    assert h.api.placed == [(LLAMA, "pipeline", "ring")] and sorted(h.api.asked) == [LLAMA, QWEN]
+    result = h.audit()[-1]["result"]
+    assert result.startswith(f"exo restarted on every node (under the cluster lock); placed again: {LLAMA}; "
+                             f"answering: {QWEN}: 4 token(s) in 0.5 s; {LLAMA}: 4 token(s)"), result
+    assert any(line == f"{h.mesh.name}: restart-exo: placing {LLAMA} (pipeline, over ring)…" for line in h.said)
+    assert loop.load_states(h.watcher.state_path)[h.mesh.name].restarts != ()  # carried out: its rung is used
+
+
+def test_a_restart_whose_model_is_not_placed_again_fails_and_the_ladder_climbs_to_the_reboot(harness,
+                                                                                             monkeypatch):
+    """A model exo refuses to place again (or that gives no token) after the restart: the rung is `failed` with
+    exo's reason, audited and paged; the problem still seen at the next probe climbs to the reboot."""
+    from macfleet.flow.reboot import RebootResult
+
+    h = harness(models=DECLARED, ladder={"model-placed": ["restart-exo", "reboot"]},
+                checks=["reachable", "exo-running", "model-placed"])
+    h.api.refuse = {LLAMA: "No cycles found with sufficient memory"}
+    paged = []
+    h.watcher.notifier.notify = paged.append
+    rebooted = []
+    monkeypatch.setattr(loop, "reboot_mesh", lambda *a, **k: rebooted.append(a) or RebootResult(
+        mesh=h.mesh.name, result="ok", reason="r"))
+    lost = report({"model-placed": {"studio-1": f"{LLAMA} is declared but exo has no instance of it"}},
+                  checks=("reachable", "exo-running", "model-placed"))
+    assert h.tick(lost).action == "restart-exo"
+    result = h.audit()[-1]["result"]
+    assert result.startswith("failed: exo restarted on every node, but models placed and answering: "), result
+    assert "placing it failed: No cycles found with sufficient memory" in result
+    assert paged and paged[-1]["result"] == result and h.api.asked == []  # nothing placed: nothing to ask
+    assert h.tick(lost).action == "reboot" and rebooted
+
+
+def test_a_restart_after_which_exo_does_not_verify_fails_without_placing_anything(harness):
+    h = harness(models=DECLARED)
+    h.exo_back = (False, "exo-peers: studio-3 is cut off from the mesh")
+    h.tick(EXO_DOWN)
+    assert h.steps == ["stop (watch)", "start", "verify exo (watch)"] and h.api.placed == []
+    assert h.audit()[-1]["result"] == ("failed: exo restarted on every node, but exo's /state was not verified "
+                                       "within 120 s: exo-peers: studio-3 is cut off from the mesh")
 
 
 # -------------------------------------------------------------------- 7. the webhook

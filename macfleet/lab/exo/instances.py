@@ -62,7 +62,8 @@ SOURCES = {
     "GET|DELETE /instance/{id}": "exo src/exo/api/main.py:634-637, 681-694: 404 'Instance not found'; delete "
         "answers DeleteInstanceResponse {message: \"Command received.\", command_id, instance_id}",
     "POST /v1/chat/completions": "exo src/exo/api/main.py:916-948 and src/exo/api/adapters/chat_completions.py:"
-        "181-382: 404 'No instance found for model X' (main.py:987-1010); stream = `data: <chunk>` per token "
+        "181-382: answered through an instance of the model, any (the stand-in's own one too), 404 'No instance "
+        "found for model X' only when there is none (main.py:987-1010); stream = `data: <chunk>` per token "
         "(object chat.completion, delta), usage only on the last chunk, then `: generation_stats {...}` and "
         "`data: [DONE]`; an error mid-stream = `data: {\"error\": ...}` then `data: [DONE]`; non-stream = one "
         "ChatCompletionResponse with usage",
@@ -70,6 +71,10 @@ SOURCES = {
         "generation_stats (GenerationStats, api/types/api.py:163-170); power_usage null here (the lab has no "
         "power sampler; exo's PowerSampler reads nodeSystem)",
     "stats on the final token": "exo src/exo/worker/engines/mlx/generator/generate.py:796-817",
+    "the stand-in's own instance answers like a placed one": "exo src/exo/api/main.py:987-1010 (any instance "
+        "of the model answers); it can answer while each node's own runner is RunnerReady and fails as a placed "
+        "MlxJaccl instance does (`failure`); that it exists, needs no model files and is never deleted: GUESS "
+        "(docs/lab.md)",
     "runner states of a placed instance": "exo src/exo/shared/types/worker/runners.py:25-77 (RunnerIdle, "
         "RunnerLoading{layersLoaded,totalLayers}, RunnerReady, RunnerFailed{errorMessage,diagnostics}); "
         "RunnerIdle while the model is missing on the node: GUESS (exo would download it from Hugging Face; "
@@ -129,6 +134,10 @@ def _tag(tagged: dict) -> str:
     return next(iter(tagged))
 
 
+def instance_id(tagged: dict) -> str:
+    return _body(tagged)["instanceId"]
+
+
 def placed(records: dict) -> dict:
     """{instance id: entry} over every node's record: placed somewhere, deleted nowhere, and every node of it
     still running the exo it was placed on."""
@@ -180,6 +189,23 @@ def failure(entry: dict, records: dict, connections: dict) -> dict:
         broken = [a for a, b in itertools.pairwise(ring) if not _has(connections, a, b, "sinkMultiaddr")]
         out.update({n: RING_ABORT for n in broken if n not in out})
     return out
+
+
+def own_entry(app: Any, records: dict) -> tuple[str, dict] | None:
+    """(id, entry) of the stand-in's own instance (standin.py `own_instance`) over the nodes of `records` its
+    `/state` shows, shaped as a placed one's: there since exo started, its runners the nodes' own; None without
+    one."""
+    inst = app.own_instance(app.visible_records(records))
+    return (instance_id(inst), {"instance": inst, "at": 0.0, "own": True}) if inst is not None else None
+
+
+def loading(entry: dict, records: dict, now: float) -> bool:
+    """The instance cannot answer yet: a placed one's runners load (the model missing on a node: exo would
+    download it; or within LOAD_S of its placing); the stand-in's own while a node's runner is not ready."""
+    if entry.get("own"):
+        return any("RunnerReady" not in records[n].get("runner", {}).get("status", {})
+                   for n in _body(entry["instance"])["shardAssignments"]["nodeToRunner"])
+    return bool(_missing_model(entry, records)) or now - entry["at"] < LOAD_S
 
 
 def _missing_model(entry: dict, records: dict) -> list[str]:
@@ -452,8 +478,9 @@ def answer(prompt_words: list[str], n_nodes: int, limit: int) -> list[str]:
 
 
 class Api:
-    """The endpoints, over a stand-in `app` that offers `state()`, `records()`, `registry`, `card(model_id)`
-    (a ModelCard or None) and `log`; `req` is the BaseHTTPRequestHandler with `_send` and `_error`."""
+    """The endpoints, over a stand-in `app` that offers `state()`, `records()`, `visible_records(records)`,
+    `own_instance(records)` (its own instance, or None), `registry`, `card(model_id)` (a ModelCard or None) and
+    `log`; `req` is the BaseHTTPRequestHandler with `_send` and `_error`."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -546,10 +573,12 @@ class Api:
 
     def instance(self, req: Any, method: str, iid: str) -> None:
         instances = self.app.state()["instances"]
-        if iid not in instances or iid not in placed(self.app.records()):
+        if iid not in instances:
             req._error(404, "Instance not found", "Not Found")
         elif method == "GET":
             req._send(200, instances[iid])
+        elif iid not in placed(self.app.records()):  # the stand-in's own instance is never deleted: GUESS
+            req._error(404, "Instance not found", "Not Found")
         else:
             self.app.registry.delete(iid)
             req._send(200, {"message": "Command received.", "command_id": str(uuid.uuid4()), "instance_id": iid})
@@ -582,7 +611,12 @@ class Api:
             time.sleep(0.1)
 
     def _instance_of(self, model_id: str) -> tuple[str, dict] | None:
-        entries = placed(self.app.records())
+        """The first instance of the model (exo answers through any instance of it; 404 only when none)."""
+        records = self.app.records()
+        entries = placed(records)
+        own = own_entry(self.app, records)
+        if own is not None:
+            entries[own[0]] = own[1]
         return next(((iid, e) for iid, e in sorted(entries.items(), key=lambda kv: kv[1]["at"])
                      if _body(e["instance"])["shardAssignments"]["modelId"] == model_id), None)
 
@@ -663,7 +697,10 @@ class Generation:
 
     def _entry(self) -> tuple[dict | None, dict]:
         records = self.app.records()
-        return placed(records).get(self.iid), records
+        entry = placed(records).get(self.iid)
+        if entry is None and (own := own_entry(self.app, records)) is not None and own[0] == self.iid:
+            entry = own[1]
+        return entry, records
 
     def _problem(self) -> str | None:
         """Why the instance cannot answer now; None when it can; "" while it loads."""
@@ -673,9 +710,7 @@ class Generation:
         failed = failure(entry, records, self.app.state()["topology"]["connections"])
         if failed:
             return next(iter(failed.values()))
-        if _missing_model(entry, records) or time.time() - entry["at"] < LOAD_S:
-            return ""
-        return None
+        return "" if loading(entry, records, time.time()) else None
 
     def events(self):
         deadline = time.monotonic() + READY_WAIT_S

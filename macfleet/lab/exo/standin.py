@@ -911,23 +911,25 @@ class ExoStandin:
             return {"nodeId": self.node_id, "version": self.version,
                     "records": {nid: rec for nid, (rec, _seen) in self._records.items()}}
 
-    def state(self) -> dict:
-        """exo's `/state` (HEAD schema, camelCase) built from the merged records."""
-        with self._lock:
-            records = {nid: rec for nid, (rec, _s) in self._records.items()}
-            idx = self._event_idx
+    def visible_records(self, records: dict | None = None) -> dict:
+        """{node id: record} of `records` (default: the merged ones) as this node's `/state` shows them (a broken
+        build: itself only)."""
+        records = self.records() if records is None else records
         if self.cfg.broken:
             records = {nid: rec for nid, rec in records.items() if nid == self.node_id}
+        return records
+
+    def own_instance(self, records: dict) -> dict | None:
+        """The lab's own `MlxJacclInstance` of `cfg.instance_model` over every node in `records` (a GUESS, docs/lab.md:
+        real exo has no instance until one is placed). Its runners are the nodes' own (`_update_runner`), so a
+        runner fault or a wedge shows on it; instances.py answers completions through it as through any placed
+        instance. None without a record."""
         ids = sorted(records)
-        connections: dict = {}
-        for src in ids:
-            for edge in records[src]["edges"]:
-                if edge["sink"] in records:
-                    connections.setdefault(src, {}).setdefault(edge["sink"], []).append(edge["conn"])
-        runners = {rec["runner"]["id"]: rec["runner"]["status"] for rec in records.values()}
+        if not ids:
+            return None
         node_to_runner = {nid: records[nid]["runner"]["id"] for nid in ids}
         instance_id = str(uuid.uuid5(uuid.NAMESPACE_OID, "exo-lab-instance:" + self.version))
-        instances = {instance_id: {"MlxJacclInstance": {
+        return {"MlxJacclInstance": {
             "instanceId": instance_id,
             "jacclCoordinators": discovery.coordinators(
                 ids, {nid: records[nid]["network"] for nid in ids}, instance_id, self._faults),
@@ -938,7 +940,22 @@ class ExoStandin:
                     "modelCard": {"modelId": self.cfg.instance_model}, "deviceRank": rank, "worldSize": len(ids)}}
                     for rank, nid in enumerate(ids)},
             },
-        }}} if ids else {}
+        }}
+
+    def state(self) -> dict:
+        """exo's `/state` (HEAD schema, camelCase) built from the merged records."""
+        with self._lock:
+            idx = self._event_idx
+        records = self.visible_records()
+        ids = sorted(records)
+        connections: dict = {}
+        for src in ids:
+            for edge in records[src]["edges"]:
+                if edge["sink"] in records:
+                    connections.setdefault(src, {}).setdefault(edge["sink"], []).append(edge["conn"])
+        runners = {rec["runner"]["id"]: rec["runner"]["status"] for rec in records.values()}
+        own = self.own_instance(records)
+        instances = {exo_instances.instance_id(own): own} if own else {}
         downloads = {}
         for nid in ids:
             entries = []
@@ -1070,7 +1087,7 @@ SOURCES = {
     "DownloadCompleted.total / DownloadPending": "exo src/exo/shared/types/worker/downloads.py:26-41",
     "instances: one MlxJacclInstance over every node": "GUESS: shape from exo src/exo/shared/types/worker/"
                                                        "instances.py:20-37, its presence without a placed model is "
-                                                       "the lab's",
+                                                       "the lab's; completions through it: instances.py SOURCES",
 }
 
 
