@@ -58,23 +58,16 @@ def _facts_or_parse_error(parser: Callable[[str], object], body: str) -> None:
         parser(body)
 
 
-@pytest.mark.parametrize("parser", [parse_cluster, parse_exo_state, parse_coordinators])
-def test_state_of_any_shape_is_facts_or_a_parse_error(parser: Callable[[str], object]) -> None:
-    for path in _paths(STATE):
+@pytest.mark.parametrize(("parser", "doc"), [(parse_cluster, STATE), (parse_exo_state, STATE),
+                                             (parse_coordinators, STATE), (parse_previews, PREVIEWS)],
+                         ids=["cluster", "exo_state", "coordinators", "previews"])
+def test_answers_of_any_shape_are_facts_or_a_parse_error(parser: Callable[[str], object], doc: object) -> None:
+    for path in _paths(doc):
         for wrong in WRONG:
             try:
-                _facts_or_parse_error(parser, _with(STATE, path, wrong))
+                _facts_or_parse_error(parser, _with(doc, path, wrong))
             except Exception as e:
                 raise AssertionError(f"{parser.__name__}: {path} = {wrong!r}: {e!r}") from e
-
-
-def test_previews_of_any_shape_are_facts_or_a_parse_error() -> None:
-    for path in _paths(PREVIEWS):
-        for wrong in WRONG:
-            try:
-                _facts_or_parse_error(parse_previews, _with(PREVIEWS, path, wrong))
-            except Exception as e:
-                raise AssertionError(f"parse_previews: {path} = {wrong!r}: {e!r}") from e
 
 
 @pytest.mark.parametrize(("path", "wrong"), [
