@@ -174,7 +174,7 @@ def ibv_devinfo(node: Node, args: list[str]) -> int:
 PD_CLASS = "AppleThunderboltRDMAProtectionDomain"
 QP_CLASS = "AppleThunderboltRDMAQueuePair"
 # Where the exo stand-in keeps the runner starts that hold their resources (lab/exo/runner.py Leak), in the admin's
-# home: the exo stand-in's name for it (tests/test_lab_userland.py holds the two the same)
+# home: the exo stand-in's name for it (tests/test_lab_ioclasscount.py holds the two the same)
 EXO_LEAK_FILE = ".exo/lab_rdma_leak.json"
 
 
