@@ -140,6 +140,20 @@ def _release_host_pieces() -> None:
         STATE_ROOT.rmdir()
 
 
+@contextlib.contextmanager
+def _host_lock():
+    """Held while a lab takes or gives back what labs share on this machine (its management subnet's index, the
+    admin user and groups, the mount points): two `lab up`s at once (two checkouts, a test run's workers) must
+    not take one index, nor one `lab down` remove the user another lab is starting with. Beside STATE_ROOT, not in
+    it: the last lab's `down` removes STATE_ROOT."""
+    import fcntl
+
+    STATE_ROOT.parent.mkdir(parents=True, exist_ok=True)
+    with open(STATE_ROOT.parent / f".{STATE_ROOT.name}.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
 def _allocate_index() -> int:
     used = set()
     if STATE_ROOT.exists():
@@ -664,15 +678,16 @@ def up(
         if supervisor_alive(name):
             raise UsageError(f"lab {name!r} is already up", hint=f"`macfleet lab down --name {name}` first")
         down(name)  # stale pieces of a crashed lab of this very name
-    lab = make_plan(_allocate_index())
-    taken = sorted({n["ns"] for n in lab["nodes"].values()} & set(netns.netns_list()))
-    if taken:
-        raise UsageError(f"network namespace {taken[0]} already exists and is not lab {name!r}'s",
-                         hint=f"choose another name, or remove it with `ip netns del {taken[0]}` if it is stale")
-    _ensure_host_pieces(lab["user"])
-    d.mkdir(parents=True)
-    os.chmod(d, 0o755)
-    userland.write_json(d / "lab.json", lab)  # first, so `down` can always clean up after a crash
+    with _host_lock():
+        lab = make_plan(_allocate_index())
+        taken = sorted({n["ns"] for n in lab["nodes"].values()} & set(netns.netns_list()))
+        if taken:
+            raise UsageError(f"network namespace {taken[0]} already exists and is not lab {name!r}'s",
+                             hint=f"choose another name, or remove it with `ip netns del {taken[0]}` if it is stale")
+        _ensure_host_pieces(lab["user"])
+        d.mkdir(parents=True)
+        os.chmod(d, 0o755)
+        userland.write_json(d / "lab.json", lab)  # first, so `down` can always clean up after a crash
     try:
         _up(lab, d, inv)
     except BaseException:
@@ -776,8 +791,9 @@ def down(name: str = "lab") -> None:
             shutil.rmtree(inv, ignore_errors=True)
             with contextlib.suppress(OSError):
                 inv.parent.rmdir()  # ./inventories, if we left it empty
-    shutil.rmtree(d, ignore_errors=True)
-    _release_host_pieces()
+    with _host_lock():
+        shutil.rmtree(d, ignore_errors=True)
+        _release_host_pieces()
 
 
 # ---------------------------------------------------------------------------------------------
