@@ -134,10 +134,14 @@ class _Server(ThreadingHTTPServer):
         self.on_refused("error")
 
     def service_actions(self) -> None:
-        """Between accepts (every 0.5 s): cut the connections past their deadline; their threads then end."""
+        """Between accepts (every 0.5 s): cut the connections past their deadline; their threads then end. A cut
+        one no longer counts from the moment it is cut (its client sees it closed at once, and may come back before
+        its thread has ended)."""
         now = time.monotonic()
         with self._guard:
             late = [sock for sock, t0 in self.active.items() if now - t0 > self.deadline_s]
+            for sock in late:
+                del self.active[sock]
         for sock in late:
             self.on_refused("deadline")
             with contextlib.suppress(OSError):
