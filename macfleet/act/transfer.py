@@ -343,6 +343,7 @@ class NodeSession:
         ended: BaseException = UnreachableError({self.node: err or "ssh failed"}) if rc == 255 else \
             RemoteCommandError(self.node, "push session", rc, err or "the session ended")
         with self._lock:
+            ended = self._ended or ended  # closed by us: that is the reason, however ssh then ended
             self._ended, waiting, self._waiting = ended, self._waiting, {}
         for fut in waiting.values():
             fut.set_exception(ended)
@@ -400,8 +401,10 @@ class NodeSession:
         return int(self._call({"op": "size", "dirs": dirs}, timeout_s)["bytes"])
 
     def close(self) -> None:
+        with self._lock:  # a later request says so, whatever ssh's exit (it may be 255 on a loaded machine)
+            self._ended = self._ended or RemoteCommandError(self.node, "push session", 0, "the session was closed")
         _end(self._proc)
-        self._reader.join(timeout=5)  # it marks the session ended: a later request says so
+        self._reader.join(timeout=5)
 
 
 @contextlib.contextmanager
