@@ -32,6 +32,23 @@ def capture(name: str) -> str:
     return found[0].read_text(encoding="utf-8")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The order a run with workers wants (scripts/test: pytest-xdist, `--dist loadgroup`): the lab's modules
+    first, longest first (`pytest.mark.lab(minutes=N)`, its last measured time), each kept whole on one worker in
+    its own order (its tests share a module's lab and build on each other) unless it says `whole=False`, then the
+    unit tests, one at a time to whichever worker is free. A run without workers runs the same order."""
+    def minutes(item: pytest.Item) -> float:
+        mark = item.get_closest_marker("lab")
+        return float(mark.kwargs.get("minutes", 0)) if mark else -1.0
+
+    for item in items:
+        mark = item.get_closest_marker("lab")
+        if mark and mark.kwargs.get("whole", True):  # `whole=False`: a module whose tests stand each on their own
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__.rsplit(".", 1)[-1]))
+    items.sort(key=lambda item: -minutes(item))  # stable: a module's tests keep their order
+
+
 @pytest.fixture(autouse=True)
 def cluster_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test's own shared cluster state (paths.cluster_state_root), never the machine's /var/lib/macfleet;

@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -355,8 +356,12 @@ def start_mesh(tmp_path: Path):
         return mesh, apps
 
     yield start
-    for app in started:
-        app.stop()
+    # together, as the nodes of a mesh stop: each waits as exo does for its runner (runner.JOIN_S) before SIGTERM
+    threads = [threading.Thread(target=app.stop) for app in started]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def _rdma_pairs(state: dict) -> set[tuple[str, str]]:

@@ -46,8 +46,10 @@ import pytest
 
 STATE_ROOT = Path("/run/macfleet-lab")
 PY = sys.executable
-# Lets two checkouts run their lab tests on one machine at once without sharing a lab (e.g. "w1").
-LAB_PREFIX = os.environ.get("MACFLEET_TEST_LAB_PREFIX", "")
+# Lets two checkouts run their lab tests on one machine at once without sharing a lab (e.g. "w1"); each of a
+# run's workers (pytest-xdist: PYTEST_XDIST_WORKER gw0, gw1…) has labs of its own as well.
+LAB_PREFIX = (os.environ.get("MACFLEET_TEST_LAB_PREFIX", "")
+              + os.environ.get("PYTEST_XDIST_WORKER", "").replace("gw", "w"))
 # The stand-ins wait as long as a Mac takes (lab/macos/latency.py) unless a run chooses a share of that here
 # (`lab up --latency`); unset: as a Mac.
 LAB_LATENCY = os.environ.get("MACFLEET_TEST_LAB_LATENCY")
@@ -154,14 +156,19 @@ class Lab:
 
     @staticmethod
     def wait(cond: Callable[[], object], timeout: float, what: str, every: float = 0.1):
+        """Poll `cond` until it holds or `timeout` passed: every `every` s, and never busier than two thirds of
+        the time (a poll that costs a doctor pass or a probe round is followed by half its own time at rest), so
+        that polling leaves the machine to the lab and to the other tests."""
         deadline = time.monotonic() + timeout
         while True:
+            started = time.monotonic()
             value = cond()
             if value:
                 return value
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-            time.sleep(every)
+            time.sleep(max(every, (now - started) / 2))
 
     def state(self, node: str) -> str:
         """The node's state as `lab status` says it, read in-process: a poll costs a file read, not a CLI start
@@ -310,7 +317,8 @@ def _inventory_as_up(lab: Lab) -> None:
 
     if lab.inventory_as_up is None:
         return
-    shutil.rmtree(lab.inventory)
+    if lab.inventory.exists():  # a module may also have left none
+        shutil.rmtree(lab.inventory)
     shutil.copytree(lab.inventory_as_up, lab.inventory, symlinks=True)
 
 

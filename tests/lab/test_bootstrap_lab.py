@@ -20,7 +20,7 @@ import pytest
 
 from tests.lab.conftest import STATE_ROOT, Lab
 
-pytestmark = pytest.mark.lab
+pytestmark = pytest.mark.lab(minutes=5.7)
 
 CHECK_TIMEOUT = 900
 SU = "/Library/Preferences/com.apple.SoftwareUpdate"

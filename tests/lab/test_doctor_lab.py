@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-pytestmark = pytest.mark.lab
+pytestmark = pytest.mark.lab(minutes=8.3)
 
 WIRED_MB = 512 * 1024 - 16384  # Mac Studio M3 Ultra 512 GB, less the default reserve
 S1, S2, S3 = "studio-1", "studio-2", "studio-3"
@@ -46,6 +46,7 @@ def wait_doctor(lab, want: set[tuple[str, str]], timeout: float, what: str) -> t
             unknown = [c for c in report.get("checks", []) if c.get("result") == "unknown"]
             raise AssertionError(f"{what}: after {timeout} s doctor finds {last} (exit {rc}; could not tell: "
                                  f"{unknown}), expected {sorted(want)}")
+        time.sleep(took / 2)  # as Lab.wait: polling busy two thirds of the time at most
 
 
 def set_wired_limit(lab, value: int) -> None:

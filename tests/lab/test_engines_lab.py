@@ -14,7 +14,7 @@ from macfleet.facts.rdma import parse_ibv_devinfo
 from macfleet.lab.spec import device_of
 from tests.lab.conftest import Lab
 
-pytestmark = pytest.mark.lab
+pytestmark = pytest.mark.lab(minutes=1.5)
 
 
 def _cable_end(truth: dict, node: str, peer: str) -> int:

@@ -12,7 +12,7 @@ import pytest
 
 from tests.lab.conftest import Lab
 
-pytestmark = pytest.mark.lab
+pytestmark = pytest.mark.lab(minutes=0.4)
 
 MODEL = "demo-org/lab-model"
 

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-pytestmark = pytest.mark.lab
+pytestmark = pytest.mark.lab(minutes=0.3)
 
 # run on the node by its python3: GET each path from its own exo, print one JSON list
 _GET = ("import json, sys, urllib.request; print(json.dumps([json.load(urllib.request.urlopen("

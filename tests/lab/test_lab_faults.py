@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-pytestmark = pytest.mark.lab
+pytestmark = pytest.mark.lab(minutes=8.7, whole=False)
 
 ALL = ("studio-1", "studio-2", "studio-3", "studio-4")
 

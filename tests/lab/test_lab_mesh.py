@@ -12,7 +12,7 @@ import yaml
 
 from macfleet.facts.registry import KINDS
 
-pytestmark = pytest.mark.lab
+pytestmark = pytest.mark.lab(minutes=0.5)
 
 MGMT = ipaddress.IPv4Network("198.18.0.0/15")
 

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.lab.conftest import LAB_PREFIX  # as the shared labs are named (a checkout's, a worker's)
+
 pytestmark = pytest.mark.lab
-LAB_PREFIX = os.environ.get("MACFLEET_TEST_LAB_PREFIX", "")  # as conftest.py names labs
 
 
 def _macfleet(*args: str, state: Path, cwd: Path) -> subprocess.CompletedProcess:

@@ -10,7 +10,7 @@ import pytest
 
 from macfleet.facts.registry import KINDS
 
-pytestmark = pytest.mark.lab
+pytestmark = pytest.mark.lab(minutes=0.6)
 
 PLIST = """<?xml version="1.0" encoding="UTF-8"?>
 <!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">

@@ -19,7 +19,7 @@ import yaml
 from macfleet.lab.exo.standin import DEFAULT_INSTANCE_MODEL as OWN  # the model of the lab's own instance
 from tests.lab.conftest import Lab
 
-pytestmark = pytest.mark.lab
+pytestmark = pytest.mark.lab(minutes=2.4)
 
 MODEL = "demo-org/lab-model"  # as test_exo_first_token.py; each removes it from the nodes at its end
 

@@ -16,7 +16,7 @@ import pytest
 
 from tests.lab.conftest import STATE_ROOT, Lab
 
-pytestmark = pytest.mark.lab
+pytestmark = pytest.mark.lab(minutes=1.4)
 
 
 class Walkthrough:

@@ -21,7 +21,7 @@ import pytest
 
 from macfleet.lab.exo.standin import DEFAULT_INSTANCE_MODEL as OWN  # the model of the lab's own instance
 
-pytestmark = pytest.mark.lab
+pytestmark = pytest.mark.lab(minutes=3.1)
 
 POLICY = """macfleet_remediation:
   checks: [reachable, rdma]

@@ -17,7 +17,7 @@ import yaml
 from tests.lab.conftest import Lab
 from tests.lab.test_rollout_lab import _healthy_on, _status
 
-pytestmark = pytest.mark.lab
+pytestmark = pytest.mark.lab(minutes=1.5)
 
 BUILDER_INDEX = 1  # not the first node: the seed is the builder, not whoever comes first
 

@@ -19,7 +19,7 @@ import pytest
 
 from tests.lab.conftest import PY, Lab
 
-pytestmark = pytest.mark.lab
+pytestmark = pytest.mark.lab(minutes=2.1)
 
 
 @pytest.fixture

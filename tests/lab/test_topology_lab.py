@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-pytestmark = pytest.mark.lab
+pytestmark = pytest.mark.lab(minutes=1.4)
 
 
 def _json(p) -> dict:

@@ -20,7 +20,7 @@ import yaml
 
 from tests.lab.conftest import STATE_ROOT, Lab
 
-pytestmark = pytest.mark.lab
+pytestmark = pytest.mark.lab(minutes=3.2)
 
 
 def _target(lab: Lab, build: str) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.lab
+pytestmark = pytest.mark.lab(minutes=1.2)
 
 POLICY = """macfleet_remediation:
   checks: [reachable, exo-running, exo-runners]
