@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.lab.conftest import Lab, lab_small  # noqa: F401 - the shared two-node lab fixture
+from tests.lab.conftest import Lab
 
 pytestmark = pytest.mark.lab
 REPO = Path(__file__).resolve().parents[2]
@@ -56,7 +56,7 @@ def _behind_the_jump(lab: Lab, tmp_path: Path) -> tuple[Path, str, str]:
     return inv, target, target_addr
 
 
-def test_a_node_behind_a_jump_host_from_a_path_with_a_space_and_a_quote(lab_small: Lab, tmp_path: Path) -> None:  # noqa: F811
+def test_a_node_behind_a_jump_host_from_a_path_with_a_space_and_a_quote(lab_small: Lab, tmp_path: Path) -> None:
     inv, target, target_addr = _behind_the_jump(lab_small, tmp_path)
     subprocess.run(["ip", "route", "add", "blackhole", f"{target_addr}/32"], check=True)
     try:
@@ -83,7 +83,7 @@ def test_a_node_behind_a_jump_host_from_a_path_with_a_space_and_a_quote(lab_smal
 
 
 def test_doctor_and_a_model_push_reach_a_node_only_through_its_jump_host(
-        lab_small: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+        lab_small: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One login for every SSH use (issue 26 item 2): doctor (paramiko) and `rollout model` (OpenSSH ssh and
     rsync: the feed to the seed, a session per node) reach the node behind the jump host the same way, from the
     same inventory; on main the push could not (its ssh followed neither -J nor the -F file)."""
@@ -117,7 +117,7 @@ def test_doctor_and_a_model_push_reach_a_node_only_through_its_jump_host(
 
 
 def test_reboot_reaches_a_node_only_through_its_jump_host(
-        lab_small: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+        lab_small: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`macfleet reboot` of the mesh whose second node answers only through the first (issue 26's last piece of
     one login): the preflight, the reboot, the wait (the jump host reboots too: the node behind it is out of reach
     until both are back), the verification (the catalogue's checks over the kept sessions) all go through it."""
