@@ -9,6 +9,7 @@ back after every node reboots with nobody logged in, while a LaunchAgent-only ex
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -27,10 +28,26 @@ SU = "/Library/Preferences/com.apple.SoftwareUpdate"
 
 
 def _auto_updates_found(lab: Lab) -> set[str]:
-    """The nodes doctor's auto-updates check finds able to update or restart by themselves."""
-    p = lab.macfleet("doctor", "-i", str(lab.inventory), "--only", "auto-updates", "--json", check=False,
-                     timeout=120)
-    return {f["node"] for f in json.loads(p.stdout)["findings"] if f["check"] == "auto-updates"}
+    """The nodes doctor's auto-updates check finds able to update or restart by themselves, once doctor read
+    every node ("could not read" is not "nothing found"; a node just back from Recovery may still be starting
+    on a loaded host): on a timeout, what doctor said last."""
+    last: dict[str, object] = {}
+
+    def read() -> bool:
+        p = lab.macfleet("doctor", "-i", str(lab.inventory), "--only", "auto-updates", "--json", check=False,
+                         timeout=120)
+        last["report"] = report = json.loads(p.stdout)
+        last["stderr"] = p.stderr
+        results = {c["node"]: c["result"] for c in report["checks"] if c["check"] == "auto-updates"}
+        return set(results) == set(lab.nodes) and "unknown" not in results.values()
+
+    try:
+        lab.wait(read, 120, "doctor to read every node's Software Update preferences")
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{last}") from None
+    report = last["report"]
+    assert isinstance(report, dict)
+    return {f["node"] for f in report["findings"] if f["check"] == "auto-updates"}
 
 
 def _persist(lab: Lab, node: str, **values: object) -> None:
@@ -47,8 +64,10 @@ def _snapshot(lab: Lab) -> dict[str, object]:
     for node in lab.nodes:
         d = STATE_ROOT / lab.name / "nodes" / node
         persist = json.loads((d / "persist.json").read_text())
-        files = sorted(str(p.relative_to(d / "fs")) for p in (d / "fs").rglob("*")
-                       if "exo_log" not in p.parts and ".ansible" not in p.parts)
+        # each file with its content's digest: a changed preference is a change, not only a new file
+        files = sorted((str(p.relative_to(d / "fs")), hashlib.sha256(p.read_bytes()).hexdigest()
+                        if p.is_file() and not p.is_symlink() else "")
+                       for p in (d / "fs").rglob("*") if "exo_log" not in p.parts and ".ansible" not in p.parts)
         snap[node] = {"persist": persist, "files": files,
                       "wired": lab.node_state(node).get("wired_limit_mb"), "pf": lab.node_state(node).get("pf_anchors")}
     return snap
