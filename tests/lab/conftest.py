@@ -317,8 +317,7 @@ def _inventory_as_up(lab: Lab) -> None:
 
     if lab.inventory_as_up is None:
         return
-    if lab.inventory.exists():  # a module may also have left none
-        shutil.rmtree(lab.inventory)
+    shutil.rmtree(lab.inventory)  # missing would mean something took the shared lab down: let that show
     shutil.copytree(lab.inventory_as_up, lab.inventory, symlinks=True)
 
 
