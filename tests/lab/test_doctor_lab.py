@@ -34,19 +34,22 @@ def found(report: dict) -> set[tuple[str, str]]:
 
 
 def wait_doctor(lab, want: set[tuple[str, str]], timeout: float, what: str) -> tuple[int, dict, float]:
-    """Poll doctor until its findings are exactly `want` (the lab's exo refreshes every 1-10 s)."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while True:
-        rc, report, took = doctor(lab)
-        if found(report) == want and (want or rc == 0):
-            return rc, report, took
-        last = sorted(found(report))
-        if time.monotonic() > deadline:
-            unknown = [c for c in report.get("checks", []) if c.get("result") == "unknown"]
-            raise AssertionError(f"{what}: after {timeout} s doctor finds {last} (exit {rc}; could not tell: "
-                                 f"{unknown}), expected {sorted(want)}")
-        time.sleep(took / 2)  # as Lab.wait: polling busy two thirds of the time at most
+    """Poll doctor (through Lab.wait, resting as it does) until its findings are exactly `want` (the lab's exo
+    refreshes every 1-10 s); on a timeout, what doctor found last and what it could not tell."""
+    last: dict[str, object] = {}
+
+    def done() -> bool:
+        rc, report, _ = last["pass"] = doctor(lab)
+        return found(report) == want and bool(want or rc == 0)
+
+    try:
+        lab.wait(done, timeout, what)
+    except AssertionError:
+        rc, report, _ = last["pass"]
+        unknown = [c for c in report.get("checks", []) if c.get("result") == "unknown"]
+        raise AssertionError(f"{what}: after {timeout} s doctor finds {sorted(found(report))} (exit {rc}; could "
+                             f"not tell: {unknown}), expected {sorted(want)}") from None
+    return last["pass"]
 
 
 def set_wired_limit(lab, value: int) -> None:
