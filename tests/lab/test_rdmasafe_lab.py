@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from macfleet.lab.exo.standin import Pace
+from macfleet.lab.exo.standin import Config, Pace
 
 pytestmark = pytest.mark.lab(minutes=4.5)
 
@@ -125,13 +125,19 @@ def test_leaking_runner_starts_are_flagged_before_the_device_runs_out_and_a_rebo
     assert [c["result"] for c in report["checks"] if c["check"] == "rdma-ledger" and c["node"] == node] == ["ok"]
 
 
-# How long the other nodes' exo may take to forget the odd one: the stand-in keeps a peer's record 5 refreshes,
-# stretched by its pace (up to Pace.MAX times on a loaded host: lab/exo/standin.py), plus a doctor pass or two.
-FORGET_S = 5 * 1.0 * Pace.MAX + 60
+def forget_s(lab) -> float:
+    """How long the other nodes' exo may take to forget the odd one: as long as the stand-in keeps a peer's
+    record (its node_ttl_s at the lab's refresh), stretched by its pace (up to Pace.MAX times on a loaded host:
+    lab/exo/standin.py), plus a doctor pass or two."""
+    from macfleet.lab import control
+
+    refresh_s = float(control.exo_env({"nodes": lab.nodes})["EXO_LAB_REFRESH_S"])
+    return Config(version="", refresh_s=refresh_s, env={}).node_ttl_s * Pace.MAX + 60
 
 
 def test_a_split_cluster_and_a_coordinator_rank_zero_does_not_hold_are_found(lab4):
     lab = lab4
+    forget = forget_s(lab)
     odd, other = lab.nodes[3], lab.nodes[2]
     lab.fault("exo-split", odd)
     try:
@@ -142,7 +148,7 @@ def test_a_split_cluster_and_a_coordinator_rank_zero_does_not_hold_are_found(lab
             return _findings(last, "exo-discovery")
 
         try:
-            [f] = lab.wait(lambda: [f for f in split() if f["node"] == odd], FORGET_S,
+            [f] = lab.wait(lambda: [f for f in split() if f["node"] == odd], forget,
                            "the split, told on the odd node", every=1)
         except AssertionError as e:  # what doctor said last, and what the odd node's exo says of its masters
             seen = lab.ssh(odd, "curl -s -m 5 http://127.0.0.1:52415/state | head -c 1500", check=False).stdout
@@ -153,7 +159,7 @@ def test_a_split_cluster_and_a_coordinator_rank_zero_does_not_hold_are_found(lab
         assert "start it on all of them together" in f["fix"]
     finally:
         lab.fault("exo-split", odd, clear=True)
-    lab.wait(lambda: not split(), FORGET_S, "one master again")
+    lab.wait(lambda: not split(), forget, "one master again")
     lab.fault("exo-coordinator", other, "10.99.0.1")
     try:
         def wrong() -> list[dict]:
