@@ -19,7 +19,8 @@ PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.code)
 def test_a_check_reads_declared_probes_and_depends_on_earlier_checks(check) -> None:
     assert set(check.reads) <= set(PROBES), set(check.reads) - set(PROBES)
-    assert all(d in BY_CODE and BY_CODE[d].order < check.order for d in check.depends)
+    assert all(d in BY_CODE and BY_CODE[d].order < check.order for d in (*check.depends, *check.peers_depend))
+    assert not check.peers_depend or check.mesh_wide  # only a check across the mesh looks at its peers
     assert check.fix is None or (PLAYBOOKS / f"{check.fix}.yml").is_file()
 
 

@@ -278,9 +278,10 @@ class CheckSpec(Frozen):
 @dataclass(frozen=True)
 class Check:
     """One check, declared once: its stable code and title, where it stands in doctor's order, the probes it
-    reads, the checks it depends on (it is not judged on a node where one of them found a problem), the
-    playbook that fixes it (playbooks/FIX.yml, applied by `doctor --fix`; None: left to a human), whether it
-    is judged across a whole mesh (left out when `--limit` names part of one), and the judgement itself."""
+    reads, the checks it depends on (it is not judged on a node where one of them found a problem; a mesh-wide
+    check also leaves out the peers where one of `peers_depend` did: its judgement names the same tuple), the
+    playbook that fixes it (playbooks/FIX.yml, applied by `doctor --fix`; None: left to a human), whether it is
+    judged across a whole mesh (left out when `--limit` names part of one), and the judgement itself."""
 
     code: str
     title: str
@@ -288,6 +289,7 @@ class Check:
     judge: Callable[[HealthContext, str], Verdict]
     reads: tuple[str, ...] = ()
     depends: tuple[str, ...] = ()
+    peers_depend: tuple[str, ...] = ()  # a mesh-wide check: a peer where one of these found a problem is left out
     fix: str | None = None
     mesh_wide: bool = False
 

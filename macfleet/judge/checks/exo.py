@@ -107,9 +107,12 @@ def check_exo_peers(ctx: HealthContext, node: str) -> Verdict:
                           evidence=f"/state on {node}: {sorted(mine)}")]
 
 
+# A pair is judged for exo's RDMA connection only where none of these found a problem on either end.
+RDMA_PAIR_DEPENDS = ("reachable", "cabling", "rdma", "bridge", "ip-plan", "exo-running", "exo-version", "exo-peers")
+
+
 def _pair_clear(ctx: HealthContext, a: str, b: str) -> bool:
-    blocking = ("reachable", "cabling", "rdma", "bridge", "ip-plan", "exo-running", "exo-version", "exo-peers")
-    return not any(ctx.found.get((c, n)) for c in blocking for n in (a, b))
+    return not any(ctx.found.get((c, n)) for c in RDMA_PAIR_DEPENDS for n in (a, b))
 
 
 def check_exo_rdma(ctx: HealthContext, node: str) -> Verdict:
@@ -396,7 +399,7 @@ CHECKS = (
           depends=(*_R, "exo-running", "exo-version", "bridge", "ip-plan"), mesh_wide=True),
     Check(code="exo-rdma", title="an exo RDMA connection for every pair whose cable and ports are good", order=130,
           judge=check_exo_rdma, reads=(*_API, "exo-state", "rdma-ctl", *CABLING), depends=(*_R, "exo-running"),
-          mesh_wide=True),
+          peers_depend=RDMA_PAIR_DEPENDS, mesh_wide=True),
     # JACCL errors on a node whose RDMA is off or wedged are that problem's consequence: reported by `rdma`.
     Check(code="exo-runners", title="no failed exo runner", order=140, judge=check_exo_runners,
           reads=(*_API, "exo-state"), depends=(*_R, "exo-running", "rdma")),
@@ -405,7 +408,8 @@ CHECKS = (
           depends=(*_R, "rdma", "exo-running", "exo-runners")),
     Check(code="exo-discovery", title="one exo master for the mesh, rank-0 addresses rank 0 holds (not its "
           "Thunderbolt Bridge)", order=158, judge=check_exo_discovery,
-          reads=(*_API, "exo-state", "exo-log", "ifconfig"), depends=(*_R, "exo-running"), mesh_wide=True),
+          reads=(*_API, "exo-state", "exo-log", "ifconfig"), depends=(*_R, "exo-running"),
+          peers_depend=DISCOVERY_CAUSES, mesh_wide=True),
     Check(code="exo-models-dir", title="exo looks for models in the directory rollout fills (exo.models_dir)",
           order=220, judge=check_exo_models_dir, reads=("exo-daemons",), depends=_R),
     Check(code="exo-networksetup", title="exo's app's network daemon (io.exo.networksetup) is not loaded and will "

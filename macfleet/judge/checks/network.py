@@ -222,9 +222,12 @@ def ping_targets(fleet: Fleet, mesh: str, node: str) -> dict[str, str]:
     return out
 
 
+# A peer whose own address or cable is already a finding: the ping to it would only repeat that.
+PING_PEER_DEPENDS = ("cabling", "bridge", "ip-plan")
+
+
 def _ping_clear(ctx: HealthContext, peer: str) -> bool:
-    """A peer whose own address or cable is already a finding: the ping to it would only repeat that."""
-    return ctx.up(peer) and not any(ctx.found.get((c, peer)) for c in ("cabling", "bridge", "ip-plan"))
+    return ctx.up(peer) and not any(ctx.found.get((c, peer)) for c in PING_PEER_DEPENDS)
 
 
 def check_tb_ping(ctx: HealthContext, node: str) -> Verdict:
@@ -297,6 +300,6 @@ CHECKS = (
     Check(code="ip-plan", title="each Thunderbolt port carries its planned address and nothing else", order=50,
           judge=check_ip_plan, reads=ADDRESSES, depends=(*_R, "bridge"), fix="network", mesh_wide=True),
     Check(code="tb-ping", title="each end of every good Thunderbolt link answers a ping at its planned address",
-          order=210, judge=check_tb_ping, reads=(*CABLING, "tb-ping"), depends=(*_R, "cabling", "bridge", "ip-plan"),
-          mesh_wide=True),
+          order=210, judge=check_tb_ping, reads=(*CABLING, "tb-ping"), depends=(*_R, *PING_PEER_DEPENDS),
+          peers_depend=PING_PEER_DEPENDS, mesh_wide=True),
 )
