@@ -49,6 +49,40 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: -minutes(item))  # stable: a module's tests keep their order
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> object:
+    """Each report of a lab test carries its module's `minutes=` mark, so that the run (its controller, with
+    workers) can compare the mark with what the module took."""
+    outcome = yield
+    mark = item.get_closest_marker("lab")
+    if mark and "minutes" in mark.kwargs:
+        outcome.get_result().user_properties.append(("lab_minutes", float(mark.kwargs["minutes"])))
+
+
+_lab_took: dict[str, list[float]] = {}  # lab module -> [its mark's minutes, seconds it took in this run]
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    marked = dict(report.user_properties).get("lab_minutes")
+    if marked is not None:
+        _lab_took.setdefault(report.nodeid.split("::")[0], [marked, 0.0])[1] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The `minutes=` marks are last measurements kept by hand; they only order the run. Name the ones this run
+    found off by more than half (and a minute), so that the order stays the longest first. Only a whole run
+    measures them (no test chosen by name, keyword or mark)."""
+    config = terminalreporter.config
+    if config.option.keyword or config.option.markexpr or config.args != config.getini("testpaths"):
+        return
+    off = [(path, marked, took / 60) for path, (marked, took) in sorted(_lab_took.items())
+           if abs(took / 60 - marked) > max(marked / 2, 1.0)]
+    if off:
+        terminalreporter.write_sep("-", "lab modules whose minutes= mark this run disagrees with (only the order)")
+        for path, marked, took in off:
+            terminalreporter.write_line(f"{path}: marked {marked:g} min, took {took:.1f} min")
+
+
 @pytest.fixture(autouse=True)
 def cluster_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test's own shared cluster state (paths.cluster_state_root), never the machine's /var/lib/macfleet;
