@@ -65,7 +65,7 @@ class Raw:
     ended_at: float | None = None  # the controller's clock (epoch s) when the answer was in: clock-skew reads it
 
 
-# How long to wait for the end of a command's output once its exit status has come.
+# How long to wait for the end of a command's output once its exit status has come and nothing more comes.
 EOF_GRACE_S = 1.0
 
 
@@ -746,21 +746,31 @@ class SshSession:
 
     @staticmethod
     def _pump(channel: paramiko.Channel, spec: CommandSpec, deadline: float, timeout_s: float,
-              cancel: threading.Event | None, err: bytearray) -> Iterator[bytes]:
+              cancel: threading.Event | None, err: bytearray, *, eof_grace_s: float | None = EOF_GRACE_S
+              ) -> Iterator[bytes]:
         """A started command's stdout as it comes (its stderr into `err`), until it has exited and its output is
-        drained; CommandCancelled or CommandTimeout (at `deadline`) otherwise."""
-        exited_at: float | None = None
+        drained; CommandCancelled or CommandTimeout (at `deadline`) otherwise.
+
+        sshd may send the exit status before the last of the output: after it, the output is read to sshd's EOF.
+        `eof_grace_s`: how long to go on waiting for the EOF while nothing more comes (a background child still
+        holding stdout open must not hold the command to its timeout); each piece that comes starts it again, so
+        a busy node's late tail is still read. None: to the EOF, for a command that leaves no child (curl)."""
+        quiet_since: float | None = None
         while True:
+            came = False
             while channel.recv_ready():
+                came = True
                 yield channel.recv(65536)
             while channel.recv_stderr_ready():
+                came = True
                 err += channel.recv_stderr(65536)
             drained = not channel.recv_ready() and not channel.recv_stderr_ready()
             if channel.exit_status_ready() and drained:
-                # sshd may send the exit status before the last of the output: wait for its EOF, briefly
-                # (a background child still holding stdout open must not hold the command to its timeout)
-                exited_at = exited_at or time.monotonic()
-                if channel.eof_received or time.monotonic() - exited_at > EOF_GRACE_S:
+                if channel.eof_received:
+                    return
+                now = time.monotonic()
+                quiet_since = now if came or quiet_since is None else quiet_since
+                if eof_grace_s is not None and now - quiet_since > eof_grace_s:
                     return
             if channel.closed and not channel.recv_ready():
                 return
@@ -779,7 +789,8 @@ class SshSession:
     def stream(self, command_line: str, *, stdin: bytes = b"", timeout_s: float,
                cancel: threading.Event | None = None) -> Iterator[bytes]:
         """Run one already-quoted command line with `stdin` as its input (then EOF) and yield its stdout as it
-        comes; CommandTimeout past `timeout_s`, RemoteExit when it ends with another status than 0."""
+        comes, all of it, to sshd's EOF (the command must leave no child holding its stdout: exo's API through
+        curl); CommandTimeout past `timeout_s`, RemoteExit when it ends with another status than 0."""
         spec = CommandSpec("?", (command_line,))
         deadline = time.monotonic() + timeout_s
         channel = self._start(command_line, deadline, cancel)
@@ -787,7 +798,7 @@ class SshSession:
         try:
             channel.sendall(stdin)
             channel.shutdown_write()
-            yield from self._pump(channel, spec, deadline, timeout_s, cancel, err)
+            yield from self._pump(channel, spec, deadline, timeout_s, cancel, err, eof_grace_s=None)
             rc = self._exit_status(channel, command_line)
         except (OSError, EOFError) as exc:
             raise Unreachable(f"{self.target.host}: `{command_line}` was cut off: {exc}") from None
