@@ -76,9 +76,14 @@ class ExoApi:
 
     def call(self, method: str, path: str, *, query: dict | None = None, body: dict | None = None,
              timeout_s: float = CALL_TIMEOUT_S) -> ExoHttp:
-        """One whole answer (status, headers, body)."""
+        """One whole answer (status, headers, body); ExoApiError when less came than its Content-Length."""
         raw = b"".join(self._run(method, path, query, body, timeout_s, stream=False))
-        return parse_http_response(raw.decode("utf-8", errors="replace"))
+        http = parse_http_response(raw.decode("utf-8", errors="replace"))
+        declared, got = http.headers.get("content-length", ""), _body_bytes(raw)
+        if declared.isdigit() and got < int(declared):
+            raise ExoApiError(f"{self.node}: exo's answer to {method} {path} was cut off: {got} of {declared} "
+                              "bytes came", node=self.node)
+        return http
 
     def json(self, method: str, path: str, *, query: dict | None = None, body: dict | None = None,
              timeout_s: float = CALL_TIMEOUT_S, ok: tuple[int, ...] = (200,)) -> str:
@@ -100,6 +105,14 @@ class ExoApi:
             raise ExoApiError(f"{self.node}: exo answered {method} {path} with {status}: {said}",
                               node=self.node, status=status, exo_says=said)
         yield from sse_events(lines)
+
+
+def _body_bytes(raw: bytes) -> int:
+    """How many bytes of body `curl -i` printed after the headers' blank line."""
+    for blank in (b"\r\n\r\n", b"\n\n"):
+        if (at := raw.find(blank)) >= 0:
+            return len(raw) - at - len(blank)
+    return 0
 
 
 def _lines(chunks: Iterator[bytes], node: str = "the node") -> Iterator[str]:

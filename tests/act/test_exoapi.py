@@ -106,3 +106,23 @@ def test_a_streamed_line_is_bounded() -> None:
     endless = (b"x" * 65536 for _ in range(MAX_LINE // 65536 + 2))
     with pytest.raises(ExoApiError, match="a line over"):
         list(_lines(endless, "studio-1"))
+
+
+class Answer:
+    """A session whose `stream` gives back one canned `curl -i` output (the body cut or whole)."""
+
+    target = SimpleNamespace(node="node-a")
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+
+    def stream(self, command_line: str, *, stdin: bytes = b"", timeout_s: float) -> Iterator[bytes]:
+        yield self.raw
+
+
+def test_an_answer_shorter_than_its_content_length_is_refused_not_parsed():
+    body = b'{"instances": {}, "topology": {"nodes": []}}'
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)
+    assert ExoApi(Answer(head + body)).json("GET", "/state") == body.decode()
+    with pytest.raises(ExoApiError, match=rf"GET /state was cut off: 20 of {len(body)} bytes came"):
+        ExoApi(Answer(head + body[:20])).json("GET", "/state")
