@@ -156,6 +156,11 @@ class ExoStop:
     survived_kill: list[dict] = field(default_factory=list)
     error: str | None = None
 
+    @property
+    def stopped(self) -> bool:
+        """exo is gone: nothing survived SIGKILL, and the stop program reported."""
+        return not self.survived_kill and self.error is None
+
     def holdouts(self) -> list[str]:
         """One sentence per process that did not exit when asked (empty when exo stopped cleanly)."""
         out = [f"pid {p['pid']} ({p['command'][:80]}) ignored SIGTERM: it ended only {p['exited_s']:g} s after exo "

@@ -448,10 +448,15 @@ class Watcher:
                         "which died; its own rerun repairs it first", "refused", None)
             with lock.hold("watch", f"restarting exo on mesh {mesh.name}: {s.reason}"[:500]):
                 try:
-                    act_reboot.stop_exo_on(sessions, nodes)
-                    act_reboot.start_exo_on(sessions, nodes)
+                    stops = act_reboot.stop_exo_on(sessions, nodes)
+                    # exo still there would keep what it had (its instances): not a restart, and said so
+                    stuck = {n: st for n, st in stops.items() if not st.stopped}
+                    act_reboot.start_exo_on(sessions, [n for n in nodes if n not in stuck])
                 except MacfleetError as exc:
                     return f"failed: {exc.message}", "failed", None
+                if stuck:
+                    said = "; ".join(f"{n}: {'; '.join(st.holdouts())}" for n, st in stuck.items())
+                    return f"failed: exo did not stop on {said}; started again on the others", "failed", None
                 answering, detail = self.exo_answering(mesh)
         except LockHeld as exc:
             return f"refused: {exc.message}", "refused", None

@@ -24,6 +24,7 @@ from typing import ClassVar
 
 import pytest
 
+from macfleet.act.reboot import ExoStop
 from macfleet.errors import UsageError
 from macfleet.flow import placed
 from macfleet.inventory.load import load_inventory
@@ -95,9 +96,12 @@ class Harness:
             rec = ClusterLock(lock_path(self.fleet.root)).read()
             return rec and rec.owner
 
+        self.stops: dict[str, ExoStop] = {}  # how exo's stop went where it did not go cleanly
+
         def restart(sessions, nodes):  # what the node sees; the lock file says who holds the cluster
             self.restarts.append(holder() and {"owner": holder()})
             self.steps.append(f"stop ({holder()})")
+            return {n: self.stops.get(n, ExoStop(pid=100)) for n in nodes}
 
         class ExoVerified:  # the reboot's `verify exo /state`, as the nodes would answer it
             def __init__(v, fleet, mesh, sessions, checks):
@@ -115,7 +119,8 @@ class Harness:
 
         self.api.place = placing
         monkeypatch.setattr(loop.act_reboot, "stop_exo_on", restart)
-        monkeypatch.setattr(loop.act_reboot, "start_exo_on", lambda sessions, nodes: self.steps.append("start"))
+        monkeypatch.setattr(loop.act_reboot, "start_exo_on",
+                            lambda sessions, nodes: self.steps.append(f"start {','.join(nodes)}"))
         monkeypatch.setattr(loop, "Verifier", ExoVerified)
         monkeypatch.setattr(placed, "api_for", lambda fleet, mesh: self.api)
 
@@ -366,7 +371,7 @@ def test_a_restart_of_exo_places_the_declared_models_again_and_waits_until_they_
     h.api.have = [QWEN]
     s = h.tick(EXO_DOWN)
     assert s.action == "restart-exo"
-    assert h.steps == ["stop (watch)", "start", "verify exo (watch)", f"place {LLAMA} (watch)"]
+    assert h.steps == ["stop (watch)", f"start {','.join(NODES)}", "verify exo (watch)", f"place {LLAMA} (watch)"]
     assert h.api.placed == [(LLAMA, "pipeline", "ring")] and sorted(h.api.asked) == [LLAMA, QWEN]
     result = h.audit()[-1]["result"]
     assert result.startswith(f"exo restarted on every node (under the cluster lock); placed again: {LLAMA}; "
@@ -403,9 +408,23 @@ def test_a_restart_after_which_exo_does_not_verify_fails_without_placing_anythin
     h = harness(models=DECLARED)
     h.exo_back = (False, "exo-peers: studio-3 is cut off from the mesh")
     h.tick(EXO_DOWN)
-    assert h.steps == ["stop (watch)", "start", "verify exo (watch)"] and h.api.placed == []
+    assert h.steps == ["stop (watch)", f"start {','.join(NODES)}", "verify exo (watch)"] and h.api.placed == []
     assert h.audit()[-1]["result"] == ("failed: exo restarted on every node, but exo's /state was not verified "
                                        "within 120 s: exo-peers: studio-3 is cut off from the mesh")
+
+
+def test_an_exo_that_did_not_stop_is_not_a_restart_and_is_named(harness):
+    """exo still running where the stop could not end it (a process left in uninterruptible wait) keeps what it
+    had, its instances too: the healer says the restart failed there, and starts exo again only on the others."""
+    h = harness(models=DECLARED)
+    stuck = {"pid": 4242, "command": "python exo", "state": "U"}
+    h.stops = {"studio-3": ExoStop(pid=4242, ignored_term=[stuck], survived_kill=[stuck])}
+    h.tick(EXO_DOWN)
+    assert h.steps == ["stop (watch)", "start studio-1,studio-2,studio-4"] and h.api.placed == []
+    result = h.audit()[-1]["result"]
+    assert result.startswith("failed: exo did not stop on studio-3: pid 4242 (python exo, state U) did not exit on "
+                             "SIGTERM and is still there after SIGKILL in state U"), result
+    assert result.endswith("; started again on the others"), result
 
 
 # -------------------------------------------------------------------- 7. the webhook
