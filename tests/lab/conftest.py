@@ -276,6 +276,28 @@ def _exo_port(lab: Lab) -> int | None:
     return standin.API_PORT if lab.truth().get("exo") else None
 
 
+def remove_model(lab: Lab, model: str) -> None:
+    """A test's model gone from a shared lab as it found it: its instances stopped, its files removed from every
+    node, and every node's exo no longer listing it as downloaded (exo rescans its models directory on its own
+    cadence, stretched on a loaded host: the next test would find the model still there)."""
+    lab.macfleet("exo", "stop", model, "-i", str(lab.inventory), check=False)
+    folder = model.replace("/", "--")
+    for n in lab.nodes:
+        lab.ssh(n, f"rm -rf ~/.exo/models/{folder} ~/.exo/models/.macfleet-staging/{folder}", check=False)
+    port = _exo_port(lab)
+
+    def listed_on(node: str) -> bool:
+        out = lab.ssh(node, f"curl -s -m 5 http://127.0.0.1:{port}/state", check=False).stdout
+        try:
+            downloads = json.loads(out).get("downloads") or {}
+        except ValueError:
+            return False  # exo not answering there: it rescans when it starts
+        return model in json.dumps(downloads)
+
+    if port is not None:
+        lab.wait(lambda: not any(listed_on(n) for n in lab.nodes), 120, f"every exo to forget {model}'s files")
+
+
 def _in_default_state(lab: Lab) -> bool:
     """No fault active, every node up and answering on SSH's port (and exo's where the lab has exo): read
     in-process from the lab's state and by TCP connects, so that the check costs milliseconds."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.lab.conftest import Lab
+from tests.lab.conftest import Lab, remove_model
 
 pytestmark = pytest.mark.lab(minutes=0.4)
 
@@ -51,9 +51,6 @@ def test_push_place_over_rdma_and_chat_with_tokens_per_second(lab4: Lab, tmp_pat
         # the stand-in's own instance (docs/lab.md "Guesses": the runner checks read it) is of another model
         assert [i["model"] for i in status["instances"]].count(MODEL) == 1, status["instances"]
     finally:
-        lab4.macfleet("exo", "stop", MODEL, "-i", inv, check=False)
-        for n in lab4.nodes:  # the model's files too: the next test finds lab4's models directory as it was
-            lab4.ssh(n, "rm -rf ~/.exo/models/demo-org--lab-model ~/.exo/models/.macfleet-staging/demo-org--lab-model",
-                     check=False)
+        remove_model(lab4, MODEL)  # the next test finds lab4's models as they were
     after = json.loads(lab4.macfleet("exo", "status", "--json", "-i", inv, check=False).stdout)
     assert MODEL not in [i["model"] for i in after["instances"]], after["instances"]

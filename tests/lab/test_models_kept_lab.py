@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from macfleet.lab.exo.standin import DEFAULT_INSTANCE_MODEL as OWN  # the model of the lab's own instance
-from tests.lab.conftest import Lab
+from tests.lab.conftest import Lab, remove_model
 
 pytestmark = pytest.mark.lab(minutes=2.4)
 
@@ -134,7 +134,4 @@ def test_reboot_places_the_declared_model_again_and_a_slow_cable_shows_against_t
         policy.unlink(missing_ok=True)
         lab4.fault("rdma-wedge", lab4.nodes[2], clear=True, check=False)
         lab4.fault("exo-down", lab4.nodes[2], clear=True, check=False)  # the restart loaded it again, unless it failed
-        lab4.macfleet("exo", "stop", MODEL, "-i", inv, check=False)
-        for n in lab4.nodes:  # the model's files too: the next test finds lab4's models directory as it was
-            lab4.ssh(n, "rm -rf ~/.exo/models/demo-org--lab-model ~/.exo/models/.macfleet-staging/demo-org--lab-model",
-                     check=False)
+        remove_model(lab4, MODEL)  # the next test finds lab4's models as they were
