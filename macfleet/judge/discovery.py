@@ -30,7 +30,7 @@ class NodeDiscovery:
 
 @dataclass(frozen=True)
 class DiscoveryFinding:
-    kind: str  # "split-master", "split-view", "coordinator"
+    kind: str  # "split-master", "coordinator"
     nodes: tuple[str, ...]
     message: str
     fix: str
@@ -63,22 +63,6 @@ def masters(mesh: dict[str, NodeDiscovery]) -> list[DiscoveryFinding]:
     return [DiscoveryFinding("split-master", (*smallest, *rest),
                              f"exo's cluster is split: {len(followed)} masters ({groups})", RESTART_TOGETHER,
                              "the last election outcome in each node's exo log")]
-
-
-def views(mesh: dict[str, NodeDiscovery]) -> list[DiscoveryFinding]:
-    """Groups of nodes that see each other in /state and not the rest: more than one group is a split."""
-    ids = {d.node_id: n for n, d in mesh.items() if d.node_id}
-    sees = {n: {ids[i] for i in d.sees if i in ids} | {n} for n, d in mesh.items() if d.node_id}
-    groups: list[set[str]] = []
-    for n in sorted(sees):
-        if not any(n in g for g in groups):
-            groups.append({m for m in sees if n in sees[m] and m in sees[n]})
-    if len(groups) <= 1:
-        return []
-    shown = "; ".join("{" + ", ".join(sorted(g)) + "}" for g in groups)
-    return [DiscoveryFinding("split-view", tuple(sorted(sees)),
-                             f"exo's nodes form {len(groups)} groups that do not see each other in /state: {shown}",
-                             RESTART_TOGETHER, "each node's /state topology")]
 
 
 def coordinators(mesh: dict[str, NodeDiscovery]) -> list[DiscoveryFinding]:
@@ -116,7 +100,3 @@ def _coordinator_finding(inst: Coordinators, node: str, rank0: str, ip: str, ifa
                             f"exo told {node} to reach rank 0 of instance {inst.instance_id[:12]} ({rank0}) at {ip}, "
                             f"{where}: {node}'s runner cannot connect",
                             fix, f"{inst.backend} on {node}: {ip}; {rank0}'s addresses checked")
-
-
-def judge_discovery(mesh: dict[str, NodeDiscovery]) -> list[DiscoveryFinding]:
-    return masters(mesh) + views(mesh) + coordinators(mesh)
