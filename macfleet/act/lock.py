@@ -37,7 +37,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from macfleet.act.statedir import ensure, exclusive, open_shared
+from macfleet.act.statedir import append_shared, ensure, exclusive, replace_shared
 from macfleet.errors import LockHeld, MacfleetError
 from macfleet.paths import history_file, legacy_lock_file, lock_file
 
@@ -200,8 +200,7 @@ def append_history(inventory_root: Path, entry: dict) -> None:
         raise ValueError("a history entry names its action and whether it left the mesh healthy")
     path = history_file(inventory_root)
     ensure(path.parent)
-    with os.fdopen(open_shared(path, os.O_WRONLY | os.O_APPEND), "a") as fh:
-        fh.write(json.dumps({"time": datetime.now(UTC).isoformat(), **entry}) + "\n")
+    append_shared(path, (json.dumps({"time": datetime.now(UTC).isoformat(), **entry}) + "\n").encode())
 
 
 def read_history(inventory_root: Path, last: int = 1000) -> list[dict]:
@@ -311,13 +310,7 @@ class ClusterLock:
                            details={"path": str(legacy)})
 
     def _write(self, record: LockRecord) -> None:
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        fd = open_shared(tmp, os.O_WRONLY | os.O_TRUNC)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(json.dumps(asdict(record), indent=2) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
+        replace_shared(self.path, (json.dumps(asdict(record), indent=2) + "\n").encode())
 
     def _refusal(self, owner: str, current: LockRecord, now: datetime, why: str | None,
                  may_repair: Callable[[LockRecord], bool] | None, force: bool | None) -> LockHeld | None:

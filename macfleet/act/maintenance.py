@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
 from datetime import UTC, datetime
 from pathlib import Path
 
 from macfleet.act.lock import process_alive
-from macfleet.act.statedir import ensure, exclusive, open_shared
+from macfleet.act.statedir import append_shared, ensure, exclusive, replace_shared
 from macfleet.errors import MacfleetError
 from macfleet.judge.maintenance import Maintenance, in_force
 from macfleet.paths import audit_file, maintenance_file
@@ -53,16 +52,10 @@ class MaintenanceStore:
 
     def _write(self, records: dict[str, Maintenance]) -> None:
         """Replace the file whole; MacfleetError naming it when it cannot be written (the old one stays)."""
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
-            with os.fdopen(open_shared(tmp, os.O_WRONLY | os.O_TRUNC), "w") as fh:
-                fh.write(json.dumps({m: r.to_json() for m, r in records.items()}, indent=2) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
+            replace_shared(self.path, (json.dumps({m: r.to_json() for m, r in records.items()}, indent=2)
+                                       + "\n").encode())
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
             raise MacfleetError(f"cannot write the maintenance file {self.path}: {exc.strerror or exc}",
                                 hint="the inventory's shared state directory must be writable by this user "
                                      "(cluster_state_dir in docs/cli.md, docs/runbooks/watch.md)") from None
@@ -127,10 +120,6 @@ def append_audit(inventory_root: Path, entry: dict) -> None:
     line = json.dumps({"time": datetime.now(UTC).isoformat(), "node": None, "finding": None, **entry},
                       ensure_ascii=False) + "\n"
     try:
-        fd = open_shared(path, os.O_WRONLY | os.O_APPEND)
-        try:
-            os.write(fd, line.encode("utf-8"))
-        finally:
-            os.close(fd)
+        append_shared(path, line.encode("utf-8"))
     except OSError as exc:
         raise MacfleetError(f"cannot write the audit log {path}: {exc.strerror or exc}") from None

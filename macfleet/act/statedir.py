@@ -109,6 +109,32 @@ def open_shared(path: Path, flags: int) -> int:
     return fd
 
 
+def replace_shared(path: Path, data: bytes) -> None:
+    """Replace a file of the shared directory whole: written to a temporary beside it, synced, renamed over it
+    (a reader sees the old file or the new one, never half of one). OSError as it comes; no temporary is left."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with os.fdopen(open_shared(tmp, os.O_WRONLY | os.O_TRUNC), "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def append_shared(path: Path, data: bytes) -> None:
+    """Append `data` (whole lines) to a file of the shared directory, in one write(2) on an O_APPEND descriptor
+    (lines of two writers do not interleave). OSError as it comes."""
+    fd = open_shared(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def exclusive(guard: Path) -> Iterator[None]:
     """Hold an exclusive flock(2) on `guard`, a file of the shared directory (made safe first), for the block:

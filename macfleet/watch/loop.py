@@ -11,7 +11,6 @@ text, never markup)."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import socket
 import threading
@@ -24,7 +23,7 @@ from pathlib import Path
 from macfleet.act import reboot as act_reboot
 from macfleet.act.lock import ClusterLock, lock_path, stale_reason
 from macfleet.act.maintenance import MaintenanceStore, command_alive
-from macfleet.act.statedir import ensure, open_shared, verify
+from macfleet.act.statedir import ensure, replace_shared, verify
 from macfleet.collect.gather import Gathered
 from macfleet.errors import (
     AT_UNLOCK_SCREEN,
@@ -118,17 +117,7 @@ def load_states(path: Path) -> dict[str, State]:
 
 def save_states(path: Path, states: dict[str, State]) -> None:
     """Written whole (a temporary file renamed over it), group-writable: `watch --reset` may be anyone's."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        fd = open_shared(tmp, os.O_WRONLY | os.O_TRUNC)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(dump_states(states))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    replace_shared(path, dump_states(states))
 
 
 class Troubles:
