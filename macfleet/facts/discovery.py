@@ -14,14 +14,13 @@ instances in its `/state`.
 
 from __future__ import annotations
 
-import json
 import re
 
 from pydantic import Field
 
 from macfleet.errors import FactsParseError
 from macfleet.facts._common import Facts
-from macfleet.facts.exo import START_LINE
+from macfleet.facts.exo import START_LINE, load_state
 
 _SELF = re.compile(r"\bNode elected Master\b")
 _OTHER = re.compile(r"\bNode (?P<id>[A-Za-z0-9]+) elected master\b")
@@ -54,15 +53,15 @@ def _ip(address: str) -> str:
 
 
 def parse_coordinators(state_text: str) -> list[Coordinators]:
-    """Each instance's rank-0 addresses from `/state` (its `instances`); an instance of another kind has none."""
-    try:
-        state = json.loads(state_text)
-        instances = state.get("instances") or {}
-        if not isinstance(instances, dict):
-            raise TypeError
-    except (ValueError, AttributeError, TypeError):
-        raise FactsParseError("exo-state", "a JSON object with an `instances` map", line=1,
-                              found=state_text[:80]) from None
+    return coordinators_of(load_state(state_text))
+
+
+def coordinators_of(state: dict) -> list[Coordinators]:
+    """Each instance's rank-0 addresses from `/state` (facts/exo.py `load_state`; its `instances`); an instance
+    of another kind has none."""
+    instances = state.get("instances") or {}
+    if not isinstance(instances, dict):
+        raise FactsParseError("GET /state", "an `instances` map", line=1, found=str(instances)[:80])
     out = []
     for iid, tagged in instances.items():
         if not isinstance(tagged, dict) or len(tagged) != 1:

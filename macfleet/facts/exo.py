@@ -185,8 +185,10 @@ def _edges(connections: object) -> tuple[list[tuple[str, str]], list[tuple[str, 
     return sorted(rdma), sorted(sock)
 
 
-def parse_exo_state(body: str) -> ExoStateFacts:
-    """exo's `GET /state` (HEAD schema) reduced to what a health check judges."""
+def load_state(body: str) -> dict:
+    """exo's `GET /state` (HEAD schema), read once: a JSON object with a `topology`, at most MAX_JSON_BYTES.
+    What is judged of it is reduced from this one object: `exo_state_facts` (the health checks), `cluster_of`
+    (facts/exoapi.py: nodes, models, instances) and `coordinators_of` (facts/discovery.py)."""
     if len(body) > MAX_JSON_BYTES:
         raise FactsParseError("GET /state", f"at most {MAX_JSON_BYTES} bytes", found=f"{len(body)} bytes")
     try:
@@ -195,7 +197,16 @@ def parse_exo_state(body: str) -> ExoStateFacts:
         raise FactsParseError("GET /state", "a JSON object", line=1, found=body[:80]) from None
     if not isinstance(state, dict) or not isinstance(state.get("topology"), dict):
         raise FactsParseError("GET /state", "a JSON object with a 'topology'", line=1, found=body[:80])
-    topo = state["topology"]
+    return state
+
+
+def parse_exo_state(body: str) -> ExoStateFacts:
+    return exo_state_facts(load_state(body))
+
+
+def exo_state_facts(state: dict) -> ExoStateFacts:
+    """`/state` reduced to what a health check judges."""
+    topo = as_object(state.get("topology"))
     nodes = [str(n) if not isinstance(n, dict) else str(n.get("nodeId")) for n in as_list(topo.get("nodes"))]
     identities = as_object(state.get("nodeIdentities"))
     names = {k: str(v.get("friendlyName")) for k, v in identities.items() if isinstance(v, dict)

@@ -19,7 +19,7 @@ from pydantic import Field
 
 from macfleet.errors import FactsParseError
 from macfleet.facts._common import Facts
-from macfleet.facts.exo import MAX_JSON_BYTES, _tagged, as_list, as_object
+from macfleet.facts.exo import MAX_JSON_BYTES, _tagged, as_list, as_object, load_state
 
 HEALTHY = ("RunnerReady", "RunnerRunning")
 DONE = "[DONE]"
@@ -107,11 +107,13 @@ def _int(value: object, default: int | None = 0) -> int | None:
 
 
 def parse_cluster(body: str) -> ExoCluster:
-    """`GET /state` reduced to nodes, their names, the models complete on each and the placed instances."""
-    state = _json("GET /state", body)
-    if not isinstance(state, dict) or not isinstance(state.get("topology"), dict):
-        raise FactsParseError("GET /state", "a JSON object with a 'topology'", line=1, found=body[:80])
-    nodes = [_s(n, 64) for n in as_list(state["topology"].get("nodes")) if isinstance(n, str)]
+    return cluster_of(load_state(body))
+
+
+def cluster_of(state: dict) -> ExoCluster:
+    """`/state` (facts/exo.py `load_state`) reduced to nodes, their names, the models complete on each and the
+    placed instances."""
+    nodes = [_s(n, 64) for n in as_list(as_object(state.get("topology")).get("nodes")) if isinstance(n, str)]
     names = {_s(k, 64): _s(v.get("friendlyName"), 100) for k, v in as_object(state.get("nodeIdentities")).items()
              if isinstance(v, dict) and v.get("friendlyName")}
     models: dict[str, list[str]] = {}

@@ -79,3 +79,22 @@ def test_the_shapes_seen_in_review_are_read_as_nothing_there(path: tuple, wrong:
     assert cluster.nodes == [A, B]
     memory = parse_previews(_with(PREVIEWS, ("previews", 0, "memory_delta_by_node"), []))
     assert memory[0].memory == {} and memory[0].nodes == [A, B]
+
+
+def test_doctor_reads_one_state_once_and_reduces_it_three_ways(monkeypatch) -> None:
+    """/state can be megabytes on a large mesh: the exo-state probe loads it once (facts/exo.py `load_state`)
+    for the health facts, the coordinators and the cluster."""
+    from macfleet.collect.gather import Gathered
+    from macfleet.collect.ssh import Raw
+    from macfleet.flow.checks import NodeAnswers
+    from macfleet.judge.checks.catalogue import PROBES
+
+    body = json.dumps(STATE)
+    loaded: list[str] = []
+    real = json.loads
+    monkeypatch.setattr(json, "loads", lambda s, *a, **k: (loaded.append(s), real(s, *a, **k))[1])
+    answers = NodeAnswers(Gathered(outputs={"n": {"exo-state": Raw(stdout=body, stderr="", rc=0, took_s=0.1)}}), "n")
+    facts = PROBES["exo-state"].facts(answers)
+    assert loaded.count(body) == 1 and not answers.problems
+    assert facts["exo_state"] == parse_exo_state(body) and facts["exo_cluster"] == parse_cluster(body)
+    assert facts["exo_coordinators"] == parse_coordinators(body)

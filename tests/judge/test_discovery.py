@@ -63,7 +63,7 @@ def test_two_halves_that_do_not_see_each_other() -> None:
 
 
 def _state(coords: dict[str, str]) -> str:
-    return json.dumps({"instances": {"inst-1": {"MlxJacclInstance": {
+    return json.dumps({"topology": {"nodes": [IDS[n] for n in coords]}, "instances": {"inst-1": {"MlxJacclInstance": {
         "instanceId": "inst-1", "jacclDevices": [], "jacclCoordinators": {IDS[n]: a for n, a in coords.items()}}}}})
 
 

@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable
 
 from macfleet.constants import CURL_REFUSED, EXO_MODELS_DIR
+from macfleet.errors import FactsParseError
 from macfleet.facts.commands import PF_ANCHOR, CommandSpec, exo_daemons_spec, exo_specs
 from macfleet.facts.daemons import (
     EXO_JOB_PLIST,
@@ -15,16 +16,17 @@ from macfleet.facts.daemons import (
     NETWORKSETUP_PLIST,
     parse_exo_daemons,
 )
-from macfleet.facts.discovery import master_followed, parse_coordinators
+from macfleet.facts.discovery import coordinators_of, master_followed
 from macfleet.facts.exo import (
     HEALTHY_RUNNERS,
+    exo_state_facts,
+    load_state,
     log_since_start,
     parse_exo_release,
-    parse_exo_state,
     parse_http_response,
     parse_node_id,
 )
-from macfleet.facts.exoapi import parse_cluster
+from macfleet.facts.exoapi import cluster_of
 from macfleet.inventory.model import Mesh
 from macfleet.judge.checks.base import (
     Answers,
@@ -360,11 +362,15 @@ def _read_log(answers: Answers) -> dict[str, object]:
 def _read_state(answers: Answers) -> dict[str, object]:
     """exo's /state, once read: what the exo checks judge, its instances' rank-0 addresses (facts/discovery.py)
     and its instances as `macfleet exo` reads them (the models checks')."""
-    state = parsed(answers, "exo-state", parse_exo_state)
-    if state is None:
+    state = parsed(answers, "exo-state", load_state)
+    if not isinstance(state, dict):
         return {}
-    return {"exo_state": state, "exo_coordinators": parsed(answers, "exo-state", parse_coordinators),
-            "exo_cluster": parsed(answers, "exo-state", parse_cluster)}
+    try:
+        coordinators = coordinators_of(state)
+    except FactsParseError as e:  # the rest of /state is still read
+        answers.unread("exo-state", e.message)
+        coordinators = None
+    return {"exo_state": exo_state_facts(state), "exo_coordinators": coordinators, "exo_cluster": cluster_of(state)}
 
 
 def _read_release(answers: Answers) -> dict[str, object]:
