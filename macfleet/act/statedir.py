@@ -126,11 +126,20 @@ def replace_shared(path: Path, data: bytes) -> None:
 
 
 def append_shared(path: Path, data: bytes) -> None:
-    """Append `data` (whole lines) to a file of the shared directory, in one write(2) on an O_APPEND descriptor
-    (lines of two writers do not interleave). OSError as it comes."""
+    """Append `data` (whole lines) to a file of the shared directory, on an O_APPEND descriptor (lines of two
+    writers do not interleave). A write that fails part-way (a full disk) is taken back to where it began, so no
+    half line is left, and its OSError raised."""
     fd = open_shared(path, os.O_WRONLY | os.O_APPEND)
     try:
-        os.write(fd, data)
+        start = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+            raise
     finally:
         os.close(fd)
 

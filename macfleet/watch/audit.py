@@ -8,16 +8,14 @@ half written: what a failed write appended is cut off again."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import threading
 from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from macfleet.act.statedir import ensure, open_shared
+from macfleet.act.statedir import append_shared, ensure
 from macfleet.errors import MacfleetError
 
 MAX_RECENT = 50
@@ -62,21 +60,9 @@ class AuditLog:
         data = "".join(f"{line}\n" for line in lines).encode("utf-8")
         try:
             ensure(self.path.parent)
-            fd = open_shared(self.path, os.O_WRONLY | os.O_APPEND)
+            append_shared(self.path, data)  # all of it or none: the whole batch is written again later
         except (OSError, MacfleetError) as exc:
             return self._failed(exc)
-        try:
-            start = os.lseek(fd, 0, os.SEEK_END)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-            except OSError as exc:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(fd, start)  # no half line left behind: the whole batch is written again later
-                return self._failed(exc)
-        finally:
-            os.close(fd)
         self.pending.clear()
         self.lost = 0
         self.on_ok()

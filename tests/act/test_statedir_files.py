@@ -1,6 +1,7 @@
 """The shared directory's two ways of writing (act/statedir.py), which the lock, the maintenance file, the
 healer's state, the history and the audit log all use: a file replaced whole (the old one or the new one, never
-half, no temporary left when a write fails), and whole lines appended; each file 0660, never through a link."""
+half, no temporary left when a write fails), and whole lines appended (never half of one); each file 0660, never
+through a link."""
 
 from __future__ import annotations
 
@@ -47,3 +48,19 @@ def test_lines_are_appended_and_a_link_is_not_followed(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="symbolic link"):
         statedir.append_shared(tmp_path / "audit.jsonl", b"x\n")
     assert target.read_bytes() == b""
+
+
+def test_an_append_that_fails_part_way_leaves_no_half_line(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "audit.jsonl"
+    statedir.append_shared(path, b'{"n": 1}\n')
+    real = os.write
+
+    def full(fd: int, data) -> int:  # a part goes in before the disk fills
+        real(fd, bytes(data[:3]))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(statedir.os, "write", full)
+    with pytest.raises(OSError, match="No space left"):
+        statedir.append_shared(path, b'{"n": 2}\n')
+    monkeypatch.undo()
+    assert path.read_bytes() == b'{"n": 1}\n'

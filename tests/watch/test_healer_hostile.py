@@ -24,6 +24,7 @@ from typing import ClassVar
 
 import pytest
 
+from macfleet.act import statedir
 from macfleet.act.reboot import ExoStop
 from macfleet.errors import UsageError
 from macfleet.flow import placed
@@ -31,7 +32,6 @@ from macfleet.inventory.load import load_inventory
 from macfleet.inventory.model import KeepPlaced, ModelToStage, RemediationSettings
 from macfleet.judge.health import CheckResult, HealthFinding, HealthReport, HealthSummary
 from macfleet.judge.remediation import Observation, State, after, step
-from macfleet.watch import audit as audit_module
 from macfleet.watch import loop
 from macfleet.watch.metrics import Metrics, exposed, read_token, serve
 from macfleet.watch.notify import Notifier, redact
@@ -220,7 +220,7 @@ def test_audit_log_that_cannot_be_written_is_reported_and_caught_up(harness, mon
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     with monkeypatch.context() as m:
-        m.setattr(audit_module, "os", FullDisk())
+        m.setattr(statedir, "os", FullDisk())  # the shared directory's append (act/statedir.py) writes it
         h.tick(HEALTHY)
     assert "No space left" in h.watcher.troubles.current["audit-write"]
     path.unlink()
