@@ -94,7 +94,7 @@ def judge_health(fleet: Fleet, meshes: list[Mesh], facts: Mapping[str, NodeFacts
     nodes = [n for m in meshes for n in m.node_names]
     for spec in select_checks(only):
         for node in nodes:
-            blocked = [d for d in spec.depends if ctx.found.get((d, node))]
+            blocked = ctx.found_by(node, spec.depends)
             if blocked:
                 results.append(CheckResult(check=spec.code, node=node, result="unknown",
                                            reason=f"not judged: {', '.join(blocked)} found a problem first"))

@@ -7,7 +7,7 @@ is never "ok"). Pure: no I/O, no clock.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
@@ -152,6 +152,10 @@ class HealthContext:
     def up(self, node: str) -> bool:
         f = self.facts.get(node)
         return f is not None and f.reachable
+
+    def found_by(self, node: str, checks: Iterable[str]) -> list[str]:
+        """Those of `checks` (judged before) that found a problem on `node`."""
+        return [c for c in checks if self.found.get((c, node))]
 
 
 # ------------------------------------------------------------------------------------------------ probes

@@ -114,7 +114,7 @@ RDMA_PAIR_DEPENDS = ("reachable", "cabling", "rdma", "bridge", "ip-plan", "exo-r
 
 
 def _pair_clear(ctx: HealthContext, a: str, b: str) -> bool:
-    return not any(ctx.found.get((c, n)) for c in RDMA_PAIR_DEPENDS for n in (a, b))
+    return not any(ctx.found_by(n, RDMA_PAIR_DEPENDS) for n in (a, b))
 
 
 def check_exo_rdma(ctx: HealthContext, node: str) -> Verdict:
@@ -304,7 +304,7 @@ def _discovery(ctx: HealthContext, mesh: Mesh) -> dict[str, NodeDiscovery]:
     out = {}
     for n in mesh.node_names:
         f = ctx.facts[n]
-        if not ctx.up(n) or f.exo_state is None or any(ctx.found.get((c, n)) for c in DISCOVERY_CAUSES):
+        if not ctx.up(n) or f.exo_state is None or ctx.found_by(n, DISCOVERY_CAUSES):
             continue
         addresses = {a.address: i.name for i in (f.ifconfig.interfaces if f.ifconfig else []) if i.name
                      for a in i.inet}

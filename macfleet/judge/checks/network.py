@@ -227,7 +227,7 @@ PING_PEER_DEPENDS = ("cabling", "bridge", "ip-plan")
 
 
 def _ping_clear(ctx: HealthContext, peer: str) -> bool:
-    return ctx.up(peer) and not any(ctx.found.get((c, peer)) for c in PING_PEER_DEPENDS)
+    return ctx.up(peer) and not ctx.found_by(peer, PING_PEER_DEPENDS)
 
 
 def check_tb_ping(ctx: HealthContext, node: str) -> Verdict:
