@@ -280,19 +280,24 @@ def remove_model(lab: Lab, model: str) -> None:
     """A test's model gone from a shared lab as it found it: its instances stopped, its files removed from every
     node, and every node's exo no longer listing it as downloaded (exo rescans its models directory on its own
     cadence, stretched on a loaded host: the next test would find the model still there)."""
+    from macfleet.constants import EXO_MODELS_DIR
+    from macfleet.judge.rollout import model_dir_name
+
     lab.macfleet("exo", "stop", model, "-i", str(lab.inventory), check=False)
-    folder = model.replace("/", "--")
+    folder = model_dir_name(model)  # where `rollout model` puts it, and stages it (node/preflight.py)
     for n in lab.nodes:
-        lab.ssh(n, f"rm -rf ~/.exo/models/{folder} ~/.exo/models/.macfleet-staging/{folder}", check=False)
+        lab.ssh(n, f"rm -rf {EXO_MODELS_DIR}/{folder} {EXO_MODELS_DIR}/.macfleet-staging/{folder}", check=False)
     port = _exo_port(lab)
 
     def listed_on(node: str) -> bool:
+        from macfleet.errors import FactsParseError
+        from macfleet.facts.exoapi import parse_cluster
+
         out = lab.ssh(node, f"curl -s -m 5 http://127.0.0.1:{port}/state", check=False).stdout
         try:
-            downloads = json.loads(out).get("downloads") or {}
-        except ValueError:
+            return any(model in models for models in parse_cluster(out).models.values())
+        except FactsParseError:
             return False  # exo not answering there: it rescans when it starts
-        return model in json.dumps(downloads)
 
     if port is not None:
         lab.wait(lambda: not any(listed_on(n) for n in lab.nodes), 120, f"every exo to forget {model}'s files")

@@ -129,9 +129,9 @@ def forget_s(lab) -> float:
     """How long the other nodes' exo may take to forget the odd one: as long as the stand-in keeps a peer's
     record (its node_ttl_s at the lab's refresh), stretched by its pace (up to Pace.MAX times on a loaded host:
     lab/exo/standin.py), plus a doctor pass or two."""
-    from macfleet.lab import control
+    from macfleet.lab import control, state
 
-    refresh_s = float(control.exo_env({"nodes": lab.nodes})["EXO_LAB_REFRESH_S"])
+    refresh_s = float(control.exo_env(state.load(lab.name))["EXO_LAB_REFRESH_S"])
     return Config(version="", refresh_s=refresh_s, env={}).node_ttl_s * Pace.MAX + 60
 
 
